@@ -1,0 +1,85 @@
+"""The frozen wall clock that every server of a pair reads, moved only by the harness.
+
+libfaketime, preloaded into the servers only, reads the absolute time from a timestamp file on
+every clock call (FAKETIME_NO_CACHE); the monotonic clock stays real so the event loop runs.
+Rewriting the file (atomically, by rename) is the only way time moves.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from difftest.problems import SetupProblem
+
+LIBFAKETIME_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+)
+
+# 2026-01-01T00:00:00Z: a fixed origin so that every run's scores are reproducible.
+DEFAULT_START_MS = 1_767_225_600_000
+
+
+def find_libfaketime() -> Path:
+    override = os.environ.get("DIFFTEST_LIBFAKETIME")
+    for candidate in ([override] if override else []) + list(LIBFAKETIME_CANDIDATES):
+        if Path(candidate).is_file():
+            return Path(candidate)
+    raise SetupProblem(
+        "libfaketime not found (needed to freeze the servers' clock): "
+        "run 'apt-get install -y libfaketime' or set DIFFTEST_LIBFAKETIME to its path"
+    )
+
+
+def format_timestamp(ms: int) -> str:
+    """libfaketime's absolute format, UTC, to the millisecond (the servers run with TZ=UTC)."""
+    if ms < 0:
+        raise ValueError(f"the frozen clock cannot go before the epoch: {ms} ms")
+    moment = dt.datetime.fromtimestamp(ms // 1000, tz=dt.UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}"
+
+
+class FrozenClock:
+    """One timestamp file; every server started with `server_env()` reads it."""
+
+    def __init__(self, path: Path, start_ms: int = DEFAULT_START_MS) -> None:
+        self.path = path
+        self.library = find_libfaketime()
+        self._now_ms = start_ms
+        self._write()
+
+    @property
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def set(self, ms: int) -> None:
+        """Move the clock to an absolute time; callers then confirm each server sees it."""
+        self._now_ms = ms
+        self._write()
+
+    def advance(self, ms: int) -> None:
+        if ms < 0:
+            raise ValueError(f"the frozen clock only moves forward; advance({ms}) was asked")
+        self.set(self._now_ms + ms)
+
+    def server_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.pop("FAKETIME", None)  # the variable would win over the file
+        env.update(
+            LD_PRELOAD=str(self.library),
+            FAKETIME_TIMESTAMP_FILE=str(self.path),
+            FAKETIME_NO_CACHE="1",
+            FAKETIME_DONT_FAKE_MONOTONIC="1",
+            TZ="UTC",
+        )
+        return env
+
+    def _write(self) -> None:
+        # a half-written file makes libfaketime abort the server: write aside, then rename
+        scratch = self.path.with_suffix(".tmp")
+        scratch.write_text(format_timestamp(self._now_ms) + "\n")
+        os.replace(scratch, self.path)

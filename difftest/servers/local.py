@@ -1,0 +1,356 @@
+"""Embedded valkey-server processes: one temp dir each, AOF on, the frozen clock preloaded."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import valkey
+
+from difftest.clock import FrozenClock
+from difftest.problems import SetupProblem
+from difftest.replies import WholeErrorParser
+from difftest.servers.binary import checked_binary
+
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 20.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the server gets SIGKILL if the harness dies first."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def tcp_port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+class EmbeddedServer:
+    """One valkey-server child process with its own data dir, reached by a unix socket.
+
+    `restart()` shuts down gracefully, `crash()` kills with SIGKILL; both start again on the same
+    data (AOF with appendfsync always, so an acknowledged write survives) with a new run_id.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        clock: FrozenClock,
+        module: Path | None = None,
+        module_args: Sequence[str] = (),
+        tcp_port: int | None = None,
+        extra_config: Sequence[str] = (),
+    ) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.clock = clock
+        self.module = module
+        self.module_args = tuple(module_args)
+        self.requested_port = tcp_port  # None: unix socket only; 0: a free port is picked
+        self.extra_config = tuple(extra_config)
+        self.tcp_port: int | None = None
+        self.binary = checked_binary()
+        if module is not None and not module.is_file():
+            raise SetupProblem(
+                f"module {module} does not exist: build it with 'make setup' "
+                "(cargo build --release in executors/native) or pass the path of your build"
+            )
+        self.socket_path = workdir / "valkey.sock"
+        self.logfile = workdir / "valkey.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._client: valkey.Valkey | None = None
+        self.starts = 0
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise RuntimeError(f"{self.name} is already running")
+        attempts = 3 if self.requested_port == 0 else 1
+        for attempt in range(attempts):
+            port = self._choose_port()
+            try:
+                self._launch(port)
+                return
+            except _PortTaken:
+                if attempt + 1 == attempts:
+                    raise SetupProblem(
+                        f"TCP port {port} on 127.0.0.1 is in use: choose another port "
+                        "or stop the process that holds it"
+                    ) from None
+
+    def _choose_port(self) -> int | None:
+        if self.tcp_port is not None:
+            return self.tcp_port  # a restart keeps its port, so replicas can find it again
+        if self.requested_port is None:
+            return None
+        if self.requested_port == 0:
+            return free_tcp_port()
+        if tcp_port_in_use(self.requested_port):
+            raise SetupProblem(
+                f"TCP port {self.requested_port} on 127.0.0.1 is in use: choose another port "
+                "or stop the process that holds it"
+            )
+        return self.requested_port
+
+    def _command_line(self, port: int | None) -> list[str]:
+        args = [
+            str(self.binary),
+            "--dir", str(self.workdir),
+            "--unixsocket", str(self.socket_path),
+            "--unixsocketperm", "700",
+            "--port", str(port or 0),
+            "--bind", "127.0.0.1",
+            "--logfile", str(self.logfile),
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--save", "",
+            "--daemonize", "no",
+            "--enable-debug-command", "yes",
+            "--enable-module-command", "yes",
+        ]  # fmt: skip
+        args += list(self.extra_config)
+        if self.module is not None:
+            args += ["--loadmodule", str(self.module), *self.module_args]
+        return args
+
+    def _launch(self, port: int | None) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log_offset = self.logfile.stat().st_size if self.logfile.exists() else 0
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        process = subprocess.Popen(
+            self._command_line(port),
+            env=self.clock.server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads have been started by us
+        )
+        self._process = process
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            code = process.poll()
+            if code is not None:
+                self._process = None
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                raise self._start_failure(code, stderr, log_offset, port)
+            if self.socket_path.exists() and self._ping():
+                break
+            if time.monotonic() > deadline:
+                self.kill()
+                raise SetupProblem(
+                    f"{self.name}: valkey-server did not answer within {START_TIMEOUT_S:.0f}s; "
+                    f"see {self.logfile}"
+                )
+            time.sleep(0.005)
+        self.tcp_port = port
+        self.starts += 1
+
+    def _ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except (valkey.ConnectionError, valkey.BusyLoadingError, valkey.ResponseError):
+            self._drop_client()
+            return False
+
+    def _start_failure(self, code: int, stderr: str, log_offset: int, port: int | None) -> Exception:
+        log = ""
+        if self.logfile.exists():
+            with self.logfile.open("rb") as fh:
+                fh.seek(log_offset)
+                log = fh.read().decode(errors="replace")
+        text = stderr + "\n" + log
+        if "Address already in use" in text and port:
+            return _PortTaken()
+        if "Module" in text and ("failed" in text or "Can't load" in text or "Error" in text):
+            line = next(
+                (ln for ln in text.splitlines() if "odule" in ln and ("fail" in ln or "rror" in ln)),
+                "",
+            )
+            return SetupProblem(
+                f"{self.name}: valkey-server could not load module {self.module}: "
+                f"{line.strip()[-200:]}; rebuild it with 'make setup' or check its arguments"
+            )
+        last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
+        return SetupProblem(
+            f"{self.name}: valkey-server exited with code {code} at start: {last[0].strip()[-240:]}"
+        )
+
+    def stop(self) -> None:
+        """Graceful: SHUTDOWN (the AOF is already fsynced), then wait for the process to end."""
+        process = self._process
+        if process is None:
+            return
+        with contextlib.suppress(valkey.ConnectionError, valkey.ResponseError):
+            self.client.execute_command("SHUTDOWN")
+        self._drop_client()
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._close_process()
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye: what a crash looks like to the data dir."""
+        process = self._process
+        if process is None:
+            return
+        self._drop_client()
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+        self._close_process()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def crash(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        self.kill()
+
+    def _close_process(self) -> None:
+        if self._process is not None and self._process.stderr:
+            self._process.stderr.close()
+        self._process = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    # -- clients ----------------------------------------------------------------------------
+
+    @property
+    def client(self) -> valkey.Valkey:
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
+        pool = valkey.ConnectionPool(
+            connection_class=valkey.UnixDomainSocketConnection,
+            path=str(self.socket_path),
+            username=username,
+            password=password,
+            parser_class=WholeErrorParser,
+            socket_timeout=30,
+        )
+        return valkey.Valkey(connection_pool=pool)
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.client.info("server")["run_id"])
+
+    def time_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+
+class _PortTaken(Exception):
+    pass
+
+
+class ServerGroup:
+    """Servers sharing one temp root and one frozen clock; removed whole on exit."""
+
+    def __init__(self, root: Path | None = None, start_ms: int | None = None) -> None:
+        self._owns_root = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="difftest-")) if root is None else root
+        self.root.mkdir(parents=True, exist_ok=True)
+        kwargs = {} if start_ms is None else {"start_ms": start_ms}
+        self.clock = FrozenClock(self.root / "faketime", **kwargs)
+        self.servers: list[EmbeddedServer] = []
+
+    def add(
+        self,
+        name: str,
+        module: Path | None = None,
+        module_args: Sequence[str] = (),
+        tcp_port: int | None = None,
+        extra_config: Sequence[str] = (),
+    ) -> EmbeddedServer:
+        server = EmbeddedServer(
+            name, self.root / name, self.clock, module, module_args, tcp_port, extra_config
+        )
+        self.servers.append(server)
+        server.start()
+        return server
+
+    def advance(self, ms: int) -> None:
+        """Move the shared clock and confirm every running server reads the new millisecond."""
+        self.clock.advance(ms)
+        self.confirm_clock()
+
+    def set_time(self, ms: int) -> None:
+        self.clock.set(ms)
+        self.confirm_clock()
+
+    def confirm_clock(self) -> None:
+        expected = self.clock.now_ms
+        for server in self.servers:
+            if not server.running:
+                continue
+            deadline = time.monotonic() + 5.0
+            while (seen := server.time_ms()) != expected:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{server.name} reads {seen} ms, not the frozen {expected} ms: "
+                        "is libfaketime preloaded?"
+                    )
+                time.sleep(0.0002)
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> ServerGroup:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

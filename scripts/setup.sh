@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs everything difftest needs on a fresh machine of this kind; safe to run again (idempotent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+# Debian packages: libclang for the module's bindgen, libfaketime for the frozen clock.
+need_apt=()
+[ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_apt+=(libfaketime)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        say "missing Debian packages ${need_apt[*]}: run 'sudo apt-get install -y ${need_apt[*]}' and try again"
+        exit 1
+    fi
+    say "installing ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# Python: a venv of our own (the system Python is externally managed).
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv"
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+    say "installing Python packages"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[dev]'
+    rm -f .venv/.installed-*
+    touch "$stamp"
+fi
+
+# The native module: a plain release build (see docs: cargo test features must not reach it).
+if [ -f executors/native/Cargo.toml ]; then
+    say "building the native module (cargo build --release)"
+    cargo build --release --quiet --manifest-path executors/native/Cargo.toml
+fi

@@ -1,0 +1,26 @@
+"""Fixtures: real embedded servers on a shared frozen clock, torn down after every test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from difftest.servers.local import EmbeddedServer, ServerGroup
+from executors.lua.adapter import LuaHost
+
+
+@pytest.fixture
+def group() -> Iterator[ServerGroup]:
+    with ServerGroup() as servers:
+        yield servers
+
+
+@pytest.fixture
+def lua_server(group: ServerGroup) -> EmbeddedServer:
+    return group.add("lua")
+
+
+@pytest.fixture
+def lua(lua_server: EmbeddedServer) -> LuaHost:
+    return LuaHost(lua_server.client)

@@ -1,0 +1,55 @@
+"""Test helpers: expected keyspaces written compactly, and exact comparison against a server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from difftest.clock import DEFAULT_START_MS
+from difftest.snapshot import Entry, Snapshot, take_snapshot
+
+T0 = DEFAULT_START_MS
+Q = "emq:{q}:"
+
+
+def b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def Z(members: dict[Any, Any] | None = None, **named: Any) -> Entry:  # noqa: N802
+    merged = {**(members or {}), **named}
+    return Entry("zset", {b(k): b(v) for k, v in merged.items()}, -1)
+
+
+def H(fields: dict[Any, Any] | None = None, **named: Any) -> Entry:  # noqa: N802
+    merged = {**(fields or {}), **named}
+    return Entry("hash", {b(k): b(v) for k, v in merged.items()}, -1)
+
+
+def S(value: Any) -> Entry:  # noqa: N802
+    return Entry("string", b(value), -1)
+
+
+def keyspace(expected: dict[Any, Entry]) -> Snapshot:
+    return {b(k): v for k, v in expected.items()}
+
+
+def assert_keyspace(client: Any, expected: dict[Any, Entry], ignore_fields: tuple[bytes, ...] = ()) -> None:
+    seen = take_snapshot(client)
+    if ignore_fields:
+        seen = {k: _without(v, ignore_fields) for k, v in seen.items()}
+    want = keyspace(expected)
+    assert seen == want, _explain(seen, want)
+
+
+def _without(entry: Entry, fields: tuple[bytes, ...]) -> Entry:
+    if entry.kind != "hash" or not isinstance(entry.value, dict):
+        return entry
+    return Entry(entry.kind, {k: v for k, v in entry.value.items() if k not in fields}, entry.pttl)
+
+
+def _explain(seen: Snapshot, want: Snapshot) -> str:
+    lines = ["keyspace differs:"]
+    for key in sorted(seen.keys() | want.keys()):
+        if seen.get(key) != want.get(key):
+            lines.append(f"  {key!r}: seen {seen.get(key)} want {want.get(key)}")
+    return "\n".join(lines)

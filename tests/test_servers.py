@@ -1,0 +1,145 @@
+"""Embedded servers: persistence across restart and crash, clear set-up errors, clean teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from difftest.problems import SetupProblem
+from difftest.servers.local import EmbeddedServer, ServerGroup
+
+
+def test_restart_keeps_keyspace_and_changes_run_id(group: ServerGroup) -> None:
+    server = group.add("a")
+    server.client.hset("h", "f", "v")
+    first_run = server.run_id
+    server.restart()
+    assert server.client.hgetall("h") == {b"f": b"v"}
+    assert server.run_id != first_run
+    assert server.starts == 2
+
+
+def test_crash_keeps_acknowledged_writes(group: ServerGroup) -> None:
+    server = group.add("a")
+    for i in range(50):
+        server.client.zadd("z", {f"m{i}": i})
+    first_run, first_pid = server.run_id, server.pid
+    server.crash()
+    assert server.pid != first_pid
+    assert server.client.zcard("z") == 50
+    assert server.run_id != first_run
+
+
+def test_tcp_port_is_optional_and_reachable(group: ServerGroup) -> None:
+    server = group.add("a", tcp_port=0)
+    assert server.tcp_port
+    with socket.create_connection(("127.0.0.1", server.tcp_port), timeout=5) as conn:
+        conn.sendall(b"PING\r\n")
+        assert conn.recv(16) == b"+PONG\r\n"
+
+
+def test_port_in_use_is_one_clear_error(group: ServerGroup) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(SetupProblem, match=f"port {port} .* in use"):
+            group.add("a", tcp_port=port)
+
+
+def test_missing_module_is_one_clear_error(group: ServerGroup, tmp_path: Path) -> None:
+    with pytest.raises(SetupProblem, match="does not exist: build it"):
+        group.add("a", module=tmp_path / "nope.so")
+
+
+def test_unloadable_module_is_one_clear_error(group: ServerGroup, tmp_path: Path) -> None:
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not an elf")
+    with pytest.raises(SetupProblem, match="could not load module"):
+        group.add("a", module=junk)
+
+
+def test_wrong_valkey_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "valkey-server"
+    fake.write_text("#!/bin/sh\necho 'Valkey server v=7.2.4 sha=0 malloc=libc bits=64'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DIFFTEST_VALKEY_SERVER", str(fake))
+    with ServerGroup() as group, pytest.raises(SetupProblem, match="is Valkey 7.2.4; difftest needs"):
+        group.add("a")
+
+
+def test_missing_binary_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIFFTEST_VALKEY_SERVER", str(tmp_path / "absent"))
+    with ServerGroup() as group, pytest.raises(SetupProblem, match="not an executable file"):
+        group.add("a")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); read its state
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_close_removes_processes_and_files() -> None:
+    group = ServerGroup()
+    server = group.add("a")
+    pid, root = server.pid, group.root
+    assert pid is not None and _alive(pid)
+    group.close()
+    assert not _alive(pid)
+    assert not root.exists()
+
+
+HARNESS = textwrap.dedent(
+    """
+    import sys, time
+    from difftest.servers.local import ServerGroup
+    with ServerGroup() as group:
+        server = group.add("a")
+        print(server.pid, group.root, flush=True)
+        time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_servers_do_not_outlive_the_harness(sig: signal.Signals) -> None:
+    """Ctrl-C unwinds the context manager; even SIGKILL of the harness takes the servers down."""
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True)
+    assert harness.stdout is not None
+    pid_text, root = harness.stdout.readline().split()
+    pid = int(pid_text)
+    assert _alive(pid)
+    harness.send_signal(sig)
+    harness.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _alive(pid)
+    if sig == signal.SIGINT:
+        assert not Path(root).exists()
+    else:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_start_failure_keeps_no_process(group: ServerGroup) -> None:
+    server = EmbeddedServer("bad", group.root / "bad", group.clock, extra_config=["--no-such-option", "x"])
+    with pytest.raises(SetupProblem, match="exited with code"):
+        server.start()
+    assert not server.running
