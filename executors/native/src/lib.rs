@@ -1,0 +1,78 @@
+// The `emq` module: loads the lease epoch and registers one command per EMQ transition.
+
+mod args;
+mod decide;
+mod epoch;
+mod errors;
+mod host;
+mod layout;
+mod plan;
+mod transitions;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use valkey_module::alloc::ValkeyAlloc;
+use valkey_module::{valkey_module, Context, Status, ValkeyResult, ValkeyString};
+
+use transitions::{claim, complete, enqueue, extend, fail, pause, promote, revive, sweep};
+
+type Handler = fn(&Context, &[&[u8]]) -> ValkeyResult;
+
+/// Every command enters here: argv as raw bytes, and a panic (which would abort the server)
+/// turned into an error reply as a last resort; the handlers are written not to panic.
+fn dispatch(ctx: &Context, args: Vec<ValkeyString>, handler: Handler) -> ValkeyResult {
+    let argv: Vec<&[u8]> = args.iter().map(ValkeyString::as_slice).collect();
+    catch_unwind(AssertUnwindSafe(|| handler(ctx, &argv)))
+        .unwrap_or_else(|_| Err(errors::host_reply()))
+}
+
+macro_rules! entry {
+    ($name:ident, $handler:path) => {
+        fn $name(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
+            dispatch(ctx, args, $handler)
+        }
+    };
+}
+
+entry!(emq_enqueue, enqueue::run);
+entry!(emq_claim, claim::run);
+entry!(emq_extend, extend::run);
+entry!(emq_complete, complete::run);
+entry!(emq_fail, fail::run);
+entry!(emq_promote, promote::run);
+entry!(emq_sweep, sweep::run);
+entry!(emq_revive, revive::run);
+entry!(emq_pause, pause::pause);
+entry!(emq_resume, pause::resume);
+
+/// The run_id is read once here: it is the epoch every lease this process grants carries.
+fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+    if epoch::load(ctx) {
+        Status::Ok
+    } else {
+        ctx.log_warning("emq: cannot read run_id from INFO server; not loading");
+        Status::Err
+    }
+}
+
+// Key positions: first key 2, last 1 + numkeys, step 1 (numkeys is fixed per command, and each
+// handler still checks it). Table: difftest/commands.py.
+valkey_module! {
+    name: "emq",
+    version: 1,
+    allocator: (ValkeyAlloc, ValkeyAlloc),
+    data_types: [],
+    init: init,
+    commands: [
+        ["EMQ.ENQUEUE", emq_enqueue, "write deny-oom", 2, 4, 1],
+        ["EMQ.CLAIM", emq_claim, "write deny-oom", 2, 4, 1],
+        ["EMQ.EXTEND", emq_extend, "write deny-oom", 2, 3, 1],
+        ["EMQ.COMPLETE", emq_complete, "write deny-oom", 2, 4, 1],
+        ["EMQ.FAIL", emq_fail, "write deny-oom", 2, 5, 1],
+        ["EMQ.PROMOTE", emq_promote, "write deny-oom", 2, 4, 1],
+        ["EMQ.SWEEP", emq_sweep, "write deny-oom", 2, 5, 1],
+        ["EMQ.REVIVE", emq_revive, "write deny-oom", 2, 4, 1],
+        ["EMQ.PAUSE", emq_pause, "write deny-oom", 2, 2, 1],
+        ["EMQ.RESUME", emq_resume, "write deny-oom", 2, 2, 1],
+    ],
+}
