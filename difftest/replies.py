@@ -33,7 +33,14 @@ class Refused:
         return error_code(self.message)
 
 
-Reply: TypeAlias = int | bytes | None | list["Reply"] | ErrorReply | Refused
+@dataclass(frozen=True)
+class NotSent:
+    """A step that sends nothing on this side (the native half of a split CLAIM's first trip)."""
+
+    why: str
+
+
+Reply: TypeAlias = int | bytes | None | list["Reply"] | ErrorReply | Refused | NotSent
 
 
 class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]

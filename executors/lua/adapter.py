@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import valkey
 from valkey.exceptions import ResponseError
@@ -11,12 +14,18 @@ from valkey.exceptions import ResponseError
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, meta_key
 from difftest.guards import GuardError, check_call
+from difftest.problems import SetupProblem
 from difftest.replies import ErrorReply, Refused, Reply, as_reply
 
 
-def load_scripts() -> dict[str, bytes]:
-    """Every scripted transition's source, by verb, from this package's `<verb>.lua` files."""
-    package = resources.files(__package__)
+def load_scripts(directory: Path | None = None) -> dict[str, bytes]:
+    """Every scripted transition's source, by verb, from `<verb>.lua` files (this package's own,
+    or a user's directory with their build of the scripts)."""
+    package: Any = resources.files(__package__) if directory is None else directory
+    if directory is not None:
+        missing = [t.script_name for t in TRANSITIONS.values() if t.scripted and not (directory / t.script_name).is_file()]
+        if missing:
+            raise SetupProblem(f"script directory {directory} lacks {', '.join(missing)}: point it at a copy of executors/lua")
     return {
         verb: package.joinpath(t.script_name).read_bytes()
         for verb, t in TRANSITIONS.items()
@@ -27,6 +36,49 @@ def load_scripts() -> dict[str, bytes]:
 def reads_as_paused(reply: Reply) -> bool:
     """Jobs.paused?/2: any non-nil reply means paused, an error reply included."""
     return reply is not None
+
+
+@dataclass(frozen=True)
+class PlainCommand:
+    """PAUSE and RESUME: the host sends a plain command, no script."""
+
+    command: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Script:
+    """Every other transition: EVALSHA of its script with the call's numkeys, keys and args."""
+
+    verb: str
+
+
+@dataclass(frozen=True)
+class PausedThenClaim:
+    """CLAIM: the `paused?` read (`HGET meta paused`) first, the @claim2 script only if nil."""
+
+    paused_read: tuple[bytes, ...]
+
+
+HostPlan = Refused | PlainCommand | Script | PausedThenClaim
+
+
+def host_plan(call: Call) -> HostPlan:
+    """What the host does with a call, decided before anything is sent (pure)."""
+    try:
+        queue, _ = check_call(call.verb, call.numkeys, call.rest)
+    except GuardError as refusal:
+        return Refused(refusal.message)
+    if call.verb == "CLAIM":
+        return PausedThenClaim((b"HGET", meta_key(queue), b"paused"))
+    if call.verb == "PAUSE":
+        return PlainCommand((b"HSET", call.rest[0], b"paused", b"1"))
+    if call.verb == "RESUME":
+        return PlainCommand((b"HDEL", call.rest[0], b"paused"))
+    return Script(call.verb)
+
+
+def evalsha_command(sha: str, call: Call) -> tuple[bytes, ...]:
+    return (b"EVALSHA", sha.encode(), call.numkeys, *call.rest)
 
 
 class LuaHost:
@@ -42,18 +94,15 @@ class LuaHost:
         self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
 
     def call(self, call: Call) -> Reply:
-        try:
-            queue, _ = check_call(call.verb, call.numkeys, call.rest)
-        except GuardError as refusal:
-            return Refused(refusal.message)
-        if call.verb == "CLAIM":
-            if reads_as_paused(self.paused_read(queue)):
+        plan = host_plan(call)
+        if isinstance(plan, Refused):
+            return plan
+        if isinstance(plan, PausedThenClaim):
+            if reads_as_paused(self._command(*plan.paused_read)):
                 return []
             return self.claim_script(call)
-        if call.verb == "PAUSE":
-            return self._command(b"HSET", call.rest[0], b"paused", b"1")
-        if call.verb == "RESUME":
-            return self._command(b"HDEL", call.rest[0], b"paused")
+        if isinstance(plan, PlainCommand):
+            return self._command(*plan.command)
         return self.run_script(call)
 
     def paused_read(self, queue: bytes) -> Reply:
@@ -66,12 +115,11 @@ class LuaHost:
 
     def run_script(self, call: Call) -> Reply:
         """EVALSHA; a NOSCRIPT (the cache is empty after a restart) loads the script and retries."""
-        numkeys = int(call.numkeys)
-        sha = self.shas[call.verb]
-        reply = self._command(b"EVALSHA", sha.encode(), call.numkeys, *call.rest)
+        command = evalsha_command(self.shas[call.verb], call)
+        reply = self._command(*command)
         if isinstance(reply, ErrorReply) and reply.code == "NOSCRIPT":
             self._command(b"SCRIPT", b"LOAD", self.scripts[call.verb])
-            reply = self._command(b"EVALSHA", sha.encode(), str(numkeys).encode(), *call.rest)
+            reply = self._command(*command)
         return reply
 
     def _command(self, *parts: bytes | str) -> Reply:

@@ -1,0 +1,120 @@
+"""A divergence saved as a replayable artifact: the history up to the failing step and its report.
+
+The artifact directory holds `history.jsonl` (a history whose header records the verdict it must
+reproduce), `report.txt` for people and `report.json` for tools. `difftest replay` reads either the
+directory or the history file.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from difftest import history as hist
+from difftest.calls import Call
+from difftest.history import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
+from difftest.replay import Divergence, ReplayResult
+from difftest.replies import Reply
+from difftest.snapshot import Entry, Snapshot, diff
+
+EXPECT_FIELD = "expect"
+
+
+def _text(value: bytes) -> str:
+    return shlex.quote(value.decode("utf-8", errors="backslashreplace"))
+
+
+def _show(value: Reply | Entry | None) -> str:
+    return repr(value)
+
+
+def key_diff(left: Snapshot, right: Snapshot) -> list[dict[str, Any]]:
+    rows = []
+    for key, (lua, native) in diff(left, right).items():
+        rows.append({"key": key.decode("utf-8", errors="backslashreplace"), "lua": _show(lua), "native": _show(native)})
+    return rows
+
+
+def by_hand(history: History) -> list[str]:
+    """Command lines that replay the history by hand against the two servers (valkey-cli form)."""
+    lines = [f"# both servers frozen at {history.start_ms} ms (libfaketime); for each user:"]
+    for user, rules in history.users.items():
+        lines.append(f"ACL SETUSER {user} reset on >difftest +@all {' '.join(rules)}")
+    begun: dict[str, Call] = {}
+    for number, step in enumerate(history.steps):
+        prefix = f"# step {number}: "
+        if isinstance(step, CallStep | BeginClaim | EndClaim):
+            call = step.call if not isinstance(step, EndClaim) else begun.pop(step.worker)
+            if isinstance(step, BeginClaim):
+                begun[step.worker] = call
+            as_user = f" (as {step.user})" if getattr(step, "user", None) else ""
+            native = " ".join(_text(p) for p in call.command())
+            script = f"EVALSHA <sha1 of executors/lua/{call.verb.lower()}.lua> " + " ".join(
+                _text(p) for p in (call.numkeys, *call.rest)
+            )
+            kind = {BeginClaim: "begin (lua: HGET meta paused)", EndClaim: "end"}.get(type(step), "call")
+            lines.append(f"{prefix}{kind}{as_user}\n  native: {native}\n  lua:    {script}")
+        elif isinstance(step, RawWrite):
+            lines.append(f"{prefix}both: " + " ".join(_text(p) for p in step.command))
+        else:
+            lines.append(f"{prefix}{hist.step_to_json(step)}")
+    return lines
+
+
+def _render(divergence: Divergence, history: History) -> str:
+    step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
+    out = [
+        f"DIVERGENCE at step {divergence.index}: {step_json}",
+        f"reason: {divergence.reason}",
+        f"lua reply:    {divergence.lua_reply!r}",
+        f"native reply: {divergence.native_reply!r}",
+        "",
+        "keys that differ after the step (lua vs native, lease_epoch set aside):",
+    ]
+    rows = key_diff(divergence.lua_after, divergence.native_after)
+    out += [f"  {r['key']}\n    lua:    {r['lua']}\n    native: {r['native']}" for r in rows] or ["  (none)"]
+    out += ["", "keys the native changed in this step:"]
+    changed = key_diff(divergence.before, divergence.native_after)
+    out += [f"  {r['key']}\n    before: {r['lua']}\n    after:  {r['native']}" for r in changed] or ["  (none)"]
+    out += ["", f"native lease_epoch fields: {divergence.native_epochs!r}", "", "the history up to this step:"]
+    out += ["  " + json.dumps(hist.step_to_json(s), ensure_ascii=False) for s in history.steps]
+    out += ["", "to reproduce: difftest replay <this directory>", "by hand:"] + by_hand(history)
+    return "\n".join(out) + "\n"
+
+
+def save_divergence(result: ReplayResult, directory: Path) -> Path:
+    """Write the artifact for the result's divergence; returns the directory. Never overwrites."""
+    divergence = result.divergence
+    assert divergence is not None
+    directory.mkdir(parents=True, exist_ok=False)
+    prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
+    trimmed = replace(result.history, steps=prefix)
+    expect = {"verdict": "divergence", "step": divergence.index, "reason": divergence.reason}
+    hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect})
+    (directory / "report.txt").write_text(_render(divergence, trimmed), encoding="utf-8")
+    report = {
+        "step": divergence.index,
+        "step_json": hist.step_to_json(divergence.step),
+        "reason": divergence.reason,
+        "lua_reply": repr(divergence.lua_reply),
+        "native_reply": repr(divergence.native_reply),
+        "key_diff": key_diff(divergence.lua_after, divergence.native_after),
+        "rules_hit": dict(result.rules_hit),
+    }
+    (directory / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return directory
+
+
+def history_path(target: Path) -> Path:
+    return target / "history.jsonl" if target.is_dir() else target
+
+
+def expected_verdict(path: Path) -> dict[str, Any] | None:
+    """The verdict an artifact's header says it reproduces, if any."""
+    first = history_path(path).read_text(encoding="utf-8").splitlines()[0]
+    header = json.loads(first)
+    expect = header.get(EXPECT_FIELD)
+    return expect if isinstance(expect, dict) else None

@@ -1,0 +1,339 @@
+"""Histories as data: a versioned JSON Lines format (a header line, then one step per line).
+
+Bytes travel as JSON strings when they are UTF-8 without NUL, else as {"hex": "..."}, so ids,
+payloads and errors can be any bytes. Loading a malformed file raises HistoryError naming the file,
+the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from difftest.calls import Call, as_bytes
+from difftest.clock import DEFAULT_START_MS
+from difftest.commands import TRANSITIONS, queue_keys
+from difftest.guards import queue_of_base
+
+FORMAT = "difftest-history"
+VERSION = 1
+
+
+class HistoryError(ValueError):
+    """A malformed history: one line saying where, what was given, and what is expected."""
+
+
+@dataclass(frozen=True)
+class CallStep:
+    """One transition call, sent whole (the Lua CLAIM's two round trips back to back)."""
+
+    call: Call
+    user: str | None = None
+    worker: str | None = None
+
+
+@dataclass(frozen=True)
+class BeginClaim:
+    """The first round trip of a split Lua CLAIM (its `paused?` read); the native does nothing yet."""
+
+    worker: str
+    call: Call
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class EndClaim:
+    """The rest of a split CLAIM: the Lua script if the read said not paused; the native command."""
+
+    worker: str
+
+
+@dataclass(frozen=True)
+class Advance:
+    ms: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Both servers stop and start again on their data: gracefully, or by SIGKILL (crash)."""
+
+    crash: bool = False
+
+
+@dataclass(frozen=True)
+class RawWrite:
+    """A plain command sent to both servers as the admin: how histories corrupt the keyspace."""
+
+    command: tuple[bytes, ...]
+
+
+Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite
+
+
+@dataclass(frozen=True)
+class History:
+    steps: tuple[Step, ...]
+    start_ms: int = DEFAULT_START_MS
+    users: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> ACL key rules
+    seed: int | None = None
+    note: str = ""
+
+
+# -- bytes in JSON -------------------------------------------------------------------------------
+
+
+def encode_bytes(value: bytes) -> str | dict[str, str]:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": value.hex()}
+    return {"hex": value.hex()} if "\x00" in text else text
+
+
+def _decode_bytes(value: Any, where: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bool):
+        raise HistoryError(f"{where}: expected a string, an integer or {{\"hex\": ...}}, got {value!r}")
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, dict) and set(value) == {"hex"} and isinstance(value["hex"], str):
+        try:
+            return bytes.fromhex(value["hex"])
+        except ValueError:
+            raise HistoryError(f"{where}: {value['hex']!r} is not hexadecimal") from None
+    raise HistoryError(f"{where}: expected a string, an integer or {{\"hex\": ...}}, got {value!r}")
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def _call_fields(call: Call) -> dict[str, Any]:
+    transition = TRANSITIONS[call.verb]
+    numkeys = transition.numkeys
+    if call.numkeys == str(numkeys).encode() and len(call.rest) >= numkeys:
+        keys = list(call.rest[:numkeys])
+        base = keys[transition.keys.index("")] if "" in transition.keys else keys[0][: -len(b"meta")]
+        queue = queue_of_base(base)
+        if queue is not None and queue_keys(transition, queue) == keys:
+            return {
+                "verb": call.verb,
+                "queue": encode_bytes(queue),
+                "args": [encode_bytes(a) for a in call.rest[numkeys:]],
+            }
+    return {
+        "verb": call.verb,
+        "numkeys": encode_bytes(call.numkeys),
+        "rest": [encode_bytes(a) for a in call.rest],
+    }
+
+
+def step_to_json(step: Step) -> dict[str, Any]:
+    if isinstance(step, CallStep):
+        out: dict[str, Any] = {"op": "call", **_call_fields(step.call)}
+        if step.user is not None:
+            out["user"] = step.user
+        if step.worker is not None:
+            out["worker"] = step.worker
+        return out
+    if isinstance(step, BeginClaim):
+        out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
+        if step.user is not None:
+            out["user"] = step.user
+        return out
+    if isinstance(step, EndClaim):
+        return {"op": "end", "worker": step.worker}
+    if isinstance(step, Advance):
+        return {"op": "advance", "ms": step.ms}
+    if isinstance(step, Restart):
+        return {"op": "crash" if step.crash else "restart"}
+    return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
+
+
+def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "start_ms": history.start_ms}
+    if history.users:
+        header["users"] = {name: list(rules) for name, rules in history.users.items()}
+    if history.seed is not None:
+        header["seed"] = history.seed
+    if history.note:
+        header["note"] = history.note
+    header.update(extra or {})
+    return header
+
+
+def dumps(history: History, extra_header: dict[str, Any] | None = None) -> str:
+    lines = [json.dumps(header_json(history, extra_header), ensure_ascii=False)]
+    lines += [json.dumps(step_to_json(step), ensure_ascii=False) for step in history.steps]
+    return "\n".join(lines) + "\n"
+
+
+def save(history: History, path: Path, extra_header: dict[str, Any] | None = None) -> None:
+    path.write_text(dumps(history, extra_header), encoding="utf-8")
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _require(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise HistoryError(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = _require(obj, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HistoryError(f"{where} field {key!r}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True) -> str | None:
+    if key not in obj and not required:
+        return None
+    value = _require(obj, key, where)
+    if not isinstance(value, str) or not value:
+        raise HistoryError(f"{where} field {key!r}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _parse_call(obj: dict[str, Any], where: str) -> Call:
+    verb = _require(obj, "verb", where)
+    if verb not in TRANSITIONS:
+        raise HistoryError(
+            f"{where} field 'verb': {verb!r} is not a transition (one of {', '.join(TRANSITIONS)})"
+        )
+    if "queue" in obj:
+        args = obj.get("args", [])
+        if not isinstance(args, list):
+            raise HistoryError(f"{where} field 'args': expected a list, got {args!r}")
+        queue = _decode_bytes(obj["queue"], f"{where} field 'queue'")
+        decoded = [_decode_bytes(a, f"{where} field 'args'[{i}]") for i, a in enumerate(args)]
+        return Call.of(verb, queue, *decoded)
+    if "rest" in obj:
+        rest = obj["rest"]
+        if not isinstance(rest, list):
+            raise HistoryError(f"{where} field 'rest': expected a list, got {rest!r}")
+        numkeys = _decode_bytes(_require(obj, "numkeys", where), f"{where} field 'numkeys'")
+        parts = tuple(_decode_bytes(a, f"{where} field 'rest'[{i}]") for i, a in enumerate(rest))
+        return Call(verb, numkeys, parts)
+    raise HistoryError(f"{where}: a call needs 'queue' and 'args', or 'numkeys' and 'rest'")
+
+
+def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step:
+    if not isinstance(obj, dict):
+        raise HistoryError(f"{where}: expected a JSON object, got {obj!r}")
+    op = _require(obj, "op", where)
+    user = _name_field(obj, "user", where, required=False)
+    if user is not None and user not in users:
+        raise HistoryError(f"{where} field 'user': {user!r} is not declared in the header's 'users'")
+    if op == "call":
+        worker = _name_field(obj, "worker", where, required=False)
+        return CallStep(_parse_call(obj, where), user, worker)
+    if op == "begin":
+        call = _parse_call(obj, where)
+        if call.verb != "CLAIM":
+            raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
+        return BeginClaim(str(_name_field(obj, "worker", where)), call, user)
+    if op == "end":
+        return EndClaim(str(_name_field(obj, "worker", where)))
+    if op == "advance":
+        return Advance(_int_field(obj, "ms", where))
+    if op in ("restart", "crash"):
+        return Restart(crash=op == "crash")
+    if op == "raw":
+        command = _require(obj, "command", where)
+        if not isinstance(command, list) or not command:
+            raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
+        return RawWrite(tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command)))
+    raise HistoryError(
+        f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)"
+    )
+
+
+def _check_workers(steps: Iterable[tuple[int, Step]], name: str) -> None:
+    open_claims: dict[str, int] = {}
+    for line, step in steps:
+        if isinstance(step, BeginClaim):
+            if step.worker in open_claims:
+                raise HistoryError(
+                    f"{name}:{line}: worker {step.worker!r} begins a CLAIM while its CLAIM from "
+                    f"line {open_claims[step.worker]} is open: add its 'end' first"
+                )
+            open_claims[step.worker] = line
+        elif isinstance(step, EndClaim):
+            if open_claims.pop(step.worker, None) is None:
+                raise HistoryError(f"{name}:{line}: 'end' for worker {step.worker!r}, which has no open 'begin'")
+        elif isinstance(step, Restart) and open_claims:
+            worker, begun = next(iter(open_claims.items()))
+            raise HistoryError(
+                f"{name}:{line}: a restart while worker {worker!r}'s CLAIM from line {begun} is open: "
+                "end it first (a restart drops every connection)"
+            )
+    for worker, begun in open_claims.items():
+        raise HistoryError(f"{name}:{begun}: worker {worker!r}'s CLAIM is never ended: add its 'end'")
+
+
+def loads(text: str, name: str = "<history>") -> History:
+    lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+    if not lines:
+        raise HistoryError(f"{name}: empty file; a history starts with a header line {{\"format\": \"{FORMAT}\", ...}}")
+
+    def parse_json(line_no: int, line: str) -> Any:
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"{name}:{line_no}: not JSON ({exc.msg} at column {exc.colno})") from None
+
+    header_line, header_text = lines[0]
+    header = parse_json(header_line, header_text)
+    where = f"{name}:{header_line}"
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise HistoryError(f"{where}: the first line must be a header with \"format\": \"{FORMAT}\"")
+    version = header.get("version")
+    if version != VERSION:
+        raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")
+    start_ms = _int_field(header, "start_ms", where) if "start_ms" in header else DEFAULT_START_MS
+    users_raw = header.get("users", {})
+    if not isinstance(users_raw, dict):
+        raise HistoryError(f"{where} field 'users': expected an object of name -> list of ACL rules")
+    users: dict[str, tuple[str, ...]] = {}
+    for user_name, rules in users_raw.items():
+        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+            raise HistoryError(f"{where} field 'users'.{user_name}: expected a list of ACL rule strings")
+        if user_name == "default":
+            raise HistoryError(f"{where} field 'users': 'default' is the admin; name the user otherwise")
+        users[user_name] = tuple(rules)
+    seed = header.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise HistoryError(f"{where} field 'seed': expected an integer, got {seed!r}")
+    parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
+    _check_workers(parsed, name)
+    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")))
+
+
+def load(path: Path) -> History:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HistoryError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise HistoryError(f"{path}: not UTF-8 text; a history is JSON Lines") from None
+    return loads(text, str(path))
+
+
+def iter_calls(history: History) -> Iterator[Call]:
+    for step in history.steps:
+        if isinstance(step, CallStep | BeginClaim):
+            yield step.call
+
+
+def call_step(verb: str, queue: str | bytes, *args: bytes | str | int, user: str | None = None) -> CallStep:
+    return CallStep(Call.of(verb, queue, *args), user)
+
+
+def raw(*parts: bytes | str | int) -> RawWrite:
+    return RawWrite(tuple(as_bytes(p) for p in parts))

@@ -1,0 +1,194 @@
+"""One executor's side of a replay: its connections, and how each history step becomes commands.
+
+Both sides put a canonical keyspace walk after every step on the admin connection; the Lua side
+plays the host (guards, the `paused?` read, EVALSHA), the native side sends one module command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from difftest.calls import Call
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
+from difftest.replies import NotSent, Refused, Reply
+from difftest.servers.local import EmbeddedServer
+from difftest.snapshot import CANONICAL_WALK_SCRIPT
+from difftest.wire import Future, Pipe, Wire
+from executors.lua.adapter import (
+    PausedThenClaim,
+    PlainCommand,
+    evalsha_command,
+    host_plan,
+    load_scripts,
+    reads_as_paused,
+)
+
+USER_PASSWORD = "difftest"
+WALK_SHA = hashlib.sha1(CANONICAL_WALK_SCRIPT).hexdigest()
+
+
+@dataclass
+class StepOutcome:
+    """What one side did at one step: its reply and the keyspace walk after it (raw)."""
+
+    reply: Reply | Future
+    walk: Future
+    workers: dict[str, Any]  # the side's open split claims after this step (a shallow copy)
+
+
+class Side:
+    """A server in a replay, reached through raw wires: one admin, one per history user."""
+
+    name = "side"
+
+    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]]) -> None:
+        self.server = server
+        self.users = users
+        self.pipe = Pipe()
+        self.wires: dict[str | None, Wire] = {}
+        self.connect()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        socket_path = str(self.server.socket_path)
+        admin = Wire(socket_path)
+        self.wires = {None: admin}
+        admin.call(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)
+        self.load_scripts(admin)
+        for user, rules in self.users.items():
+            # users live in memory only: they are made again after every start
+            admin.call(b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
+                       b"+@all", *[r.encode() for r in rules])  # fmt: skip
+            self.wires[user] = Wire(socket_path, user, USER_PASSWORD)
+        self.run_id = str(admin.call(b"INFO", b"server")).split("run_id:")[1][:40]  # type: ignore[union-attr]
+
+    def load_scripts(self, admin: Wire) -> None:
+        """Scripts are not kept across a restart: the Lua side loads them after every start."""
+
+    def reconnect(self) -> None:
+        self.pipe.reset()
+        for wire in self.wires.values():
+            wire.close()
+        self.connect()
+
+    def close(self) -> None:
+        for wire in self.wires.values():
+            wire.close()
+        self.wires = {}
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def walk(self) -> Future:
+        return self.pipe.add(self.wires[None], (b"EVALSHA", WALK_SHA.encode(), b"0"), raw=True)
+
+    def run_steps(self, steps: list[Step]) -> list[StepOutcome]:
+        """Queue every step and its walk; replies resolve at `finish` (or earlier, when needed)."""
+        outcomes = []
+        for step in steps:
+            reply = self.step(step)
+            outcomes.append(StepOutcome(reply, self.walk(), self.capture_workers()))
+        return outcomes
+
+    def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:
+        self.pipe.sync()
+        return [
+            (self.pipe.get(o.reply) if isinstance(o.reply, Future) else o.reply, self.pipe.get(o.walk))
+            for o in outcomes
+        ]
+
+    def send(self) -> None:
+        self.pipe.send()
+
+    def step(self, step: Step) -> Reply | Future:
+        if isinstance(step, RawWrite):
+            return self.pipe.add(self.wires[None], step.command)
+        if isinstance(step, Advance | Restart):
+            return NotSent("clock or restart step")
+        return self.transition(step)
+
+    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
+        raise NotImplementedError
+
+    def capture_workers(self) -> dict[str, Any]:
+        return {}
+
+    def restore_workers(self, saved: dict[str, Any]) -> None:
+        pass
+
+
+class NativeSide(Side):
+    name = "native"
+
+    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]]) -> None:
+        self.begun: dict[str, BeginClaim] = {}
+        super().__init__(server, users)
+
+    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
+        if isinstance(step, BeginClaim):
+            self.begun[step.worker] = step
+            return NotSent("the native CLAIM is one round trip, sent at its end")
+        if isinstance(step, EndClaim):
+            begun = self.begun.pop(step.worker)
+            return self.pipe.add(self.wires[begun.user], begun.call.command())
+        return self.pipe.add(self.wires[step.user], step.call.command())
+
+
+@dataclass
+class _OpenClaim:
+    call: Call
+    user: str | None
+    paused_read: Future | Refused
+
+
+class LuaSide(Side):
+    name = "lua"
+
+    def __init__(
+        self, server: EmbeddedServer, users: dict[str, tuple[str, ...]], scripts: dict[str, bytes] | None = None
+    ) -> None:
+        self.scripts = load_scripts() if scripts is None else scripts
+        self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
+        self.open_claims: dict[str, _OpenClaim] = {}
+        super().__init__(server, users)
+
+    def load_scripts(self, admin: Wire) -> None:
+        for source in self.scripts.values():
+            admin.call(b"SCRIPT", b"LOAD", source)
+
+    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
+        if isinstance(step, EndClaim):
+            claim = self.open_claims.pop(step.worker)
+            if isinstance(claim.paused_read, Refused):
+                return claim.paused_read
+            return self._finish_claim(claim.call, claim.user, self.pipe.get(claim.paused_read))
+        plan = host_plan(step.call)
+        if isinstance(plan, Refused):
+            if isinstance(step, BeginClaim):
+                self.open_claims[step.worker] = _OpenClaim(step.call, step.user, plan)
+            return plan
+        wire = self.wires[step.user]
+        if isinstance(plan, PlainCommand):
+            return self.pipe.add(wire, plan.command)
+        if isinstance(plan, PausedThenClaim):
+            paused = self.pipe.add(wire, plan.paused_read)
+            if isinstance(step, BeginClaim):
+                self.open_claims[step.worker] = _OpenClaim(step.call, step.user, paused)
+                return paused
+            # the host needs the read's answer before it decides: a round trip of its own
+            return self._finish_claim(step.call, step.user, self.pipe.get(paused))
+        return self.pipe.add(wire, evalsha_command(self.shas[plan.verb], step.call))
+
+    def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
+        if reads_as_paused(paused_read):
+            return []
+        return self.pipe.add(self.wires[user], evalsha_command(self.shas["CLAIM"], call))
+
+    def capture_workers(self) -> dict[str, Any]:
+        return dict(self.open_claims)
+
+    def restore_workers(self, saved: dict[str, Any]) -> None:
+        """Back to the open claims as they were after an earlier step (a re-run after re-sync)."""
+        self.open_claims = dict(saved)

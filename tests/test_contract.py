@@ -1,0 +1,165 @@
+"""The contract's rules as pure functions: each precondition and each exact outcome enforced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from difftest import errors
+from difftest.calls import Call
+from difftest.contract import RULES, StepView, judge
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
+from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.snapshot import Snapshot
+from tests.helpers import H, S, Z
+
+NOW = 2000
+RUN_ID = b"r" * 40
+
+
+def ks(**entries: Any) -> Snapshot:
+    return {f"emq:{{q}}:{name.replace('__', ':')}".encode(): entry for name, entry in entries.items()}
+
+
+def view(
+    step: Step,
+    before: Snapshot,
+    lua_reply: Reply,
+    native_reply: Reply,
+    lua_after: Snapshot | None = None,
+    native_after: Snapshot | None = None,
+    epochs: dict[bytes, bytes] | None = None,
+    paused_read: Reply = None,
+    call: Call | None = None,
+) -> StepView:
+    if call is None and isinstance(step, CallStep | BeginClaim):
+        call = step.call
+    return StepView(
+        0, step, call, None, NOW, RUN_ID, before, epochs or {}, lua_reply, native_reply,
+        before if lua_after is None else lua_after, before if native_after is None else native_after,
+        paused_read,
+    )  # fmt: skip
+
+
+def step(verb: str, *args: object) -> CallStep:
+    return CallStep(Call.of(verb, "q", *args))  # type: ignore[arg-type]
+
+
+def test_every_rule_is_described() -> None:
+    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1"}
+
+
+def test_exact_match_without_a_rule() -> None:
+    state = ks(pending=Z(j1=5))
+    assert judge(view(step("PROMOTE", 5), state, 0, 0)).kind == "match"
+    assert judge(view(Advance(1), state, NotSent(""), NotSent(""))).kind == "match"
+
+
+def test_a_difference_no_rule_allows_is_a_divergence() -> None:
+    state = ks(pending=Z(j1=5))
+    verdict = judge(view(step("PROMOTE", 5), state, 0, 1))
+    assert verdict.kind == "divergence" and "no contract row" in verdict.reason
+    verdict = judge(view(step("PROMOTE", 5), state, 0, 0, native_after={}))
+    assert verdict.kind == "divergence" and "keyspaces differ" in verdict.reason
+
+
+def test_d6_exact_and_violated() -> None:
+    claim0 = step("CLAIM", 0)
+    ok = view(claim0, {}, Refused(errors.ARG), ErrorReply(errors.ARG))
+    assert judge(ok).rule == "D6" and judge(ok).ok
+    wrong_text = view(claim0, {}, Refused(errors.ARG), ErrorReply(errors.NOTINT))
+    assert not judge(wrong_text).ok
+    wrote = view(claim0, {}, Refused(errors.ARG), ErrorReply(errors.ARG), native_after=ks(meta=H(x=1)))
+    assert not judge(wrote).ok
+
+
+def test_d2_native_must_answer_the_error() -> None:
+    before = ks(meta=S("junk"), pending=Z(j1=5), job__j1=H(payload="p"))
+    claim = step("CLAIM", 100)
+    assert judge(view(claim, before, [], ErrorReply("WRONGTYPE Operation"))).rule == "D2"
+    # a native that quietly does what the host did is a defect
+    quiet = judge(view(claim, before, [], []))
+    assert quiet.kind == "divergence" and quiet.rule == "D2"
+
+
+def test_d3_native_writes_nothing() -> None:
+    before = ks(pending=Z(j9=5), job__j9=S("junk"))
+    claim = step("CLAIM", 100)
+    lua_after = ks(job__j9=S("junk"))  # the lost id
+    ok = view(claim, before, ErrorReply("WRONGTYPE x script"), ErrorReply("WRONGTYPE y"), lua_after=lua_after)
+    assert judge(ok).rule == "D3" and judge(ok).ok
+    same_as_lua = view(claim, before, ErrorReply("WRONGTYPE x"), ErrorReply("WRONGTYPE y"),
+                       lua_after=lua_after, native_after=lua_after)  # fmt: skip
+    assert not judge(same_as_lua).ok
+
+
+def test_d3_read_errors_before_writes_must_match() -> None:
+    before = ks(active=S("junk"))
+    extend = step("EXTEND", "j1", 1, 10)
+    assert judge(view(extend, before, ErrorReply("WRONGTYPE a"), ErrorReply("WRONGTYPE b"))).kind == "match"
+
+
+def test_d4_maps_error_classes() -> None:
+    before = ks(pending=Z(j1=5), job__j1=H(payload="p", attempts="abc"))
+    claim = step("CLAIM", 100)
+    lua_after = ks(job__j1=H(payload="p", attempts="abc"))
+    lua_error = ErrorReply("ERR hash value is not an integer script: ...")
+    assert judge(view(claim, before, lua_error, ErrorReply(errors.NOTINT), lua_after=lua_after)).rule == "D4"
+    assert not judge(view(claim, before, lua_error, ErrorReply(errors.OVERFLOW), lua_after=lua_after)).ok
+
+
+def test_d5_active_not_a_zset() -> None:
+    before = ks(active=S("x"), pending=Z(j1=5), job__j1=H(payload="p"))
+    lua_after = ks(active=S("x"), job__j1=H(payload="p", attempts=1, state="active"))
+    ok = view(step("CLAIM", 100), before, ErrorReply("WRONGTYPE"), ErrorReply("WRONGTYPE"), lua_after=lua_after)
+    assert judge(ok).rule == "D5" and judge(ok).ok
+
+
+def test_d7_exact_outcomes_on_both_sides() -> None:
+    row = b"emq:{q}:job:j1"
+    before = ks(active=Z(j1=1100), job__j1=H(payload="p", attempts=1, state="active"))
+    lua_after = ks(dead=Z(j1=0), metrics__failed=H(count=1),
+                   job__j1=H(payload="p", attempts=1, state="dead", stalled=1, last_error="stalled"))  # fmt: skip
+    native_after = ks(pending=Z(j1=0), job__j1=H(payload="p", attempts=1, state="pending"))
+    sweep = step("SWEEP", 1, 10)
+    foreign = {row: b"o" * 40}
+    good = view(sweep, before, [0, 1, 0, 0], [0, 0, 0, 1], lua_after, native_after, foreign)
+    assert judge(good).rule == "D7" and judge(good).ok
+    # the exemption must leave stalled alone
+    counted = ks(pending=Z(j1=0), job__j1=H(payload="p", attempts=1, state="pending", stalled=1))
+    assert not judge(view(sweep, before, [0, 1, 0, 0], [0, 0, 0, 1], lua_after, counted, foreign)).ok
+    # with the current run_id the lease is counted: both must match exactly
+    current = {row: RUN_ID}
+    assert judge(view(sweep, before, [0, 1, 0, 0], [0, 0, 0, 1], lua_after, native_after, current)).kind == "divergence"
+
+
+def test_d8_group_field() -> None:
+    before = ks(active=Z(a=1000), job__a=H(payload="p", attempts=1, state="active", group="g"))
+    sweep = step("SWEEP", 5, 10)
+    lua_after = ks(pending=Z(a=0), job__a=H(payload="p", attempts=1, state="pending", group="g", stalled=1))
+    ok = view(sweep, before, [1, 0, 0, 0], ErrorReply(errors.LANE), lua_after=lua_after,
+              epochs={b"emq:{q}:job:a": RUN_ID})  # fmt: skip
+    assert judge(ok).rule == "D8" and judge(ok).ok
+    # the scripts ignore the group: their outcome is exact
+    assert not judge(view(sweep, before, [0, 0, 0, 0], ErrorReply(errors.LANE), lua_after=lua_after,
+                          epochs={b"emq:{q}:job:a": RUN_ID})).ok  # fmt: skip
+
+
+def test_d9_promote() -> None:
+    before = ks(delayed=Z(bad=1500), job__bad=S("junk"))
+    lua_after = ks(pending=Z(bad=1500), job__bad=S("junk"))
+    ok = view(step("PROMOTE", 10), before, ErrorReply("WRONGTYPE"), ErrorReply("WRONGTYPE"), lua_after=lua_after)
+    assert judge(ok).rule == "D9"
+    wrote = view(step("PROMOTE", 10), before, ErrorReply("WRONGTYPE"), ErrorReply("WRONGTYPE"),
+                 lua_after=lua_after, native_after=lua_after)  # fmt: skip
+    assert not judge(wrote).ok
+
+
+def test_d1_stale_read_against_atomic_decision() -> None:
+    begun = Call.of("CLAIM", "q", 100)
+    before = ks(meta=H(paused=1), pending=Z(j1=5), job__j1=H(payload="p"))
+    end = EndClaim("A")
+    claimed = ks(meta=H(paused=1), active=Z(j1=NOW + 100), job__j1=H(payload="p", attempts=1, state="active"))
+    ok = view(end, before, [b"j1", b"p", 1], [], lua_after=claimed, paused_read=None, call=begun)
+    assert judge(ok).rule == "D1" and judge(ok).ok
+    wrong = view(end, before, [b"j1", b"p", 2], [], lua_after=claimed, paused_read=None, call=begun)
+    assert not judge(wrong).ok

@@ -1,0 +1,79 @@
+"""The history format: a lossless round trip, and one clear error per malformed line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from difftest import history as hist
+from difftest.calls import Call
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, HistoryError, Restart, raw
+
+HEADER = '{"format": "difftest-history", "version": 1}'
+
+
+def test_round_trip_keeps_every_byte() -> None:
+    history = History(
+        (
+            CallStep(Call.of("ENQUEUE", b"q\xff", b"\x00id", b"\xc3(", 0), user="w", worker="A"),
+            BeginClaim("A", Call.of("CLAIM", "q", 100), user="w"),
+            EndClaim("A"),
+            Advance(7),
+            Restart(crash=True),
+            Restart(),
+            raw("HSET", b"emq:{q}:job:\x00", "attempts", 2**63 - 1),
+            CallStep(Call("CLAIM", b"x", (b"a", b"b"))),
+        ),
+        start_ms=5,
+        users={"w": ("~emq:{q}:*",)},
+        seed=42,
+        note="n",
+    )
+    assert hist.loads(hist.dumps(history)) == history
+
+
+def test_file_round_trip(tmp_path: Path) -> None:
+    history = History((Advance(1),))
+    hist.save(history, tmp_path / "h.jsonl")
+    assert hist.load(tmp_path / "h.jsonl") == history
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("", "empty file"),
+        ("[1]", ":1: the first line must be a header"),
+        ('{"format": "difftest-history", "version": 9}', ":1 field 'version': this difftest reads version 1, got 9"),
+        (HEADER + "\n{not json", ":2: not JSON"),
+        (HEADER + '\n{"op": "jump"}', ":2 field 'op': 'jump' is not a step"),
+        (HEADER + '\n{"op": "advance", "ms": -1}', ":2 field 'ms': expected an integer >= 0, got -1"),
+        (HEADER + '\n{"op": "advance"}', ":2: missing field 'ms'"),
+        (HEADER + '\n{"op": "call", "verb": "CLAIMS", "queue": "q"}', ":2 field 'verb': 'CLAIMS' is not a transition"),
+        (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [true]}', "field 'args'[0]: expected a string"),
+        (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": {"hex": "zz"}}', "field 'queue': 'zz' is not hexadecimal"),
+        (HEADER + '\n{"op": "call", "verb": "CLAIM"}', ":2: a call needs 'queue' and 'args'"),
+        (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "user": "x"}', "'x' is not declared"),
+        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "SWEEP", "queue": "q", "args": [1, 1]}', "only CLAIM is split"),
+        (HEADER + '\n{"op": "end", "worker": "A"}', ":2: 'end' for worker 'A', which has no open 'begin'"),
+        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1]}', ":2: worker 'A'"),
+        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1]}\n{"op": "restart"}',
+         ":3: a restart while worker 'A'"),
+        (HEADER + '\n{"op": "raw", "command": []}', ":2 field 'command': expected a non-empty list"),
+    ],
+)
+def test_malformed_lines_name_the_line_and_field(body: str, message: str) -> None:
+    with pytest.raises(HistoryError) as problem:
+        hist.loads(body, "h.jsonl")
+    text = str(problem.value)
+    assert message in text
+    assert text.startswith("h.jsonl")
+    assert "\n" not in text
+
+
+def test_missing_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match="no such file"):
+        hist.load(tmp_path / "absent.jsonl")
+    (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe")
+    with pytest.raises(HistoryError, match="not UTF-8"):
+        hist.load(tmp_path / "bin.jsonl")
