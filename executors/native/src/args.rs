@@ -9,19 +9,15 @@ pub const MAX_DURATION_MS: i64 = 1 << 52;
 /// Why a byte string is not an i64 by Valkey's `string2ll` rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntError {
-    /// Not of the form: optional `-`, then `0` alone or a non-zero digit and digits, ≤ 20 bytes.
+    /// Not of the form: optional `-`, then `0` alone or a non-zero digit and digits.
     NotInt,
-    /// Of the form, but outside i64.
+    /// Of the form, but outside i64, however long (docs/decisions.md).
     Overflow,
 }
 
 /// Parses with Valkey's `string2ll` rules, telling "not a number" from "a number outside i64"
 /// (string2ll itself answers both with failure; the argument gate reports them apart).
 pub fn parse_int(raw: &[u8]) -> Result<i64, IntError> {
-    // string2ll refuses empty strings and anything of LONG_STR_SIZE (21) bytes or more
-    if raw.is_empty() || raw.len() > 20 {
-        return Err(IntError::NotInt);
-    }
     if raw == b"0" {
         return Ok(0);
     }
@@ -37,7 +33,11 @@ pub fn parse_int(raw: &[u8]) -> Result<i64, IntError> {
     if !digits.iter().all(u8::is_ascii_digit) {
         return Err(IntError::NotInt);
     }
-    // at most 20 digits: an i128 holds them without overflow
+    // more than 20 bytes of digits cannot be an i64 (string2ll refuses them too; the gate calls
+    // them out of range); at most 20 digits fit an i128 without overflow
+    if raw.len() > 20 {
+        return Err(IntError::Overflow);
+    }
     let magnitude = digits
         .iter()
         .fold(0i128, |acc, d| acc * 10 + i128::from(d - b'0'));
@@ -149,15 +149,19 @@ mod tests {
     }
 
     #[test]
-    fn more_than_20_bytes_is_notint() {
-        // 21 digits and a 21-byte negative number are beyond string2ll's buffer: not of the form
-        assert_eq!(parse_int(b"100000000000000000000"), Err(IntError::NotInt));
-        assert_eq!(parse_int(b"-99999999999999999999"), Err(IntError::NotInt));
-        assert_eq!(parse_int(b"-10000000000000000000"), Err(IntError::NotInt));
-        // 20 bytes with the sign: of the form, below i64::MIN
+    fn long_integers_are_overflow() {
+        // of the form however long: out of range, not "not an integer"
+        assert_eq!(parse_int(b"100000000000000000000"), Err(IntError::Overflow));
+        assert_eq!(parse_int(b"-99999999999999999999"), Err(IntError::Overflow));
+        assert_eq!(parse_int(b"-10000000000000000000"), Err(IntError::Overflow));
         assert_eq!(parse_int(b"-9999999999999999999"), Err(IntError::Overflow));
-        assert_eq!(parse_int(&[b'1'; 40]), Err(IntError::NotInt));
-        assert_eq!(int_arg(&[b'1'; 25], 0, i64::MAX), Err(NOTINT));
+        assert_eq!(parse_int(&[b'1'; 40]), Err(IntError::Overflow));
+        assert_eq!(int_arg(&[b'1'; 25], 0, i64::MAX), Err(OVERFLOW));
+        // but still not of the form when anything else is wrong
+        assert_eq!(parse_int(b"0000000000000000000000001"), Err(IntError::NotInt));
+        assert_eq!(parse_int(b""), Err(IntError::NotInt));
+        // and a stored counter of 25 digits is still not an integer for HINCRBY
+        assert_eq!(string2ll(&[b'1'; 25]), None);
     }
 
     #[test]
