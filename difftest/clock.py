@@ -69,8 +69,12 @@ class FrozenClock:
     def server_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ if base is None else base)
         env.pop("FAKETIME", None)  # the variable would win over the file
+        from difftest.servers.fastboot import fastboot_library
+
+        shim = fastboot_library()
+        preload = f"{shim}:{self.library}" if shim else str(self.library)
         env.update(
-            LD_PRELOAD=str(self.library),
+            LD_PRELOAD=preload,
             FAKETIME_TIMESTAMP_FILE=str(self.path),
             FAKETIME_NO_CACHE="1",
             FAKETIME_DONT_FAKE_MONOTONIC="1",

@@ -12,7 +12,8 @@ from typing import Any
 
 from difftest.calls import Call
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
-from difftest.replies import NotSent, Refused, Reply
+from difftest.problems import SetupProblem
+from difftest.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.servers.local import EmbeddedServer
 from difftest.snapshot import CANONICAL_WALK_SCRIPT
 from difftest.wire import Future, Pipe, Wire
@@ -48,30 +49,56 @@ class Side:
         self.users = users
         self.pipe = Pipe()
         self.wires: dict[str | None, Wire] = {}
+        self.connected_start = -1  # the server start the wires, scripts and users belong to
         self.connect()
 
     # -- connections ------------------------------------------------------------------------
 
     def connect(self) -> None:
+        """Wires, scripts and users for a freshly started server, set up in one round trip."""
         socket_path = str(self.server.socket_path)
         admin = Wire(socket_path)
         self.wires = {None: admin}
-        admin.call(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)
-        self.load_scripts(admin)
+        commands: list[tuple[bytes, ...]] = [(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)]
+        commands += [(b"SCRIPT", b"LOAD", source) for source in self.scripts_to_load()]
         for user, rules in self.users.items():
             # users live in memory only: they are made again after every start
-            admin.call(b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
-                       b"+@all", *[r.encode() for r in rules])  # fmt: skip
+            commands.append((b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
+                             b"+@all", *[r.encode() for r in rules]))  # fmt: skip
+        commands.append((b"INFO", b"server"))
+        admin.send(commands)
+        replies = [admin.read() for _ in commands]
+        problems = [r for r in replies if isinstance(r, ErrorReply)]
+        if problems:
+            raise SetupProblem(f"{self.name} server refused the set-up: {problems[0].message}")
+        info = replies[-1]
+        assert isinstance(info, bytes)
+        self.run_id = info.split(b"run_id:")[1][:40].decode()
+        for user in self.users:
             self.wires[user] = Wire(socket_path, user, USER_PASSWORD)
-        self.run_id = str(admin.call(b"INFO", b"server")).split("run_id:")[1][:40]  # type: ignore[union-attr]
+        self.connected_start = self.server.starts
 
-    def load_scripts(self, admin: Wire) -> None:
-        """Scripts are not kept across a restart: the Lua side loads them after every start."""
+    def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
+        """Ready for the next history on a flushed server: reuse the wires, scripts and users
+        while the server has not restarted and the users are the same."""
+        self.pipe.reset()
+        if self.server.starts != self.connected_start or users != self.users:
+            self.users = users
+            self.reconnect()
+
+    def scripts_to_load(self) -> list[bytes]:
+        """Scripts are not kept across a restart: the Lua side loads its own after every start."""
+        return []
 
     def reconnect(self) -> None:
         self.pipe.reset()
         for wire in self.wires.values():
             wire.close()
+        admin = Wire(str(self.server.socket_path))
+        for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
+            if user != b"default" and user.decode() not in self.users:  # type: ignore[union-attr]
+                admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
+        admin.close()
         self.connect()
 
     def close(self) -> None:
@@ -154,9 +181,8 @@ class LuaSide(Side):
         self.open_claims: dict[str, _OpenClaim] = {}
         super().__init__(server, users)
 
-    def load_scripts(self, admin: Wire) -> None:
-        for source in self.scripts.values():
-            admin.call(b"SCRIPT", b"LOAD", source)
+    def scripts_to_load(self) -> list[bytes]:
+        return list(self.scripts.values())
 
     def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
         if isinstance(step, EndClaim):

@@ -29,6 +29,8 @@ class Wire:
             password=password,
             parser_class=WholeErrorParser,
             socket_timeout=60,
+            lib_name=None,  # no CLIENT SETINFO round trips at connect
+            lib_version=None,
         )
         self.connection.connect()
 
