@@ -1,0 +1,1 @@
+"""The mutant catalogue: planted defects in either executor, and the runner that scores them."""
