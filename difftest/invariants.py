@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from difftest.calls import Call
 from difftest.guards import GuardError, check_call
 from difftest.model import hash_fields, zset
-from difftest.replies import Reply
+from difftest.replies import ErrorReply, Refused, Reply
 from difftest.snapshot import Snapshot
 
 SETS = ("pending", "active", "delayed", "dead", "done")
@@ -39,9 +39,14 @@ class Ledger:
     tainted_queues: set[bytes] = field(default_factory=set)
     tainted_metrics: set[tuple[bytes, str]] = field(default_factory=set)
     everything_tainted: bool = False
+    settled: bool = False  # nothing recorded since the last full check
+
+    def __post_init__(self) -> None:
+        self.settled = False
 
     def taint(self, command: tuple[bytes, ...]) -> None:
         """A raw write: whatever it touches is no longer held to the invariants."""
+        self.settled = False
         if len(command) < 2 or command[0].upper() in (b"FLUSHALL", b"FLUSHDB", b"RESTORE", b"RENAME"):
             self.everything_tainted = True
             return
@@ -66,6 +71,8 @@ class Ledger:
             queue, args = check_call(call.verb, call.numkeys, call.rest)
         except GuardError:
             return
+        if reply not in (0, None, []) and not isinstance(reply, ErrorReply | Refused):
+            self.settled = False
         if call.verb == "ENQUEUE" and reply == 1:
             self.enqueued.add((queue, bytes(args[0])))  # type: ignore[arg-type]
         elif call.verb == "COMPLETE" and reply == 1:
@@ -82,11 +89,20 @@ class Ledger:
                     self.attempts[key] = max(self.attempts.get(key, int(raw)), int(raw))
 
 
-def violations(ledger: Ledger, call: Call | None, before: Snapshot, reply: Reply, after: Snapshot) -> list[str]:
-    """Each broken invariant, named, with the id or key it concerns (pure)."""
+def violations(
+    ledger: Ledger, call: Call | None, before: Snapshot, reply: Reply, after: Snapshot, held: bool = False
+) -> list[str]:
+    """Each broken invariant, named, with the id or key it concerns; marks the ledger settled
+    when none is (the next check of an unchanged keyspace can then skip the sweep).
+
+    `held`: the keyspace and the ledger are as at the last check, which passed; only the step's
+    own invariants (the fence, revive) are checked again.
+    """
     broken: list[str] = []
     if ledger.everything_tainted:
         return broken
+    if held:
+        return _step_violations(ledger, call, before, reply) if call is not None else []
     base = {q: b"emq:{" + q + b"}:" for q, _ in ledger.enqueued | ledger.done}
     for queue, job in sorted(ledger.enqueued):
         if not ledger.held(queue, job):
@@ -113,6 +129,7 @@ def violations(ledger: Ledger, call: Call | None, before: Snapshot, reply: Reply
             broken.append(f"metrics: {which} count is {stored!r}, {count} transitions happened")
     if call is not None:
         broken += _step_violations(ledger, call, before, reply)
+    ledger.settled = not broken
     return broken
 
 
