@@ -8,6 +8,7 @@ import pytest
 
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from executors.lua.adapter import LuaHost
+from executors.native.adapter import DEFAULT_MODULE, NativeModule
 
 
 @pytest.fixture
@@ -24,3 +25,13 @@ def lua_server(group: ServerGroup) -> EmbeddedServer:
 @pytest.fixture
 def lua(lua_server: EmbeddedServer) -> LuaHost:
     return LuaHost(lua_server.client)
+
+
+@pytest.fixture
+def native_server(group: ServerGroup) -> EmbeddedServer:
+    return group.add("native", module=DEFAULT_MODULE)
+
+
+@pytest.fixture
+def native(native_server: EmbeddedServer) -> NativeModule:
+    return NativeModule(native_server.client)
