@@ -16,8 +16,16 @@ BY_CODE: dict[str, str] = {
 }
 
 
+SCRIPT_ACL_FAILURE = "ERR ACL failure in script"
+
+
 def error_code(message: str) -> str:
-    """The code of an error reply: `EMQ X` for the module's errors, else the first word."""
+    """The code of an error reply: `EMQ X` for the module's errors, else the first word.
+
+    Inside a script an ACL refusal surfaces as `ERR ACL failure in script: ...`: the same refusal
+    a plain command answers with NOPERM, so it has the code NOPERM."""
+    if message.startswith(SCRIPT_ACL_FAILURE):
+        return "NOPERM"
     words = message.split()
     if not words:
         return ""

@@ -141,7 +141,9 @@ class Replayer:
         for side in (self.lua, self.native):
             side.wires[None].call(b"FLUSHALL")
         if self.group.clock.now_ms != history.start_ms:
-            self.group.set_time(history.start_ms)
+            self.group.clock.set(history.start_ms)
+        # always confirmed: the clock may have been written ahead at the end of the last replay
+        self.group.confirm_clock()
 
     def replay(self, history: History, stop_at_divergence: bool = True) -> ReplayResult:
         started = time.perf_counter()
