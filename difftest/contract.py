@@ -14,7 +14,7 @@ from difftest import errors
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, base_key
 from difftest.guards import GuardError, check_call
-from difftest.history import BeginClaim, EndClaim, Step
+from difftest.history import BeginClaim, EndClaim, RawWrite, Step
 from difftest.model import (
     OVERFLOW,
     Outcome,
@@ -65,6 +65,9 @@ RULES: dict[str, Rule] = {
         Rule("D6", "any", "arguments out of shape, layout or range", "refused by the host before sending",
              "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", resync=False),
         Rule("N1", "CLAIM, EXTEND", "-", "no lease_epoch", "lease_epoch = the server's run_id", resync=False),
+        Rule("N2", "EXTEND", "the caller may read but not write the row (project decision, docs/decisions.md)",
+             "extends: the script never writes the row", "NOPERM, nothing written: re-stamping lease_epoch "
+             "writes the row"),
         Rule("D7", "SWEEP", "an expired member's lease_epoch is missing or not the current run_id",
              "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt"),
         Rule("D8", "SWEEP", "a selected member's row is not a hash, has a group field, or a bad stalled",
@@ -222,13 +225,15 @@ def rule_d1(view: StepView) -> tuple[bool, str] | None:
     if stale == current:
         return None
     claimed = claim(view.before, queue, int(lease), view.now_ms)
-    if claimed.error is not None:
-        return None
     empty = Outcome([], view.before)
-    return _both(
-        _exact("lua", view.lua_reply, view.lua_after, empty if stale else claimed),
-        _exact("native", view.native_reply, view.native_after, empty if current else claimed),
-    )
+    if stale:  # the host read "paused": the Lua side answers empty; the native claims
+        lua_check = _exact("lua", view.lua_reply, view.lua_after, empty)
+        if claimed.error is not None:  # its claim meets a bad key: the native outcome of D3-D5
+            return _both(lua_check, _native_refused(view, NATIVE_ERROR_CODES[claimed.error]))
+        return _both(lua_check, _exact("native", view.native_reply, view.native_after, claimed))
+    # the host read "not paused" and sent the script; the native sees the pause and answers empty
+    native_check = _exact("native", view.native_reply, view.native_after, empty)
+    return _both(_lua_class_or_exact(view, claimed), native_check)
 
 
 def _claim_reaches_pop(view: StepView) -> bytes | None:
@@ -326,6 +331,17 @@ def rule_d9(view: StepView) -> tuple[bool, str] | None:
     return _both(_lua_error_after_writes(view, "WRONGTYPE"), _native_refused(view, "WRONGTYPE"))
 
 
+def rule_n2(view: StepView) -> tuple[bool, str] | None:
+    guarded = _guarded(view)
+    if guarded is None or view.call is None or view.call.verb != "EXTEND":
+        return None
+    queue, (job, *_) = guarded
+    row = base_key(queue) + b"job:" + bytes(job)  # type: ignore[arg-type]
+    if (row, "write") not in view.denied or (row, "read") in view.denied or view.lua_reply != 1:
+        return None
+    return _native_refused(view, "NOPERM")
+
+
 def _counters(view: StepView, queue: bytes) -> list[bytes | None]:
     """The stored values of the counters this call would increment (before any write)."""
     assert view.call is not None
@@ -402,17 +418,22 @@ def rule_d3(view: StepView) -> tuple[bool, str] | None:
 
 RULE_CHECKS: tuple[tuple[str, RuleCheck], ...] = (
     ("D6", rule_d6), ("D2", rule_d2), ("D1", rule_d1), ("D5", rule_d5), ("D7", rule_d7),
-    ("D8", rule_d8), ("D9", rule_d9), ("D4", rule_d4), ("D3", rule_d3),
+    ("D8", rule_d8), ("D9", rule_d9), ("D4", rule_d4), ("D3", rule_d3), ("N2", rule_n2),
 )  # fmt: skip
 
 
-def judge(view: StepView) -> Verdict:
+def judge(view: StepView) -> Verdict:  # noqa: C901 - one rule after another, in table order
     """The first rule whose precondition holds decides (its exact outcome, or a divergence);
     where none holds, the two executors must match exactly. Pure.
 
     A rule is checked even when both sides agree: a native that quietly does what the scripts
     do where the contract demands its own outcome is a defect too.
     """
+    if isinstance(view.step, RawWrite):
+        # the harness's own write: its reply is not executor behaviour (a lease_epoch field the
+        # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
+        same = view.lua_after == view.native_after
+        return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
     for rule_id, check in RULE_CHECKS:
         result = check(view)
         if result is None:

@@ -252,7 +252,8 @@ class Replayer:
             state.exposure.users = True
         fast = (
             lua_walk[0] == native_walk[0]
-            and (isinstance(native_reply, NotSent) or _same_reply_fast(lua_reply, native_reply))
+            and (isinstance(native_reply, NotSent) or isinstance(step, RawWrite)
+                 or _same_reply_fast(lua_reply, native_reply))
             and not may_need_rules(step, call, state.exposure)
         )
         verdict = MATCH

@@ -1,9 +1,11 @@
-"""The history generator: a Hypothesis strategy that draws a whole history up front, step by step.
+"""The history generator: a Hypothesis strategy that draws a whole history up front.
 
-Drawing the steps first and replaying them after keeps Hypothesis's cost per step low (no state
-machine round trip per step) while its shrinker still works on the underlying choices: any
-shorter choice sequence still decodes to a valid history (claims stay paired, restarts close them).
-Tiny pools of queues, ids, tokens and durations make transitions collide and deadlines meet.
+Hypothesis draws a list of step seeds (small tuples of integers); `build_history` turns them into
+steps, in order, with a rough model of the queues (`hints`) to aim arguments where they matter.
+Drawing everything first and replaying after keeps Hypothesis's cost per step low, and a list of
+independent seeds shrinks well: deleting one seed deletes one step, and any list still decodes to a
+valid history (claims stay paired, restarts close them). Tiny pools of queues, ids, tokens and
+durations make transitions collide and deadlines meet.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from difftest.history import (
     Restart,
     Step,
 )
+from strategies.hints import QueueHints
 
 QUEUES = (b"q", b"r")
 IDS = (b"j1", b"j2", b"j3", b"\x00", b"\xff\xfe")
@@ -35,7 +38,7 @@ DURATIONS = (1, 5, 10, 50, 100)
 ADVANCES = (1, 4, 5, 6, 9, 10, 11, 49, 50, 51, 99, 100, 101, 250)
 TOKENS = (1, 1, 2, 2, 3, 0, 4)
 I64_MAX = str(2**63 - 1).encode()
-BAD_INTEGERS = (b"abc", b"", b"0", b"-1", b"007", b"+5", b"99999999999999999999", str(MAX_DURATION_MS + 1).encode())
+BAD_INTEGERS = (b"abc", b"", b"0", b"-1", b"007", b"+5", b"9" * 20, str(MAX_DURATION_MS + 1).encode())
 
 
 def _rules_for(queue: bytes, *suffixes: str) -> tuple[str, ...]:
@@ -55,7 +58,8 @@ def _user_rules() -> dict[str, tuple[str, ...]]:
     ):
         rules: list[str] = []
         for queue in QUEUES:
-            rules += _rules_for(queue, *suffixes)
+            # the base key is declared by every transition: a worker needs it to call at all
+            rules += _rules_for(queue, "", *suffixes)
             rules += [e.format(q=queue.decode()) for e in extra]
         users[name] = tuple(rules)
     return users
@@ -78,75 +82,183 @@ class HistoryShape:
     malformed: bool = True
 
 
-def _pick(draw: Any, pool: tuple[Any, ...]) -> Any:
-    return draw(st.sampled_from(pool))
+SEED_VALUES = 1 << 16
+SEED_WIDTH = 10  # choices one step may make; beyond it, they are derived from these
 
 
-def _transition_call(draw: Any, verb: str, queue: bytes) -> Call:
-    job = _pick(draw, IDS)
-    token = _pick(draw, TOKENS)
+class Chooser:
+    """One step's choices, read in order from its seed (each shrinks towards the first option)."""
+
+    def __init__(self, seed: tuple[int, ...]) -> None:
+        self.seed = seed
+        self.used = 0
+
+    def _next(self) -> int:
+        value = self.seed[self.used % len(self.seed)] + self.used // len(self.seed)
+        self.used += 1
+        return value
+
+    def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
+        return pool[self._next() % len(pool)]
+
+    def integer(self, low: int, high: int) -> int:
+        return low + self._next() % (high - low + 1)
+
+    def chance(self, out_of: int) -> bool:
+        """True one time in `out_of` (False when the seed value shrinks to 0)."""
+        return self._next() % out_of == out_of - 1
+
+    def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
+        n = self._next() % sum(w for _, w in weights)
+        for name, weight in weights:
+            if n < weight:
+                return name
+            n -= weight
+        return weights[-1][0]
+
+
+def _pick(draw: Chooser, pool: tuple[Any, ...]) -> Any:
+    return draw.pick(pool)
+
+
+def _held(draw: Chooser, hints: QueueHints) -> tuple[bytes, int]:
+    """Mostly an id a worker holds with its current token; sometimes any id, any token."""
+    if hints.active and not draw.chance(4):
+        job = draw.pick(sorted(hints.active))
+        token = hints.attempts.get(job, 1)
+        return job, token - 1 if draw.chance(6) else token
+    return _pick(draw, IDS), _pick(draw, TOKENS)
+
+
+def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, now: int) -> Call:
+    """A call with arguments that collide: held ids with their tokens, dead ids to revive."""
     args: tuple[Any, ...]
     if verb == "ENQUEUE":
-        args = (job, _pick(draw, PAYLOADS), draw(st.sampled_from((0, 0, 0, *DURATIONS))))
+        job, delay = _pick(draw, IDS), draw.pick((0, 0, 0, *DURATIONS))
+        args = (job, _pick(draw, PAYLOADS), delay)
+        hints.enqueue(job, now, delay)
     elif verb == "CLAIM":
-        args = (_pick(draw, DURATIONS),)
+        lease = _pick(draw, DURATIONS)
+        args = (lease,)
+        hints.claim(now, lease)
     elif verb == "EXTEND":
-        args = (job, token, _pick(draw, DURATIONS))
+        job, token = _held(draw, hints)
+        lease = _pick(draw, DURATIONS)
+        args = (job, token, lease)
+        hints.extend(job, token, now, lease)
     elif verb == "COMPLETE":
+        job, token = _held(draw, hints)
         args = (job, token)
+        hints.complete(job, token)
     elif verb == "FAIL":
-        args = (job, token, _pick(draw, ERRORS), draw(st.integers(1, 3)), draw(st.sampled_from((0, *DURATIONS))))
+        job, token = _held(draw, hints)
+        max_attempts, backoff = draw.integer(1, 3), draw.pick((0, *DURATIONS))
+        args = (job, token, _pick(draw, ERRORS), max_attempts, backoff)
+        hints.fail(job, token, max_attempts, now, backoff)
     elif verb == "PROMOTE":
-        args = (draw(st.integers(1, 3)),)
+        limit = draw.integer(1, 3)
+        args = (limit,)
+        hints.promote(now, limit)
     elif verb == "SWEEP":
-        args = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        max_stalled, limit = draw.integer(1, 3), draw.integer(1, 3)
+        args = (max_stalled, limit)
+        hints.sweep(now, max_stalled, limit)
     elif verb == "REVIVE":
+        dead = sorted(hints.dead)
+        job = draw.pick(dead) if dead and not draw.chance(2) else _pick(draw, IDS)
         args = (job,)
+        hints.revive(job, now)
     else:
         args = ()
+        hints.paused = verb == "PAUSE"
     return Call.of(verb, queue, *args)
 
 
-def _malformed(draw: Any, call: Call) -> Call:
+def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
+    """A transition weighted by what the queue holds (as far as the hints know): work that is
+    waiting draws the transition that does it; an open split claim draws PAUSE and RESUME (D1)."""
+    expired = any(t <= now for t in hints.active.values())
+    due = any(t <= now for t in hints.delayed.values())
+    weights = (
+        ("ENQUEUE", 20),
+        ("CLAIM", 6 + 24 * bool(hints.pending and not hints.paused)),
+        ("COMPLETE", 3 + 15 * bool(hints.active)),
+        ("FAIL", 3 + 10 * bool(hints.active)),
+        ("EXTEND", 2 + 8 * bool(hints.active)),
+        ("SWEEP", 4 + 24 * expired),
+        ("PROMOTE", 4 + 24 * due),
+        ("REVIVE", 2 + 12 * bool(hints.dead)),
+        ("PAUSE", 2 + 12 * (claims_open and not hints.paused)),
+        ("RESUME", 2 + 12 * hints.paused),
+    )
+    return draw.weighted(weights)
+
+
+def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
+    """Often exactly at, one before or one after the next lease or delay deadline."""
+    upcoming = sorted(d - now for q in hints.values() for d in q.deadlines() if d - now > 1)
+    if upcoming and not draw.chance(3):
+        return upcoming[0] + draw.pick((0, -1, 1))
+    return int(_pick(draw, ADVANCES))
+
+
+def _malformed(draw: Chooser, call: Call) -> Call:
     """The same call with one thing wrong: an integer, the numkeys, the argument count, the layout."""
     transition = TRANSITIONS[call.verb]
     int_positions = [i for i, a in enumerate(transition.args) if a.kind.value == "int"]
-    choice = draw(st.sampled_from(("int", "numkeys", "argc", "layout") if int_positions else ("numkeys", "argc", "layout")))
+    kinds = ("int", "numkeys", "argc", "layout") if int_positions else ("numkeys", "argc", "layout")
+    choice = draw.pick(kinds)
     rest = list(call.rest)
     if choice == "int":
-        position = transition.numkeys + draw(st.sampled_from(int_positions))
+        position = transition.numkeys + draw.pick(int_positions)
         rest[position] = _pick(draw, BAD_INTEGERS)
         return Call(call.verb, call.numkeys, tuple(rest))
     if choice == "numkeys":
-        return Call(call.verb, str(transition.numkeys + draw(st.sampled_from((-1, 1)))).encode(), call.rest)
+        numkeys = str(transition.numkeys + draw.pick((-1, 1))).encode()
+        return Call(call.verb, numkeys, call.rest)
     if choice == "argc":
-        return Call(call.verb, call.numkeys, (*call.rest, b"extra") if draw(st.booleans()) else call.rest[:-1])
+        rest = (*call.rest, b"extra") if draw.chance(2) else call.rest[:-1]
+        return Call(call.verb, call.numkeys, rest)
     other = queue_keys(transition, b"other")
     bad_keys = [b"emq:{}:" + k.split(b":", 2)[-1] for k in rest[: transition.numkeys]]
     keys = other[:1] + rest[1 : transition.numkeys] if transition.numkeys > 1 else bad_keys
     return Call(call.verb, call.numkeys, (*keys, *rest[transition.numkeys :]))
 
 
-def _corruption(draw: Any, queue: bytes) -> RawWrite:
+CORRUPTIONS = ("set-wrong-type", "row-counter", "metrics-counter", "group", "ghost", "drop-row",
+               "foreign-epoch")  # fmt: skip
+# which hinted ids each corruption is aimed at, so that it lands where a transition will read
+AIMS = {"row-counter": ("pending", "active"), "group": ("active",), "foreign-epoch": ("active",),
+        "drop-row": ("active", "pending", "delayed"), "set-wrong-type": ("active", "delayed", "pending")}  # fmt: skip
+
+
+def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     base = base_key(queue)
-    row = base + b"job:" + _pick(draw, IDS)
-    kind = draw(st.sampled_from((
-        "set-wrong-type", "row-counter", "metrics-counter", "group", "ghost", "drop-row", "foreign-epoch",
-    )))  # fmt: skip
+    kind = draw.pick(CORRUPTIONS)
+    aimed = sorted({j for where in AIMS.get(kind, ()) for j in getattr(hints, where)})
+    job = draw.pick(aimed) if aimed and not draw.chance(4) else _pick(draw, IDS)
+    row = base + b"job:" + job
     if kind == "set-wrong-type":
-        key = draw(st.sampled_from((*(base + s for s in (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")), row)))
+        sets = (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")
+        key = row if draw.chance(2) else draw.pick(tuple(base + name for name in sets))
         return RawWrite((b"SET", key, b"junk"))
     if kind == "row-counter":
-        field = draw(st.sampled_from((b"attempts", b"stalled")))
-        return RawWrite((b"HSET", row, field, draw(st.sampled_from((b"abc", I64_MAX, b"7")))))
+        field = draw.pick((b"attempts", b"stalled"))
+        return RawWrite((b"HSET", row, field, draw.pick((b"abc", I64_MAX, b"7"))))
     if kind == "metrics-counter":
-        which = draw(st.sampled_from((b"metrics:failed", b"metrics:completed")))
-        return RawWrite((b"HSET", base + which, b"count", draw(st.sampled_from((b"x", I64_MAX)))))
+        which = draw.pick((b"metrics:failed", b"metrics:completed"))
+        return RawWrite((b"HSET", base + which, b"count", draw.pick((b"x", I64_MAX))))
     if kind == "group":
         return RawWrite((b"HSET", row, b"group", b"g"))
     if kind == "ghost":
-        key = draw(st.sampled_from((b"pending", b"active", b"delayed", b"dead")))
-        return RawWrite((b"ZADD", base + key, b"0", b"ghost-" + _pick(draw, IDS)))
+        key = draw.pick((b"pending", b"active", b"delayed", b"dead"))
+        ghost = b"ghost-" + _pick(draw, IDS)
+        where = getattr(hints, key.decode())
+        if isinstance(where, dict):
+            where[ghost] = 0  # due or expired at once: the next PROMOTE or SWEEP meets it
+        else:
+            where.add(ghost)
+        return RawWrite((b"ZADD", base + key, b"0", ghost))
     if kind == "drop-row":
         return RawWrite((b"DEL", row))
     return RawWrite((b"HSET", row, b"lease_epoch", b"0" * 40))
@@ -156,30 +268,27 @@ def _corruption(draw: Any, queue: bytes) -> RawWrite:
 # the servers read the new time, against ~0.1 ms for a call: both are kept rare enough that a
 # campaign spends its time on transitions, often enough that a default campaign reaches D7.
 STEP_WEIGHTS = (
-    ("call", 630), ("advance", 110), ("begin", 50), ("end", 50), ("corrupt", 45),
+    ("call", 590), ("advance", 150), ("begin", 50), ("end", 50), ("corrupt", 45),
     ("user", 45), ("malformed", 45), ("restart", 25),
 )  # fmt: skip
 
 
-def _weighted(kinds: tuple[tuple[str, int], ...]) -> st.SearchStrategy[str]:
-    """A kind drawn by weight; it shrinks towards the first (a plain call)."""
-    total = sum(w for _, w in kinds)
-
-    def pick(n: int) -> str:
-        for kind, weight in kinds:
-            if n < weight:
-                return kind
-            n -= weight
-        return kinds[-1][0]
-
-    return st.integers(0, total - 1).map(pick)
+STEP_SEED = st.tuples(*[st.integers(0, SEED_VALUES - 1)] * SEED_WIDTH)
 
 
 @st.composite
 def histories(draw: Any, shape: HistoryShape = HistoryShape()) -> History:
     """A whole history: transitions on two queues, clock advances across deadlines, restarts and
     crashes, corruptions, restricted users, split CLAIMs with steps between, malformed calls."""
-    count = draw(st.integers(shape.min_steps, shape.max_steps))
+    # a length first (uniform, so histories are long enough to build up state), then the seeds:
+    # the shrinker lowers the length and deletes seeds
+    length = draw(st.integers(shape.min_steps, shape.max_steps))
+    seeds = draw(st.lists(STEP_SEED, min_size=length, max_size=shape.max_steps))
+    return build_history(seeds, shape)
+
+
+def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistoryShape()) -> History:
+    """The history a list of step seeds stands for (pure and deterministic)."""
     steps: list[Step] = []
     open_claims: list[str] = []
     enabled = {
@@ -190,37 +299,41 @@ def histories(draw: Any, shape: HistoryShape = HistoryShape()) -> History:
         "end": shape.interleaving,
         "malformed": shape.malformed,
     }
-    kinds = _weighted(tuple((k, w) for k, w in STEP_WEIGHTS if enabled.get(k, True)))
-    verbs = tuple(TRANSITIONS)
-    for _ in range(count):
-        kind = draw(kinds)
-        queue = _pick(draw, QUEUES)
+    kinds = tuple((k, w) for k, w in STEP_WEIGHTS if enabled.get(k, True))
+    hints = {queue: QueueHints() for queue in QUEUES}
+    now = 0
+    for seed in seeds:
+        draw = Chooser(seed)
+        kind = draw.weighted(kinds)
+        queue = QUEUES[0] if not draw.chance(4) else QUEUES[1]  # mostly one queue: more collisions
         if kind == "advance":
-            ms = _pick(draw, ADVANCES)
+            ms = _advance(draw, hints, now)
+            now += ms
             if steps and isinstance(steps[-1], Advance):  # one wait for the clock, not two
                 ms += steps.pop().ms
             steps.append(Advance(ms))
         elif kind == "restart":
             steps += [EndClaim(w) for w in open_claims]
             open_claims.clear()
-            crash = shape.crashes and (not shape.restarts or draw(st.booleans()))
+            crash = shape.crashes and (not shape.restarts or draw.chance(2))
             steps.append(Restart(crash=crash))
         elif kind == "corrupt":
-            steps.append(_corruption(draw, queue))
+            steps.append(_corruption(draw, queue, hints[queue]))
         elif kind == "begin":
             idle = [w for w in WORKERS if w not in open_claims]
             if idle:
                 worker = _pick(draw, tuple(idle))
                 open_claims.append(worker)
-                steps.append(BeginClaim(worker, _transition_call(draw, "CLAIM", queue)))
+                claim = _transition_call(draw, "CLAIM", queue, hints[queue], now)
+                steps.append(BeginClaim(worker, claim))
         elif kind == "end":
             if open_claims:
                 worker = _pick(draw, tuple(open_claims))
                 open_claims.remove(worker)
                 steps.append(EndClaim(worker))
         else:
-            verb = draw(st.sampled_from(verbs))
-            call = _transition_call(draw, verb, queue)
+            verb = _verb(draw, hints[queue], now, bool(open_claims))
+            call = _transition_call(draw, verb, queue, hints[queue], now)
             if kind == "malformed":
                 call = _malformed(draw, call)
             user = _pick(draw, tuple(USERS)) if kind == "user" else None

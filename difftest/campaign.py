@@ -1,0 +1,220 @@
+"""A campaign: generated histories replayed on server pairs, one pair per worker process.
+
+The budget is a number of histories or a number of seconds. Histories come in batches; batch b
+draws from Hypothesis seeded with (seed, b), so a fixed seed and example budget reproduce a run
+exactly, however many workers share it. The first divergence stops the campaign; Hypothesis
+shrinks it first, and the minimal history is saved as an artifact (and kept in Hypothesis's
+example database, which replays it first next time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from difftest import coverage
+
+BATCH = 40  # histories per Hypothesis run: small enough to stop on time, large enough to amortise
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    seed: int
+    module: Path
+    reports: Path  # this run's directory
+    examples: int | None = 400
+    seconds: float | None = None
+    workers: int = 1
+    lua_scripts: Path | None = None
+    restarts: bool = True
+    max_steps: int = 40
+    database: Path | None = None  # Hypothesis example database; None: keep none
+    pin: bool = True
+
+
+@dataclass
+class Failure:
+    batch: int
+    reason: str
+    steps: int
+    artifact: str
+
+
+@dataclass
+class WorkerReport:
+    worker: int
+    histories: int = 0
+    steps: int = 0
+    batches: list[int] = field(default_factory=list)
+    labels: Counter[str] = field(default_factory=Counter)
+    failure: Failure | None = None
+    elapsed_s: float = 0.0
+    replay_s: float = 0.0
+
+
+@dataclass
+class CampaignResult:
+    config: CampaignConfig
+    reports: list[WorkerReport]
+    elapsed_s: float
+    interrupted: bool = False
+
+    @property
+    def histories(self) -> int:
+        return sum(r.histories for r in self.reports)
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.reports)
+
+    @property
+    def labels(self) -> Counter[str]:
+        return coverage.merge(r.labels for r in self.reports)
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [r.failure for r in self.reports if r.failure is not None]
+
+
+def batch_seed(seed: int, batch: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{batch}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def batch_sizes(config: CampaignConfig) -> list[int] | None:
+    """The size of every batch under an example budget; None under a time budget (open-ended)."""
+    if config.examples is None:
+        return None
+    full, rest = divmod(config.examples, BATCH)
+    return [BATCH] * full + ([rest] if rest else [])
+
+
+class _Diverged(AssertionError):
+    pass
+
+
+def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
+    """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
+    from hypothesis import HealthCheck, Phase, event, given, settings, target
+    from hypothesis import seed as seed_of
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from difftest.artifacts import save_divergence
+    from strategies.histories import HistoryShape, histories
+
+    shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
+    failing: list[Any] = []
+    database = DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
+
+    @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
+              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+              report_multiple_bugs=False, print_blob=False)  # fmt: skip
+    @seed_of(batch_seed(config.seed, batch))
+    @given(histories(shape))
+    def campaign_history(history: Any) -> None:
+        started = time.perf_counter()
+        result = replayer.replay(history)
+        report.replay_s += time.perf_counter() - started
+        reached = coverage.labels(result)
+        if not failing:  # shrinking replays do not count as coverage
+            report.histories += 1
+            report.steps += len(history.steps)
+            report.labels.update(reached)
+        for label in reached:
+            event(label)
+        target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+        if result.divergence is not None:
+            failing.append(result)
+            raise _Diverged(result.divergence.reason)
+
+    try:
+        campaign_history()
+    except _Diverged:
+        minimal = failing[-1]  # Hypothesis replays the minimal example last
+        directory = config.reports / "failures" / f"batch-{batch}"
+        save_divergence(minimal, directory)
+        report.failure = Failure(batch, minimal.divergence.reason, len(minimal.history.steps), str(directory))
+        return False
+    return True
+
+
+def _worker(config: CampaignConfig, worker: int) -> WorkerReport:
+    """One process: its own server pair (pinned with it to one core), batches worker, worker+n, ..."""
+    # a terminated worker unwinds (and so removes its servers and files) like Ctrl-C
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _work(config, worker)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _work(config: CampaignConfig, worker: int) -> WorkerReport:
+    from difftest.replay import Replayer
+    from difftest.servers.local import pin_to_core
+
+    if config.pin:
+        pin_to_core(worker)
+    report = WorkerReport(worker)
+    started = time.perf_counter()
+    sizes = batch_sizes(config)
+    deadline = None if config.seconds is None else time.monotonic() + config.seconds
+    with Replayer(config.module, lua_scripts=config.lua_scripts) as replayer:
+        batch = worker
+        while True:
+            if sizes is not None and batch >= len(sizes):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            size = sizes[batch] if sizes is not None else BATCH
+            report.batches.append(batch)
+            if not _run_batch(config, replayer, batch, size, report):
+                break
+            batch += config.workers
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def run_campaign(config: CampaignConfig) -> CampaignResult:
+    started = time.perf_counter()
+    config.reports.mkdir(parents=True, exist_ok=True)
+    if config.workers <= 1:
+        try:
+            return CampaignResult(config, [_worker(config, 0)], time.perf_counter() - started)
+        except KeyboardInterrupt:
+            return CampaignResult(config, [], time.perf_counter() - started, interrupted=True)
+    reports: list[WorkerReport] = []
+    pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=get_context("spawn"))
+    interrupted = False
+    try:
+        pending = {pool.submit(_worker, config, w) for w in range(config.workers)}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                reports.append(future.result())
+                if reports[-1].failure is not None and pending:
+                    _terminate(pool)  # the first divergence stops the campaign
+    except KeyboardInterrupt:
+        interrupted = True
+        _terminate(pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return CampaignResult(config, sorted(reports, key=lambda r: r.worker), time.perf_counter() - started, interrupted)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    for process in list(getattr(pool, "_processes", {}).values()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
