@@ -39,6 +39,7 @@ class CampaignConfig:
     max_steps: int = 40
     database: Path | None = None  # Hypothesis example database; None: keep none
     pin: bool = True
+    shrink_seconds: float = 30.0  # Hypothesis's shrinking, then a last pass of step deletion
 
 
 @dataclass
@@ -104,7 +105,7 @@ class _Diverged(AssertionError):
 
 def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
-    from hypothesis import HealthCheck, Phase, event, given, settings, target
+    from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
     from hypothesis import seed as seed_of
     from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -112,15 +113,21 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     from strategies.histories import HistoryShape, histories
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
-    failing: list[Any] = []
+    failing: list[Any] = []  # every failing replay, in order; the last is Hypothesis's minimal
+    best: dict[str, Any] = {}  # once the shrink budget is spent: the smallest failure so far
     database = DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
 
     @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-              report_multiple_bugs=False, print_blob=False)  # fmt: skip
+              report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet)  # fmt: skip
     @seed_of(batch_seed(config.seed, batch))
     @given(histories(shape))
     def campaign_history(history: Any) -> None:
+        if failing and time.monotonic() > best.setdefault("deadline", time.monotonic() + config.shrink_seconds):
+            # the shrink budget is spent: only the smallest failure found so far still fails, so
+            # Hypothesis's shrinker stops improving and reports it (a public-API way to bound it)
+            if history != best["history"]:
+                return
         started = time.perf_counter()
         result = replayer.replay(history)
         report.replay_s += time.perf_counter() - started
@@ -134,17 +141,42 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
         if result.divergence is not None:
             failing.append(result)
+            if "history" not in best or len(history.steps) < len(best["history"].steps):
+                best["history"] = history
             raise _Diverged(result.divergence.reason)
 
     try:
         campaign_history()
     except _Diverged:
-        minimal = failing[-1]  # Hypothesis replays the minimal example last
+        minimal = _last_pass(replayer, failing[-1])
         directory = config.reports / "failures" / f"batch-{batch}"
         save_divergence(minimal, directory)
         report.failure = Failure(batch, minimal.divergence.reason, len(minimal.history.steps), str(directory))
         return False
     return True
+
+
+def _last_pass(replayer: Any, failed: Any) -> Any:
+    """Delete the steps Hypothesis's minimal history can still do without; returns its replay."""
+    from difftest.history import step_to_json
+    from difftest.shrink import minimise
+
+    def kind(step: Any) -> tuple[str, str]:
+        shape = step_to_json(step)
+        return shape["op"], shape.get("verb", "")
+
+    failing_kind = kind(failed.divergence.step)
+    results: dict[int, Any] = {}
+
+    def still_fails(candidate: Any) -> bool:
+        result = replayer.replay(candidate)
+        if result.divergence is None or kind(result.divergence.step) != failing_kind:
+            return False
+        results[id(candidate)] = result
+        return True
+
+    smaller = minimise(failed.history, still_fails)
+    return results.get(id(smaller), failed)
 
 
 def _worker(config: CampaignConfig, worker: int) -> WorkerReport:

@@ -287,15 +287,36 @@ def _lua_class_or_exact(view: StepView, expected: Outcome) -> tuple[bool, str]:
     return _lua_error_after_writes(view, expected.error)
 
 
+def _has_exempt(view: StepView, queue: bytes, limit: int) -> bool:
+    """Whether the native's verdicts, in member order, reach an Exempt before any refusal."""
+    active = zset(view.before, base_key(queue) + b"active") or {}
+    for member, _ in select(active, view.now_ms, limit):
+        row = base_key(queue) + b"job:" + member
+        fields = hash_fields(view.before, row)
+        if kind_of(view.before, row) == "none":
+            continue
+        if fields is None or b"group" in fields:
+            return False
+        if view.before_epochs.get(row) != view.run_id:
+            return True
+        if isinstance(next_counter(fields.get(b"stalled")), str):
+            return False
+    return False
+
+
 def rule_d7(view: StepView) -> tuple[bool, str] | None:
     args = _sweep_args(view)
-    if args is None:
+    if args is None or not _has_exempt(view, args[0], args[2]):
         return None
     native = sweep(view.before, view.before_epochs, *args, view.now_ms, view.run_id)
-    if native.error is not None or not isinstance(native.reply, list) or native.reply[3] == 0:
-        return None
     lua = sweep(view.before, view.before_epochs, *args, view.now_ms, None)
-    return _both(_lua_class_or_exact(view, lua), _exact("native", view.native_reply, view.native_after, native))
+    if native.error is not None:
+        # an exempt member goes back to pending: a wrong-typed pending (or a bad metrics count
+        # for a member that dies) refuses the sweep as in D3/D4, where the scripts count it
+        native_check = _native_refused(view, NATIVE_ERROR_CODES[native.error])
+    else:
+        native_check = _exact("native", view.native_reply, view.native_after, native)
+    return _both(_lua_class_or_exact(view, lua), native_check)
 
 
 def rule_d8(view: StepView) -> tuple[bool, str] | None:

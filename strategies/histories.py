@@ -82,8 +82,9 @@ class HistoryShape:
     malformed: bool = True
 
 
-SEED_VALUES = 1 << 16
-SEED_WIDTH = 10  # choices one step may make; beyond it, they are derived from these
+# Small values and few of them: the shrinker minimises every one, and each try is a replay.
+SEED_VALUES = 1 << 8  # every weight table below sums to at most this
+SEED_WIDTH = 8  # choices one step makes; beyond them, they are derived from these
 
 
 class Chooser:
@@ -108,6 +109,11 @@ class Chooser:
         """True one time in `out_of` (False when the seed value shrinks to 0)."""
         return self._next() % out_of == out_of - 1
 
+    def aim(self, out_of: int) -> bool:
+        """True but one time in `out_of`: whether to aim by the hints. Shrinking towards 0 turns
+        aiming off, so a shrunk step means the same thing whatever steps were deleted before it."""
+        return self._next() % out_of != 0
+
     def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
         n = self._next() % sum(w for _, w in weights)
         for name, weight in weights:
@@ -123,7 +129,7 @@ def _pick(draw: Chooser, pool: tuple[Any, ...]) -> Any:
 
 def _held(draw: Chooser, hints: QueueHints) -> tuple[bytes, int]:
     """Mostly an id a worker holds with its current token; sometimes any id, any token."""
-    if hints.active and not draw.chance(4):
+    if draw.aim(4) and hints.active:
         job = draw.pick(sorted(hints.active))
         token = hints.attempts.get(job, 1)
         return job, token - 1 if draw.chance(6) else token
@@ -165,7 +171,7 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
         hints.sweep(now, max_stalled, limit)
     elif verb == "REVIVE":
         dead = sorted(hints.dead)
-        job = draw.pick(dead) if dead and not draw.chance(2) else _pick(draw, IDS)
+        job = draw.pick(dead) if draw.aim(2) and dead else _pick(draw, IDS)
         args = (job,)
         hints.revive(job, now)
     else:
@@ -174,9 +180,17 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
     return Call.of(verb, queue, *args)
 
 
+PLAIN_VERB_WEIGHTS = (
+    ("ENQUEUE", 20), ("CLAIM", 18), ("COMPLETE", 10), ("FAIL", 10), ("SWEEP", 10),
+    ("EXTEND", 8), ("PROMOTE", 8), ("REVIVE", 6), ("PAUSE", 4), ("RESUME", 4),
+)  # fmt: skip
+
+
 def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
     """A transition weighted by what the queue holds (as far as the hints know): work that is
     waiting draws the transition that does it; an open split claim draws PAUSE and RESUME (D1)."""
+    if not draw.aim(3):
+        return draw.weighted(PLAIN_VERB_WEIGHTS)
     expired = any(t <= now for t in hints.active.values())
     due = any(t <= now for t in hints.delayed.values())
     weights = (
@@ -197,7 +211,7 @@ def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
 def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
     """Often exactly at, one before or one after the next lease or delay deadline."""
     upcoming = sorted(d - now for q in hints.values() for d in q.deadlines() if d - now > 1)
-    if upcoming and not draw.chance(3):
+    if draw.aim(3) and upcoming:
         return upcoming[0] + draw.pick((0, -1, 1))
     return int(_pick(draw, ADVANCES))
 
@@ -236,7 +250,7 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     base = base_key(queue)
     kind = draw.pick(CORRUPTIONS)
     aimed = sorted({j for where in AIMS.get(kind, ()) for j in getattr(hints, where)})
-    job = draw.pick(aimed) if aimed and not draw.chance(4) else _pick(draw, IDS)
+    job = draw.pick(aimed) if draw.aim(4) and aimed else _pick(draw, IDS)
     row = base + b"job:" + job
     if kind == "set-wrong-type":
         sets = (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")
@@ -264,12 +278,12 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     return RawWrite((b"HSET", row, b"lease_epoch", b"0" * 40))
 
 
-# Weights per thousand steps. A restart costs ~40 ms of server start-up and an advance ~1 ms until
+# Weights per 249 steps. A restart costs ~12 ms of server start-up and an advance ~1 ms until
 # the servers read the new time, against ~0.1 ms for a call: both are kept rare enough that a
 # campaign spends its time on transitions, often enough that a default campaign reaches D7.
 STEP_WEIGHTS = (
-    ("call", 590), ("advance", 150), ("begin", 50), ("end", 50), ("corrupt", 45),
-    ("user", 45), ("malformed", 45), ("restart", 25),
+    ("call", 148), ("advance", 38), ("begin", 12), ("end", 12), ("corrupt", 11),
+    ("user", 11), ("malformed", 11), ("restart", 6),
 )  # fmt: skip
 
 
@@ -280,11 +294,13 @@ STEP_SEED = st.tuples(*[st.integers(0, SEED_VALUES - 1)] * SEED_WIDTH)
 def histories(draw: Any, shape: HistoryShape = HistoryShape()) -> History:
     """A whole history: transitions on two queues, clock advances across deadlines, restarts and
     crashes, corruptions, restricted users, split CLAIMs with steps between, malformed calls."""
-    # a length first (uniform, so histories are long enough to build up state), then the seeds:
-    # the shrinker lowers the length and deletes seeds
-    length = draw(st.integers(shape.min_steps, shape.max_steps))
-    seeds = draw(st.lists(STEP_SEED, min_size=length, max_size=shape.max_steps))
-    return build_history(seeds, shape)
+    # runs of seeds: a flat list would average six steps, too few to build up state; runs of runs
+    # average about twenty-five, and the shrinker still deletes any one seed on its own
+    runs = draw(st.lists(st.lists(STEP_SEED, min_size=1, max_size=10), min_size=1, max_size=max(1, shape.max_steps // 5)))
+    seeds = [seed for run in runs for seed in run]
+    while len(seeds) < shape.min_steps:
+        seeds.append((0,) * SEED_WIDTH)
+    return build_history(seeds[: shape.max_steps], shape)
 
 
 def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistoryShape()) -> History:

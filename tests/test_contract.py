@@ -45,7 +45,7 @@ def step(verb: str, *args: object) -> CallStep:
 
 
 def test_every_rule_is_described() -> None:
-    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1"}
+    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2"}
 
 
 def test_exact_match_without_a_rule() -> None:
@@ -163,3 +163,19 @@ def test_d1_stale_read_against_atomic_decision() -> None:
     assert judge(ok).rule == "D1" and judge(ok).ok
     wrong = view(end, before, [b"j1", b"p", 2], [], lua_after=claimed, paused_read=None, call=begun)
     assert not judge(wrong).ok
+
+
+def test_n2_extend_without_row_write_permission() -> None:
+    row = b"emq:{q}:job:j1"
+    before = ks(active=Z(j1=2050), job__j1=H(payload="p", attempts=1, state="active"))
+    lua_after = ks(active=Z(j1=NOW + 100), job__j1=H(payload="p", attempts=1, state="active"))
+    extend = step("EXTEND", "j1", 1, 100)
+    denied = frozenset({(row, "write")})
+    ok = view(extend, before, 1, ErrorReply(errors.NOPERM), lua_after=lua_after)
+    ok = StepView(**{**ok.__dict__, "denied": denied})
+    assert judge(ok).rule == "N2" and judge(ok).ok
+    wrote = StepView(**{**ok.__dict__, "native_after": lua_after})
+    assert not judge(wrote).ok
+    # a caller who may write the row gets no allowance: both must extend
+    allowed = StepView(**{**ok.__dict__, "denied": frozenset()})
+    assert judge(allowed).kind == "divergence"
