@@ -76,7 +76,8 @@ def main() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
         for mix in MIXES:
             figures.append(measure(mix, args.examples, replayer))
-    print(f"{'mix':<12} {'histories':>9} {'steps':>7} {'gen steps/s':>12} {'compared steps/s':>17} {'ratio':>6} {'div':>4}")
+    header = ("mix", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
+    print(f"{header[0]:<12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], (9, 7, 12, 17, 6, 4), strict=True)))
     for f in figures:
         print(f"{f.mix:<12} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
               f"{f.compared_steps_per_s:>17.0f} {f.ratio:>6.2f} {f.divergences:>4}")  # fmt: skip

@@ -50,7 +50,8 @@ def by_hand(history: History) -> list[str]:
             call = step.call if not isinstance(step, EndClaim) else begun.pop(step.worker)
             if isinstance(step, BeginClaim):
                 begun[step.worker] = call
-            as_user = f" (as {step.user})" if getattr(step, "user", None) else ""
+            step_user = None if isinstance(step, EndClaim) else step.user
+            as_user = f" (as {step_user})" if step_user else ""
             native = " ".join(_text(p) for p in call.command())
             script = f"EVALSHA <sha1 of executors/lua/{call.verb.lower()}.lua> " + " ".join(
                 _text(p) for p in (call.numkeys, *call.rest)
@@ -81,7 +82,7 @@ def _render(divergence: Divergence, history: History) -> str:
     out += [f"  {r['key']}\n    before: {r['lua']}\n    after:  {r['native']}" for r in changed] or ["  (none)"]
     out += ["", f"native lease_epoch fields: {divergence.native_epochs!r}", "", "the history up to this step:"]
     out += ["  " + json.dumps(hist.step_to_json(s), ensure_ascii=False) for s in history.steps]
-    out += ["", "to reproduce: difftest replay <this directory>", "by hand:"] + by_hand(history)
+    out += ["", "to reproduce: difftest replay <this directory>", "by hand:", *by_hand(history)]
     return "\n".join(out) + "\n"
 
 

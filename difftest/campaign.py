@@ -114,7 +114,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
     failing: list[Any] = []  # every failing replay, in order; the last is Hypothesis's minimal
-    best: dict[str, Any] = {}  # once the shrink budget is spent: the smallest failure so far
+    best: dict[str, Any] = {}  # the latest failure: Hypothesis's current shrink target
     database = DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
 
     @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
@@ -123,11 +123,11 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     @seed_of(batch_seed(config.seed, batch))
     @given(histories(shape))
     def campaign_history(history: Any) -> None:
-        if failing and time.monotonic() > best.setdefault("deadline", time.monotonic() + config.shrink_seconds):
+        spent = failing and time.monotonic() > best.setdefault("deadline", time.monotonic() + config.shrink_seconds)
+        if spent and history != best["history"]:
             # the shrink budget is spent: only the smallest failure found so far still fails, so
             # Hypothesis's shrinker stops improving and reports it (a public-API way to bound it)
-            if history != best["history"]:
-                return
+            return
         started = time.perf_counter()
         result = replayer.replay(history)
         report.replay_s += time.perf_counter() - started
@@ -141,8 +141,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
         if result.divergence is not None:
             failing.append(result)
-            if "history" not in best or len(history.steps) < len(best["history"].steps):
-                best["history"] = history
+            best["history"] = history  # Hypothesis only moves on to a failure it ranks smaller
             raise _Diverged(result.divergence.reason)
 
     try:

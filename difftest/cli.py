@@ -13,12 +13,13 @@ from pathlib import Path
 from difftest import history as hist
 from difftest.history import HistoryError
 from difftest.problems import SetupProblem
-from difftest.replay import ReplayResult, Replayer
+from difftest.replay import Replayer, ReplayResult
 
-EXIT_OK = 0
-EXIT_DIVERGENCE = 1
-EXIT_SETUP = 2
-EXIT_INTERRUPTED = 130
+EXIT_OK = 0  # the executors agree (and, with --require-coverage, every label was reached)
+EXIT_DIVERGENCE = 1  # a divergence: its artifact is under reports/
+EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to fix it
+EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
+EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
 
 DEFAULT_REPORTS = Path("reports")
 
@@ -63,11 +64,52 @@ def replay_and_report(history: hist.History, args: argparse.Namespace, label: st
     return EXIT_DIVERGENCE, result
 
 
-def command_run(args: argparse.Namespace) -> int:
+def command_scenario(args: argparse.Namespace) -> int:
     from difftest.scenario import SCENARIO
 
-    code, _ = replay_and_report(SCENARIO, args, "run")
+    code, _ = replay_and_report(SCENARIO, args, "scenario")
     return code
+
+
+def command_run(args: argparse.Namespace) -> int:
+    import random
+
+    from difftest import coverage, reports
+    from difftest.campaign import CampaignConfig, run_campaign
+
+    if not args.module.is_file():
+        raise SetupProblem(f"module {args.module} does not exist: build it with 'make setup' or pass --module PATH")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    directory = new_run_dir(args.reports, "run")
+    examples = None if args.seconds is not None and args.examples is None else (args.examples or 2000)
+    config = CampaignConfig(
+        seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
+        workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
+        database=None if args.no_database else Path(".hypothesis") / "difftest-examples",
+    )  # fmt: skip
+    budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
+    print(f"campaign: seed {seed}, {budget}, {args.workers} worker(s); reports in {directory}", flush=True)
+    result = run_campaign(config)
+    reports.write(result, directory)
+    rate = result.steps / result.elapsed_s if result.elapsed_s else 0.0
+    print(f"\n{result.histories} histories, {result.steps} steps compared in {result.elapsed_s:.1f} s "
+          f"({rate:.0f} steps/s), {len(result.failures)} divergence(s)\n")  # fmt: skip
+    print(coverage.table(result.labels))
+    for failure in result.failures:
+        print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
+        print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
+    print(
+        f"\nreports: {directory} (summary.json, coverage.txt, junit.xml); reproduce: difftest run --seed {seed}"
+        + (f" --examples {examples}" if examples is not None else "")
+    )
+    if result.interrupted:
+        return EXIT_INTERRUPTED
+    if result.failures:
+        return EXIT_DIVERGENCE
+    if args.require_coverage and coverage.missing(result.labels):
+        print(f"coverage incomplete: {', '.join(coverage.missing(result.labels))}", file=sys.stderr)
+        return EXIT_COVERAGE
+    return EXIT_OK
 
 
 def command_replay(args: argparse.Namespace) -> int:
@@ -92,10 +134,18 @@ def command_replay(args: argparse.Namespace) -> int:
 def _common(parser: argparse.ArgumentParser) -> None:
     from executors.native.adapter import DEFAULT_MODULE
 
-    parser.add_argument("--module", type=Path, default=DEFAULT_MODULE,
-                        help="the native module to load (default: this checkout's release build)")
-    parser.add_argument("--lua-scripts", type=Path, default=None,
-                        help="a directory of <verb>.lua scripts to use instead of executors/lua")
+    parser.add_argument(
+        "--module",
+        type=Path,
+        default=DEFAULT_MODULE,
+        help="the native module to load (default: this checkout's release build)",
+    )
+    parser.add_argument(
+        "--lua-scripts",
+        type=Path,
+        default=None,
+        help="a directory of <verb>.lua scripts to use instead of executors/lua",
+    )
     parser.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip
 
@@ -104,11 +154,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="difftest",
         description="Differential testing of the EMQ Lua scripts against the native Valkey module.",
-        epilog="exit codes: 0 agree, 1 divergence, 2 bad set-up or input, 130 interrupted",
+        epilog=f"exit codes: {EXIT_OK} agree, {EXIT_DIVERGENCE} divergence, {EXIT_SETUP} bad set-up or input, "
+        f"{EXIT_COVERAGE} coverage incomplete (--require-coverage), {EXIT_INTERRUPTED} interrupted",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="the main job: the scripted scenario on embedded servers")
+    run = commands.add_parser(
+        "run", help="the main job: a campaign of generated histories on embedded server pairs",
+        description="Generate histories, replay each on a Lua and a native server, judge every step. "
+        "Stops at the first divergence, shrinks it and saves it as an artifact.",
+    )  # fmt: skip
     _common(run)
+    run.add_argument("--examples", type=int, default=None, help="histories to run (default 2000)")
+    run.add_argument("--seconds", type=float, default=None, help="run for this long instead of a count")
+    run.add_argument("--seed", type=int, default=None, help="reproduce a run exactly (default: random, printed)")
+    run.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                     help="worker processes, each with its own server pair pinned to a core")  # fmt: skip
+    run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    run.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
+    run.add_argument("--require-coverage", action="store_true",
+                     help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
+    scenario = commands.add_parser("scenario", help="the scripted scenario: every transition, D1, D6, D7")
+    _common(scenario)
     replay = commands.add_parser("replay", help="replay a history file or a failure artifact")
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
@@ -118,9 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            return command_run(args)
-        return command_replay(args)
+        handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay}[args.command]
+        return handler(args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
         return EXIT_SETUP

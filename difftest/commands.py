@@ -73,9 +73,7 @@ TRANSITIONS: dict[str, Transition] = {
             (_id(), Arg("payload", ArgKind.BYTES), _duration("delay_ms", 0)),
         ),
         Transition("CLAIM", ("pending", "active", ""), (_duration("lease_ms", 1),)),
-        Transition(
-            "EXTEND", ("active", ""), (_id(), _int("token", 0), _duration("lease_ms", 1))
-        ),
+        Transition("EXTEND", ("active", ""), (_id(), _int("token", 0), _duration("lease_ms", 1))),
         Transition("COMPLETE", ("active", "done", ""), (_id(), _int("token", 0))),
         Transition(
             "FAIL",

@@ -52,29 +52,79 @@ class Rule:
 RULES: dict[str, Rule] = {
     r.id: r
     for r in (
-        Rule("D1", "CLAIM", "PAUSE or RESUME lands between the Lua host's paused? read and its script",
-             "decides on the stale read", "decides atomically on the state at its single round trip"),
-        Rule("D2", "CLAIM", "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
-             "empty, nothing written", "that error, nothing written"),
-        Rule("D3", "any", "a key the transition touches is wrong-typed (or denied) and the script reaches "
-             "it only after a write", "partial writes, then the error", "the error, nothing written"),
-        Rule("D4", "any", "a counter the transition increments is not an integer or +1 overflows",
-             "partial writes, then the error", "EMQ NOTINT / EMQ OVERFLOW, nothing written"),
-        Rule("D5", "CLAIM", "active is not a zset", "pop, attempts+1, state active, then WRONGTYPE",
-             "WRONGTYPE, nothing written"),
-        Rule("D6", "any", "arguments out of shape, layout or range", "refused by the host before sending",
-             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", resync=False),
+        Rule(
+            "D1",
+            "CLAIM",
+            "PAUSE or RESUME lands between the Lua host's paused? read and its script",
+            "decides on the stale read",
+            "decides atomically on the state at its single round trip",
+        ),
+        Rule(
+            "D2",
+            "CLAIM",
+            "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
+            "empty, nothing written",
+            "that error, nothing written",
+        ),
+        Rule(
+            "D3",
+            "any",
+            "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
+            "partial writes, then the error",
+            "the error, nothing written",
+        ),
+        Rule(
+            "D4",
+            "any",
+            "a counter the transition increments is not an integer or +1 overflows",
+            "partial writes, then the error",
+            "EMQ NOTINT / EMQ OVERFLOW, nothing written",
+        ),
+        Rule(
+            "D5",
+            "CLAIM",
+            "active is not a zset",
+            "pop, attempts+1, state active, then WRONGTYPE",
+            "WRONGTYPE, nothing written",
+        ),
+        Rule(
+            "D6",
+            "any",
+            "arguments out of shape, layout or range",
+            "refused by the host before sending",
+            "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written",
+            resync=False,
+        ),
         Rule("N1", "CLAIM, EXTEND", "-", "no lease_epoch", "lease_epoch = the server's run_id", resync=False),
-        Rule("N2", "EXTEND", "the caller may read but not write the row (project decision, docs/decisions.md)",
-             "extends: the script never writes the row", "NOPERM, nothing written: re-stamping lease_epoch "
-             "writes the row"),
-        Rule("D7", "SWEEP", "an expired member's lease_epoch is missing or not the current run_id",
-             "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt"),
-        Rule("D8", "SWEEP", "a selected member's row is not a hash, has a group field, or a bad stalled",
-             "processes members in order, errors at the first bad one", "refuses the whole sweep"),
-        Rule("D9", "PROMOTE", "a due member's row exists but is not a hash",
-             "processes members in order, errors at the first bad one", "WRONGTYPE, nothing written"),
-    )  # fmt: skip
+        Rule(
+            "N2",
+            "EXTEND",
+            "the caller may read but not write the row (project decision, docs/decisions.md)",
+            "extends: the script never writes the row",
+            "NOPERM, nothing written: re-stamping lease_epoch writes the row",
+        ),
+        Rule(
+            "D7",
+            "SWEEP",
+            "an expired member's lease_epoch is missing or not the current run_id",
+            "counted: stalled+1, may dead-letter",
+            "exempt: back to pending at 0, counted in exempt",
+        ),
+        Rule(
+            "D8",
+            "SWEEP",
+            "a selected member's row is not a hash, has a group field, or a bad stalled",
+            "processes members in order, errors at the first bad one",
+            "refuses the whole sweep",
+        ),
+        Rule(
+            "D9",
+            "PROMOTE",
+            "a due member's row exists but is not a hash",
+            "processes members in order, errors at the first bad one",
+            "WRONGTYPE, nothing written",
+        ),
+    )
 }
 
 
@@ -211,8 +261,10 @@ def rule_d2(view: StepView) -> tuple[bool, str] | None:
         # the host read nil before meta went bad: it sends the script, which never reads meta
         lua_ok = _exact("lua", view.lua_reply, view.lua_after, claim(view.before, queue, int(lease), view.now_ms))
     else:
-        lua_ok = (view.lua_reply == [] and view.lua_after == view.before,
-                  f"lua should answer empty and write nothing, answered {view.lua_reply!r}")
+        lua_ok = (
+            view.lua_reply == [] and view.lua_after == view.before,
+            f"lua should answer empty and write nothing, answered {view.lua_reply!r}",
+        )
     return _both(lua_ok, _native_refused(view, problem))
 
 
@@ -357,7 +409,7 @@ def rule_n2(view: StepView) -> tuple[bool, str] | None:
     if guarded is None or view.call is None or view.call.verb != "EXTEND":
         return None
     queue, (job, *_) = guarded
-    row = base_key(queue) + b"job:" + bytes(job)  # type: ignore[arg-type]
+    row = base_key(queue) + b"job:" + bytes(job)
     if (row, "write") not in view.denied or (row, "read") in view.denied or view.lua_reply != 1:
         return None
     return _native_refused(view, "NOPERM")
@@ -443,9 +495,10 @@ RULE_CHECKS: tuple[tuple[str, RuleCheck], ...] = (
 )  # fmt: skip
 
 
-def judge(view: StepView) -> Verdict:  # noqa: C901 - one rule after another, in table order
-    """The first rule whose precondition holds decides (its exact outcome, or a divergence);
-    where none holds, the two executors must match exactly. Pure.
+def judge(view: StepView) -> Verdict:
+    """A rule whose precondition holds and whose exact outcome is met allows the step; rules whose
+    preconditions hold but whose outcomes are not met make it a divergence; where no rule's
+    precondition holds, the two executors must match exactly. Pure.
 
     A rule is checked even when both sides agree: a native that quietly does what the scripts
     do where the contract demands its own outcome is a defect too.
@@ -455,12 +508,17 @@ def judge(view: StepView) -> Verdict:  # noqa: C901 - one rule after another, in
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
         same = view.lua_after == view.native_after
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
+    failures = []
     for rule_id, check in RULE_CHECKS:
         result = check(view)
         if result is None:
             continue
         ok, detail = result
-        return Verdict("allowed", rule_id) if ok else Verdict("divergence", rule_id, f"{rule_id} applies but {detail}")
+        if ok:  # preconditions can overlap (an ACL refusal inside an exempting sweep): one must hold
+            return Verdict("allowed", rule_id)
+        failures.append((rule_id, f"{rule_id} applies but {detail}"))
+    if failures:
+        return Verdict("divergence", failures[0][0], "; ".join(reason for _, reason in failures))
     same_reply = isinstance(view.native_reply, NotSent) or replies_equal(view.lua_reply, view.native_reply)
     if same_reply and view.lua_after == view.native_after:
         return MATCH

@@ -87,7 +87,9 @@ def labels(result: ReplayResult) -> Counter[str]:
         if isinstance(step, BeginClaim):
             begun[step.worker] = step.call
             continue
-        call = begun.pop(step.worker) if isinstance(step, EndClaim) else step.call if isinstance(step, CallStep) else None
+        call = (
+            begun.pop(step.worker) if isinstance(step, EndClaim) else step.call if isinstance(step, CallStep) else None
+        )
         if call is None or isinstance(record.native_reply, NotSent):
             continue
         reply = record.native_reply

@@ -11,9 +11,7 @@ HOSTREPLY = "EMQ HOSTREPLY unexpected reply from the server"
 LANE = "EMQ LANE job row has a group field"
 NOPERM = "NOPERM this user has no permissions to access one of the keys used as arguments"
 
-BY_CODE: dict[str, str] = {
-    text.split()[1]: text for text in (SHAPE, LAYOUT, ARG, NOTINT, OVERFLOW, HOSTREPLY, LANE)
-}
+BY_CODE: dict[str, str] = {text.split()[1]: text for text in (SHAPE, LAYOUT, ARG, NOTINT, OVERFLOW, HOSTREPLY, LANE)}
 
 
 SCRIPT_ACL_FAILURE = "ERR ACL failure in script"

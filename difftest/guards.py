@@ -68,8 +68,8 @@ def layout_queue(transition: Transition, keys: Sequence[bytes]) -> bytes:
     queue = queue_of_base(base)
     if queue is None:
         raise GuardError(errors.LAYOUT)
-    for suffix, key in zip(transition.keys, keys, strict=True):
-        if key != base + suffix.encode():
+    for name, key in zip(transition.keys, keys, strict=True):
+        if key != base + name.encode():
             raise GuardError(errors.LAYOUT)
     return queue
 

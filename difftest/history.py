@@ -97,7 +97,7 @@ def _decode_bytes(value: Any, where: str) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, bool):
-        raise HistoryError(f"{where}: expected a string, an integer or {{\"hex\": ...}}, got {value!r}")
+        raise HistoryError(f'{where}: expected a string, an integer or {{"hex": ...}}, got {value!r}')
     if isinstance(value, int):
         return str(value).encode()
     if isinstance(value, dict) and set(value) == {"hex"} and isinstance(value["hex"], str):
@@ -105,7 +105,7 @@ def _decode_bytes(value: Any, where: str) -> bytes:
             return bytes.fromhex(value["hex"])
         except ValueError:
             raise HistoryError(f"{where}: {value['hex']!r} is not hexadecimal") from None
-    raise HistoryError(f"{where}: expected a string, an integer or {{\"hex\": ...}}, got {value!r}")
+    raise HistoryError(f'{where}: expected a string, an integer or {{"hex": ...}}, got {value!r}')
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -203,9 +203,7 @@ def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True
 def _parse_call(obj: dict[str, Any], where: str) -> Call:
     verb = _require(obj, "verb", where)
     if verb not in TRANSITIONS:
-        raise HistoryError(
-            f"{where} field 'verb': {verb!r} is not a transition (one of {', '.join(TRANSITIONS)})"
-        )
+        raise HistoryError(f"{where} field 'verb': {verb!r} is not a transition (one of {', '.join(TRANSITIONS)})")
     if "queue" in obj:
         args = obj.get("args", [])
         if not isinstance(args, list):
@@ -249,9 +247,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         if not isinstance(command, list) or not command:
             raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
         return RawWrite(tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command)))
-    raise HistoryError(
-        f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)"
-    )
+    raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)")
 
 
 def _check_workers(steps: Iterable[tuple[int, Step]], name: str) -> None:
@@ -273,14 +269,14 @@ def _check_workers(steps: Iterable[tuple[int, Step]], name: str) -> None:
                 f"{name}:{line}: a restart while worker {worker!r}'s CLAIM from line {begun} is open: "
                 "end it first (a restart drops every connection)"
             )
-    for worker, begun in open_claims.items():
-        raise HistoryError(f"{name}:{begun}: worker {worker!r}'s CLAIM is never ended: add its 'end'")
+    # a claim still open at the end is allowed: its second round trip never happens (a worker
+    # that died, or an artifact cut at its failing step)
 
 
 def loads(text: str, name: str = "<history>") -> History:
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     if not lines:
-        raise HistoryError(f"{name}: empty file; a history starts with a header line {{\"format\": \"{FORMAT}\", ...}}")
+        raise HistoryError(f'{name}: empty file; a history starts with a header line {{"format": "{FORMAT}", ...}}')
 
     def parse_json(line_no: int, line: str) -> Any:
         try:
@@ -292,7 +288,7 @@ def loads(text: str, name: str = "<history>") -> History:
     header = parse_json(header_line, header_text)
     where = f"{name}:{header_line}"
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise HistoryError(f"{where}: the first line must be a header with \"format\": \"{FORMAT}\"")
+        raise HistoryError(f'{where}: the first line must be a header with "format": "{FORMAT}"')
     version = header.get("version")
     if version != VERSION:
         raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")

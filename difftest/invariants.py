@@ -74,10 +74,10 @@ class Ledger:
         if reply not in (0, None, []) and not isinstance(reply, ErrorReply | Refused):
             self.settled = False
         if call.verb == "ENQUEUE" and reply == 1:
-            self.enqueued.add((queue, bytes(args[0])))  # type: ignore[arg-type]
+            self.enqueued.add((queue, bytes(args[0])))
         elif call.verb == "COMPLETE" and reply == 1:
             self.into[(queue, "completed")] += 1
-            self.done.add((queue, bytes(args[0])))  # type: ignore[arg-type]
+            self.done.add((queue, bytes(args[0])))
         elif call.verb == "FAIL" and reply == b"dead":
             self.into[(queue, "failed")] += 1
         elif call.verb == "SWEEP" and isinstance(reply, list) and len(reply) == 4:
@@ -140,13 +140,13 @@ def _step_violations(ledger: Ledger, call: Call, before: Snapshot, reply: Reply)
         return []
     base = b"emq:{" + queue + b"}:"
     if call.verb in ("EXTEND", "COMPLETE", "FAIL") and reply not in (0, None) and isinstance(reply, int | bytes):
-        job, token = bytes(args[0]), str(args[1]).encode()  # type: ignore[arg-type]
+        job, token = bytes(args[0]), str(args[1]).encode()
         held = job in (zset(before, base + b"active") or {})
         attempts = (hash_fields(before, base + b"job:" + job) or {}).get(b"attempts")
         if ledger.held(queue, job) and not (held and attempts == token):
             return [f"fence: {call.verb} of {job!r} with token {token!r} succeeded (attempts {attempts!r})"]
     if call.verb == "REVIVE" and reply == 1:
-        job = bytes(args[0])  # type: ignore[arg-type]
+        job = bytes(args[0])
         if job not in (zset(before, base + b"dead") or {}):
             return [f"revive-dead-only: {job!r} was revived but was not dead"]
     return []

@@ -252,8 +252,11 @@ class Replayer:
             state.exposure.users = True
         fast = (
             lua_walk[0] == native_walk[0]
-            and (isinstance(native_reply, NotSent) or isinstance(step, RawWrite)
-                 or _same_reply_fast(lua_reply, native_reply))
+            and (
+                isinstance(native_reply, NotSent)
+                or isinstance(step, RawWrite)
+                or _same_reply_fast(lua_reply, native_reply)
+            )
             and not may_need_rules(step, call, state.exposure)
         )
         verdict = MATCH
@@ -346,7 +349,7 @@ class Replayer:
         keys = [base + b"meta", base + b"metrics:failed", base + b"metrics:completed"]
         keys += [k for k in before if k.startswith(base + b"job:")]
         if call.verb in ("EXTEND", "COMPLETE", "FAIL", "REVIVE", "ENQUEUE"):
-            keys.append(base + b"job:" + bytes(args[0]))  # type: ignore[arg-type]
+            keys.append(base + b"job:" + bytes(args[0]))
         unknown = [(key, perm) for key in keys for perm in ("read", "write") if (user, key, perm) not in self._acl]
         if unknown:
             pipe = self.native_server.client.pipeline(transaction=False)
@@ -390,7 +393,7 @@ def _stamped_row(call: Call | None, reply: Reply) -> bytes | None:
     if call.verb == "CLAIM" and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
         return base + reply[0]
     if call.verb == "EXTEND" and reply == 1:
-        return base + bytes(args[0])  # type: ignore[arg-type]
+        return base + bytes(args[0])
     return None
 
 
@@ -399,4 +402,4 @@ def replay_once(history: History, module: Path, lua_scripts: Path | None = None)
         return replayer.replay(history)
 
 
-__all__ = ["Divergence", "ReplayResult", "Replayer", "StepRecord", "replay_once", "segments", "Side"]
+__all__ = ["Divergence", "ReplayResult", "Replayer", "Side", "StepRecord", "replay_once", "segments"]

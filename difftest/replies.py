@@ -40,7 +40,7 @@ class NotSent:
     why: str
 
 
-Reply: TypeAlias = int | bytes | None | list["Reply"] | ErrorReply | Refused | NotSent
+Reply: TypeAlias = int | bytes | list["Reply"] | ErrorReply | Refused | NotSent | None
 
 
 class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]

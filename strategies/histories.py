@@ -212,7 +212,7 @@ def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
     """Often exactly at, one before or one after the next lease or delay deadline."""
     upcoming = sorted(d - now for q in hints.values() for d in q.deadlines() if d - now > 1)
     if draw.aim(3) and upcoming:
-        return upcoming[0] + draw.pick((0, -1, 1))
+        return upcoming[0] + int(draw.pick((0, -1, 1)))
     return int(_pick(draw, ADVANCES))
 
 
@@ -231,8 +231,8 @@ def _malformed(draw: Chooser, call: Call) -> Call:
         numkeys = str(transition.numkeys + draw.pick((-1, 1))).encode()
         return Call(call.verb, numkeys, call.rest)
     if choice == "argc":
-        rest = (*call.rest, b"extra") if draw.chance(2) else call.rest[:-1]
-        return Call(call.verb, call.numkeys, rest)
+        changed = (*call.rest, b"extra") if draw.chance(2) else call.rest[:-1]
+        return Call(call.verb, call.numkeys, changed)
     other = queue_keys(transition, b"other")
     bad_keys = [b"emq:{}:" + k.split(b":", 2)[-1] for k in rest[: transition.numkeys]]
     keys = other[:1] + rest[1 : transition.numkeys] if transition.numkeys > 1 else bad_keys
@@ -296,7 +296,9 @@ def histories(draw: Any, shape: HistoryShape = HistoryShape()) -> History:
     crashes, corruptions, restricted users, split CLAIMs with steps between, malformed calls."""
     # runs of seeds: a flat list would average six steps, too few to build up state; runs of runs
     # average about twenty-five, and the shrinker still deletes any one seed on its own
-    runs = draw(st.lists(st.lists(STEP_SEED, min_size=1, max_size=10), min_size=1, max_size=max(1, shape.max_steps // 5)))
+    runs = draw(
+        st.lists(st.lists(STEP_SEED, min_size=1, max_size=10), min_size=1, max_size=max(1, shape.max_steps // 5))
+    )
     seeds = [seed for run in runs for seed in run]
     while len(seeds) < shape.min_steps:
         seeds.append((0,) * SEED_WIDTH)
@@ -325,8 +327,10 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
         if kind == "advance":
             ms = _advance(draw, hints, now)
             now += ms
-            if steps and isinstance(steps[-1], Advance):  # one wait for the clock, not two
-                ms += steps.pop().ms
+            last = steps[-1] if steps else None
+            if isinstance(last, Advance):  # one wait for the clock, not two
+                steps.pop()
+                ms += last.ms
             steps.append(Advance(ms))
         elif kind == "restart":
             steps += [EndClaim(w) for w in open_claims]

@@ -15,17 +15,17 @@ def b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-def Z(members: dict[Any, Any] | None = None, **named: Any) -> Entry:  # noqa: N802
+def Z(members: dict[Any, Any] | None = None, **named: Any) -> Entry:
     merged = {**(members or {}), **named}
     return Entry("zset", {b(k): b(v) for k, v in merged.items()}, -1)
 
 
-def H(fields: dict[Any, Any] | None = None, **named: Any) -> Entry:  # noqa: N802
+def H(fields: dict[Any, Any] | None = None, **named: Any) -> Entry:
     merged = {**(fields or {}), **named}
     return Entry("hash", {b(k): b(v) for k, v in merged.items()}, -1)
 
 
-def S(value: Any) -> Entry:  # noqa: N802
+def S(value: Any) -> Entry:
     return Entry("string", b(value), -1)
 
 

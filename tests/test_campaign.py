@@ -62,7 +62,9 @@ def planted(tmp_path: Path) -> Path:
     return scripts
 
 
-def test_a_planted_defect_is_found_and_shrunk(planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_planted_defect_is_found_and_shrunk(
+    planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     database = tmp_path / "examples"
     result = run_campaign(config(tmp_path, examples=400, lua_scripts=planted, database=database, shrink_seconds=8))
     assert len(result.failures) == 1

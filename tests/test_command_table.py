@@ -73,4 +73,3 @@ def test_one_lua_script_per_scripted_transition() -> None:
     assert set(load_scripts()) == {v for v, t in TRANSITIONS.items() if t.scripted}
     # PAUSE and RESUME are plain commands on the Lua side: no script of theirs exists
     assert {t.verb for t in TRANSITIONS.values() if not t.scripted} == {"PAUSE", "RESUME"}
-

@@ -20,7 +20,9 @@ def test_integers_in_valkeys_form(raw: bytes, expected: int) -> None:
     assert parse_integer(raw, I64_MIN, I64_MAX) == expected
 
 
-@pytest.mark.parametrize("raw", [b"", b"-", b"-0", b"007", b"+1", b" 1", b"1 ", b"1.0", b"0x1", b"1e3", b"\x00", "١".encode()])
+@pytest.mark.parametrize(
+    "raw", [b"", b"-", b"-0", b"007", b"+1", b" 1", b"1 ", b"1.0", b"0x1", b"1e3", b"\x00", "١".encode()]
+)
 def test_not_integers(raw: bytes) -> None:
     with pytest.raises(GuardError) as refusal:
         parse_integer(raw, I64_MIN, I64_MAX)
@@ -45,8 +47,16 @@ def test_range_is_checked_after_form() -> None:
 
 @pytest.mark.parametrize(
     ("base", "queue"),
-    [(b"emq:{q}:", b"q"), (b"emq:{a b\x00\xff}:", b"a b\x00\xff"), (b"emq:{}:", None), (b"emq:{a{b}:", None),
-     (b"emq:{a}b}:", None), (b"emq:q:", None), (b"emq:{q}", None), (b"", None)],
+    [
+        (b"emq:{q}:", b"q"),
+        (b"emq:{a b\x00\xff}:", b"a b\x00\xff"),
+        (b"emq:{}:", None),
+        (b"emq:{a{b}:", None),
+        (b"emq:{a}b}:", None),
+        (b"emq:q:", None),
+        (b"emq:{q}", None),
+        (b"", None),
+    ],
 )
 def test_queue_of_base(base: bytes, queue: bytes | None) -> None:
     assert queue_of_base(base) == queue

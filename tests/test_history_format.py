@@ -50,15 +50,25 @@ def test_file_round_trip(tmp_path: Path) -> None:
         (HEADER + '\n{"op": "advance", "ms": -1}', ":2 field 'ms': expected an integer >= 0, got -1"),
         (HEADER + '\n{"op": "advance"}', ":2: missing field 'ms'"),
         (HEADER + '\n{"op": "call", "verb": "CLAIMS", "queue": "q"}', ":2 field 'verb': 'CLAIMS' is not a transition"),
-        (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [true]}', "field 'args'[0]: expected a string"),
-        (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": {"hex": "zz"}}', "field 'queue': 'zz' is not hexadecimal"),
+        (
+            HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [true]}',
+            "field 'args'[0]: expected a string",
+        ),
+        (
+            HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": {"hex": "zz"}}',
+            "field 'queue': 'zz' is not hexadecimal",
+        ),
         (HEADER + '\n{"op": "call", "verb": "CLAIM"}', ":2: a call needs 'queue' and 'args'"),
         (HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "user": "x"}', "'x' is not declared"),
-        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "SWEEP", "queue": "q", "args": [1, 1]}', "only CLAIM is split"),
+        (
+            HEADER + '\n{"op": "begin", "worker": "A", "verb": "SWEEP", "queue": "q", "args": [1, 1]}',
+            "only CLAIM is split",
+        ),
         (HEADER + '\n{"op": "end", "worker": "A"}', ":2: 'end' for worker 'A', which has no open 'begin'"),
-        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1]}', ":2: worker 'A'"),
-        (HEADER + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1]}\n{"op": "restart"}',
-         ":3: a restart while worker 'A'"),
+        (
+            HEADER + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1]}\n{"op": "restart"}',
+            ":3: a restart while worker 'A'",
+        ),
         (HEADER + '\n{"op": "raw", "command": []}', ":2 field 'command': expected a non-empty list"),
     ],
 )

@@ -282,7 +282,9 @@ def test_extend_moves_the_deadline(lua: LuaHost, lua_server: EmbeddedServer, gro
 
 
 @pytest.mark.parametrize(("job", "token"), [("j1", 2), ("j1", 0), ("nope", 1)])
-def test_extend_fence_refuses(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup, job: str, token: int) -> None:
+def test_extend_fence_refuses(
+    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup, job: str, token: int
+) -> None:
     enqueue_and_claim(lua, group)
     group.advance(60)
     assert run(lua, "EXTEND", job, token, 500) == 0
@@ -504,7 +506,9 @@ def test_sweep_restart_is_counted_by_the_scripts(lua: LuaHost, lua_server: Embed
     )
 
 
-def test_sweep_d8_bad_member_stops_with_partial_writes(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_d8_bad_member_stops_with_partial_writes(
+    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup
+) -> None:
     enqueue_and_claim(lua, group, "a", 10)
     lua_server.client.zadd(ACTIVE, {"bad": T0 + 11, "c": T0 + 12})
     lua_server.client.hset(row("bad"), "stalled", "x")
@@ -522,7 +526,9 @@ def test_sweep_d8_bad_member_stops_with_partial_writes(lua: LuaHost, lua_server:
     )
 
 
-def test_sweep_d8_group_field_is_ignored_by_the_scripts(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_d8_group_field_is_ignored_by_the_scripts(
+    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup
+) -> None:
     enqueue_and_claim(lua, group)
     lua_server.client.hset(row("j1"), "group", "g")
     group.advance(100)
@@ -569,7 +575,10 @@ def test_pause_and_resume(lua: LuaHost, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert run(lua, "PAUSE") == 1
     assert run(lua, "PAUSE") == 0
-    assert_keyspace(lua_server.client, {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): H(payload="p", state="pending", enqueued_at=T0)})
+    assert_keyspace(
+        lua_server.client,
+        {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): H(payload="p", state="pending", enqueued_at=T0)},
+    )
     assert run(lua, "CLAIM", 10) == []
     assert run(lua, "RESUME") == 1
     assert run(lua, "RESUME") == 0

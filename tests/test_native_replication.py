@@ -125,9 +125,7 @@ def aof_bytes(server: EmbeddedServer) -> bytes:
     return b"".join(Path(f).read_bytes() for f in files)
 
 
-def test_the_replica_follows_every_transition(
-    pair: tuple[EmbeddedServer, EmbeddedServer], group: ServerGroup
-) -> None:
+def test_the_replica_follows_every_transition(pair: tuple[EmbeddedServer, EmbeddedServer], group: ServerGroup) -> None:
     primary, replica = pair
     host = NativeModule(primary.client)
     for label, action, reply in HISTORY:
@@ -188,9 +186,7 @@ def test_the_aof_reloads_the_same_keyspace(
     assert b"MULTI" in data and b"ZPOPMIN" in data
 
 
-def test_a_refused_call_appends_nothing_to_the_aof(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_a_refused_call_appends_nothing_to_the_aof(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.set(Q + "active", "junk")
     size = len(aof_bytes(native_server))

@@ -94,11 +94,7 @@ def well_formed(verb: str, reply: Reply) -> bool:
     if verb == "PROMOTE":
         return isinstance(reply, int) and reply >= 0
     if verb == "SWEEP":
-        return (
-            isinstance(reply, list)
-            and len(reply) == 4
-            and all(isinstance(n, int) and n >= 0 for n in reply)
-        )
+        return isinstance(reply, list) and len(reply) == 4 and all(isinstance(n, int) and n >= 0 for n in reply)
     return False
 
 
@@ -221,9 +217,7 @@ def corruption(draw: st.DrawFn, base: bytes, epoch: bytes) -> list[bytes]:
         fields = st.tuples(st.sampled_from(FIELDS) | counters, small_atoms)
         pairs = draw(st.lists(fields, min_size=1, max_size=4))
         return [b"HSET", key, *[p for pair in pairs for p in pair]]
-    members = draw(
-        st.lists(st.tuples(st.sampled_from(SCORES), st.sampled_from(IDS)), min_size=1, max_size=4)
-    )
+    members = draw(st.lists(st.tuples(st.sampled_from(SCORES), st.sampled_from(IDS)), min_size=1, max_size=4))
     return [b"ZADD", key, *[p for pair in members for p in pair]]
 
 
@@ -242,8 +236,11 @@ GOOD_ARGS: dict[str, st.SearchStrategy[tuple[bytes, ...]]] = {
     "EXTEND": st.tuples(st.sampled_from(IDS), st.sampled_from([b"0", b"1", b"2"]), st.just(b"50")),
     "COMPLETE": st.tuples(st.sampled_from(IDS), st.sampled_from([b"0", b"1", b"2"])),
     "FAIL": st.tuples(
-        st.sampled_from(IDS), st.sampled_from([b"1", b"2"]), small_atoms,
-        st.sampled_from([b"1", b"2", b"3"]), st.sampled_from([b"0", b"10"]),
+        st.sampled_from(IDS),
+        st.sampled_from([b"1", b"2"]),
+        small_atoms,
+        st.sampled_from([b"1", b"2", b"3"]),
+        st.sampled_from([b"0", b"10"]),
     ),
     "PROMOTE": st.tuples(st.sampled_from([b"1", b"3", str(I64_MAX).encode()])),
     "SWEEP": st.tuples(st.sampled_from([b"1", b"2"]), st.sampled_from([b"1", b"3", b"100"])),
@@ -274,9 +271,7 @@ def test_wrong_typed_and_corrupt_keys_everywhere(robust_server: EmbeddedServer) 
         counters=st.lists(bad_counter(base), min_size=0, max_size=3),
         calls=st.lists(good_calls(queue), min_size=1, max_size=8),
     )
-    def one(
-        seed: str, setup: list[list[bytes]], counters: list[list[bytes]], calls: list[Call]
-    ) -> None:
+    def one(seed: str, setup: list[list[bytes]], counters: list[list[bytes]], calls: list[Call]) -> None:
         reset(robust_server)
         for job in (b"j1", b"j2") if seed != "none" else ():
             assert native.call(Call.of("ENQUEUE", queue, job, b"p", 0)) == 1

@@ -23,9 +23,7 @@ from difftest.snapshot import take_snapshot
 from executors.native.adapter import DEFAULT_MODULE, NativeModule
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
-PENDING, ACTIVE, DELAYED, DEAD, DONE = (
-    Q + s for s in ("pending", "active", "delayed", "dead", "done")
-)
+PENDING, ACTIVE, DELAYED, DEAD, DONE = (Q + s for s in ("pending", "active", "delayed", "dead", "done"))
 META, FAILED, COMPLETED = Q + "meta", Q + "metrics:failed", Q + "metrics:completed"
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 I64 = str(I64_MAX)
@@ -51,9 +49,7 @@ def refused(server: EmbeddedServer, host: NativeModule, call: Call, message: str
     assert dirty(server) == changes
 
 
-def refuses(
-    server: EmbeddedServer, host: NativeModule, verb: str, *args: bytes | str | int, message: str
-) -> None:
+def refuses(server: EmbeddedServer, host: NativeModule, verb: str, *args: bytes | str | int, message: str) -> None:
     refused(server, host, Call.of(verb, "q", *args), message)
 
 
@@ -80,9 +76,7 @@ def test_enqueue_now_goes_to_pending(native: NativeModule, native_server: Embedd
     assert_keyspace(native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_enqueue_with_delay_goes_to_delayed(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_enqueue_with_delay_goes_to_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 500) == 1
     assert_keyspace(
         native_server.client,
@@ -139,18 +133,14 @@ def test_enqueue_takes_arbitrary_bytes(native: NativeModule, native_server: Embe
         native_server.client,
         {
             ACTIVE: Z({job: T0 + 10, b"": T0 + 10}),
-            row("").encode() + job: H(
-                payload=payload, state="active", enqueued_at=T0, attempts=1, lease_epoch=epoch
-            ),
+            row("").encode() + job: H(payload=payload, state="active", enqueued_at=T0, attempts=1, lease_epoch=epoch),
             row(""): H(payload=b"", state="active", enqueued_at=T0, attempts=1, lease_epoch=epoch),
         },
     )
 
 
 @pytest.mark.parametrize("queue", [b"a:b", b"\x00\xff", b"q q", b"\r\n", b"emq:"])
-def test_enqueue_on_an_odd_queue_name(
-    native: NativeModule, native_server: EmbeddedServer, queue: bytes
-) -> None:
+def test_enqueue_on_an_odd_queue_name(native: NativeModule, native_server: EmbeddedServer, queue: bytes) -> None:
     base = b"emq:{" + queue + b"}:"
     assert native.call(Call.of("ENQUEUE", queue, "j1", "p", 0)) == 1
     assert native.call(Call.of("CLAIM", queue, 10)) == [b"j1", b"p", 1]
@@ -169,19 +159,13 @@ def test_enqueue_d3_set_wrong_type_writes_nothing(
     assert_keyspace(native_server.client, {wrong: S("junk")})
 
 
-def test_enqueue_now_never_touches_delayed(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_enqueue_now_never_touches_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.set(DELAYED, "junk")
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
-    assert_keyspace(
-        native_server.client, {DELAYED: S("junk"), PENDING: Z(j1=T0), row("j1"): waiting()}
-    )
+    assert_keyspace(native_server.client, {DELAYED: S("junk"), PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_enqueue_later_never_touches_pending(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_enqueue_later_never_touches_pending(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.set(PENDING, "junk")
     assert run(native, "ENQUEUE", "j1", "p", 3) == 1
     assert_keyspace(
@@ -214,9 +198,7 @@ def test_claim_n1_plain_claim_stamps_the_run_id(
     assert_keyspace(native_server.client, {ACTIVE: Z(j1=1100), row("j1"): claimed(epoch, 1000)})
 
 
-def test_claim_n1_after_a_restart_stamps_the_new_run_id(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_n1_after_a_restart_stamps_the_new_run_id(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "ENQUEUE", "j2", "p", 0) == 1
     first = native_server.run_id
@@ -246,59 +228,43 @@ def test_claim_takes_the_oldest_first(native: NativeModule, group: ServerGroup) 
     assert run(native, "CLAIM", 10) == []
 
 
-def test_claim_lease_at_the_maximum_is_accepted(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_lease_at_the_maximum_is_accepted(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "CLAIM", MAX_DURATION_MS) == [b"j1", b"p", 1]
     assert native_server.client.zscore(ACTIVE, "j1") == T0 + MAX_DURATION_MS
 
 
-def test_claim_ghost_is_consumed_and_nothing_minted(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_ghost_is_consumed_and_nothing_minted(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"ghost": 5, "j1": 6})
     native_server.client.hset(row("j1"), mapping={"payload": "p", "state": "pending"})
     assert run(native, "CLAIM", 100) == []
-    assert_keyspace(
-        native_server.client, {PENDING: Z(j1=6), row("j1"): H(payload="p", state="pending")}
-    )
+    assert_keyspace(native_server.client, {PENDING: Z(j1=6), row("j1"): H(payload="p", state="pending")})
 
 
-def test_claim_ghost_never_touches_active(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_ghost_never_touches_active(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"ghost": 5})
     native_server.client.set(ACTIVE, "junk")
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {ACTIVE: S("junk")})
 
 
-def test_claim_empty_pending_never_touches_active(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_empty_pending_never_touches_active(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.set(ACTIVE, "junk")
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {ACTIVE: S("junk")})
 
 
 @pytest.mark.parametrize("flag", [b"1", b"0", b"", b"\x00"])
-def test_claim_any_paused_value_answers_empty(
-    native: NativeModule, native_server: EmbeddedServer, flag: bytes
-) -> None:
+def test_claim_any_paused_value_answers_empty(native: NativeModule, native_server: EmbeddedServer, flag: bytes) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(META, "paused", flag)
     changes = dirty(native_server)
     assert run(native, "CLAIM", 100) == []
     assert dirty(native_server) == changes
-    assert_keyspace(
-        native_server.client, {META: H(paused=flag), PENDING: Z(j1=T0), row("j1"): waiting()}
-    )
+    assert_keyspace(native_server.client, {META: H(paused=flag), PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_claim_other_meta_fields_do_not_pause(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_other_meta_fields_do_not_pause(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(META, "other", "1")
     assert run(native, "CLAIM", 100) == [b"j1", b"p", 1]
@@ -371,9 +337,7 @@ def test_claim_d4_bad_attempts_writes_nothing(
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", attempts)
     refuses(native_server, native, "CLAIM", 100, message=message)
-    assert_keyspace(
-        native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting(attempts=attempts)}
-    )
+    assert_keyspace(native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting(attempts=attempts)})
 
 
 @pytest.mark.parametrize(("attempts", "next_attempt"), [("-5", -4), ("0", 1), ("41", 42)])
@@ -386,9 +350,7 @@ def test_claim_increments_any_integer_attempts(
     assert native_server.client.hget(row("j1"), "attempts") == str(next_attempt).encode()
 
 
-def test_claim_attempts_just_below_i64_max(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_attempts_just_below_i64_max(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", str(I64_MAX - 1))
     assert run(native, "CLAIM", 100) == [b"j1", b"p", I64_MAX]  # exact: no double rounding
@@ -407,13 +369,13 @@ def test_claim_d5_active_not_a_zset_writes_nothing(
     refuses(native_server, native, "CLAIM", 100, message=WRONGTYPE)
     assert native_server.client.zrange(PENDING, 0, -1) == [b"j1"]
     assert native_server.client.hgetall(row("j1")) == {
-        b"payload": b"p", b"state": b"pending", b"enqueued_at": str(T0).encode()
+        b"payload": b"p",
+        b"state": b"pending",
+        b"enqueued_at": str(T0).encode(),
     }
 
 
-def test_claim_row_without_payload_answers_nil(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_row_without_payload_answers_nil(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"j1": 5})
     native_server.client.hset(row("j1"), "state", "pending")
     assert run(native, "CLAIM", 100) == [b"j1", None, 1]
@@ -426,9 +388,7 @@ def test_claim_row_without_payload_answers_nil(
     )
 
 
-def test_claim_overwrites_a_foreign_lease_epoch(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_claim_overwrites_a_foreign_lease_epoch(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "lease_epoch", "R0")
     assert run(native, "CLAIM", 100) == [b"j1", b"p", 1]
@@ -438,9 +398,7 @@ def test_claim_overwrites_a_foreign_lease_epoch(
 # -- EXTEND --------------------------------------------------------------------------------------
 
 
-def test_extend_moves_the_deadline(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_extend_moves_the_deadline(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(60)
     assert run(native, "EXTEND", "j1", 1, 500) == 1
@@ -450,9 +408,7 @@ def test_extend_moves_the_deadline(
     )
 
 
-def test_extend_can_shorten_and_reaches_the_maximum(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_extend_can_shorten_and_reaches_the_maximum(native: NativeModule, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native, lease=1000)
     assert run(native, "EXTEND", "j1", 1, 1) == 1
     assert native_server.client.zscore(ACTIVE, "j1") == T0 + 1
@@ -477,9 +433,7 @@ def test_extend_n1_after_a_restart_restamps_the_new_run_id(
     assert run(native, "SWEEP", 1, 10) == [0, 1, 0, 0]
 
 
-def test_extend_stamps_a_lease_taken_without_an_epoch(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_extend_stamps_a_lease_taken_without_an_epoch(native: NativeModule, native_server: EmbeddedServer) -> None:
     """A lease the Lua scripts granted before the upgrade gets the epoch on its first extend."""
     native_server.client.zadd(ACTIVE, {"j1": T0 + 5})
     native_server.client.hset(row("j1"), mapping={"payload": "p", "state": "active", "attempts": 3})
@@ -529,9 +483,7 @@ def test_extend_not_active_is_refused(native: NativeModule, native_server: Embed
     assert take_snapshot(native_server.client) == before
 
 
-def test_extend_active_ghost_fails_the_fence(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_extend_active_ghost_fails_the_fence(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(ACTIVE, {"j1": T0 + 100})
     assert run(native, "EXTEND", "j1", 1, 500) == 0
     assert run(native, "COMPLETE", "j1", 1) == 0
@@ -634,9 +586,7 @@ def test_complete_d3_d4_writes_nothing(
 # -- FAIL ----------------------------------------------------------------------------------------
 
 
-def test_fail_retries_after_backoff(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_fail_retries_after_backoff(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(20)
     assert run(native, "FAIL", "j1", 1, b"boom\x00\xff", 3, 250) == b"retry"
@@ -666,9 +616,7 @@ def test_fail_backoff_zero_and_maximum(native: NativeModule, native_server: Embe
     ]  # fmt: skip
 
 
-def test_fail_at_max_attempts_dead_letters(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_fail_at_max_attempts_dead_letters(native: NativeModule, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native)
     assert run(native, "FAIL", "j1", 1, "", 1, 250) == b"dead"
     assert run(native, "FAIL", "j1", 1, "boom", 1, 250) == 0
@@ -778,9 +726,7 @@ def test_fail_retry_path_never_touches_dead_or_metrics(
     assert native_server.client.hget(row("j1"), "state") == b"delayed"
 
 
-def test_fail_dead_path_never_touches_delayed(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_fail_dead_path_never_touches_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native)
     native_server.client.set(DELAYED, "junk")
     assert run(native, "FAIL", "j1", 1, "e", 1, 10) == b"dead"
@@ -832,9 +778,7 @@ def test_promote_respects_limit_and_order(
     assert run(native, "PROMOTE", I64_MAX) == 0
 
 
-def test_promote_ghosts_use_the_budget(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_promote_ghosts_use_the_budget(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
     native_server.client.zadd(DELAYED, {"g1": T0 - 5})
     assert run(native, "ENQUEUE", "a", "p", 1) == 1
     assert run(native, "ENQUEUE", "b", "p", 2) == 1
@@ -851,9 +795,7 @@ def test_promote_ghosts_use_the_budget(
     )
 
 
-def test_promote_keeps_the_stored_score(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_promote_keeps_the_stored_score(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"a": 12.5, "b": "-inf"})
     native_server.client.hset(row("a"), "state", "delayed")
     native_server.client.hset(row("b"), "state", "delayed")
@@ -868,9 +810,7 @@ def test_promote_keeps_the_stored_score(
     )
 
 
-def test_promote_only_ghosts_never_touches_pending(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_promote_only_ghosts_never_touches_pending(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"ghost": T0, "g2": T0 - 1, "later": T0 + 1})
     native_server.client.set(PENDING, "junk")
     assert run(native, "PROMOTE", 10) == 0
@@ -882,9 +822,7 @@ def test_promote_delayed_wrong_type(native: NativeModule, native_server: Embedde
     refuses(native_server, native, "PROMOTE", 10, message=WRONGTYPE)
 
 
-def test_promote_d3_pending_wrong_type_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_promote_d3_pending_wrong_type_writes_nothing(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"ghost": T0 - 1, "a": T0})
     native_server.client.hset(row("a"), "state", "delayed")
     native_server.client.set(PENDING, "junk")
@@ -986,9 +924,7 @@ def test_sweep_dead_letters_at_max_stalled(
     )  # fmt: skip
 
 
-def test_sweep_counts_ghosts_and_keeps_its_budget(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_sweep_counts_ghosts_and_keeps_its_budget(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(ACTIVE, {"g1": T0 - 3, "g2": T0 - 2, "g3": T0 - 1, "g4": T0 + 1})
     assert run(native, "SWEEP", 1, 2) == [0, 0, 2, 0]
     assert_keyspace(native_server.client, {ACTIVE: Z(g3=T0 - 1, g4=T0 + 1)})
@@ -1041,9 +977,7 @@ def test_sweep_d7_restart_is_not_a_stall(
         native_server.client,
         {
             PENDING: Z(j1=0),
-            row("j1"): H(
-                payload="p", state="pending", enqueued_at=1000, attempts=1, lease_epoch=first
-            ),
+            row("j1"): H(payload="p", state="pending", enqueued_at=1000, attempts=1, lease_epoch=first),
         },
     )
     # the next lease is this process's
@@ -1105,9 +1039,7 @@ def test_sweep_epoch_with_a_trailing_byte_is_foreign(
     assert run(native, "SWEEP", 1, 10) == [0, 0, 0, 1]
 
 
-def test_sweep_several_deaths_count_on(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_sweep_several_deaths_count_on(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
     native_server.client.hset(FAILED, "count", 5)
     for job in ("a", "b", "c"):
         enqueue_and_claim(native, job, 10)
@@ -1194,9 +1126,7 @@ def test_sweep_touches_only_the_keys_its_verdicts_need(
     assert run(native, "SWEEP", max_stalled, 10) == want
 
 
-def test_sweep_only_ghosts_touches_nothing_else(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_sweep_only_ghosts_touches_nothing_else(native: NativeModule, native_server: EmbeddedServer) -> None:
     c = native_server.client
     c.zadd(ACTIVE, {"g": T0})
     for key in (PENDING, DEAD, FAILED):
@@ -1261,9 +1191,7 @@ def test_sweep_d8_bad_member_refuses_the_whole_sweep(
 # -- REVIVE --------------------------------------------------------------------------------------
 
 
-def test_revive_a_dead_job(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_revive_a_dead_job(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(100)
     assert run(native, "SWEEP", 1, 10) == [0, 1, 0, 0]
@@ -1293,9 +1221,7 @@ def test_revive_only_dead_jobs(native: NativeModule, native_server: EmbeddedServ
     assert take_snapshot(native_server.client) == before
 
 
-def test_revive_ghost_is_consumed_and_nothing_minted(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_revive_ghost_is_consumed_and_nothing_minted(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DEAD, {"ghost": 0, "other": 0})
     native_server.client.set(PENDING, "junk")  # a ghost never reaches pending
     assert run(native, "REVIVE", "ghost") == 0
@@ -1328,22 +1254,16 @@ def test_pause_and_resume(native: NativeModule, native_server: EmbeddedServer) -
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "PAUSE") == 1
     assert run(native, "PAUSE") == 0
-    assert_keyspace(
-        native_server.client, {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): waiting()}
-    )
+    assert_keyspace(native_server.client, {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): waiting()})
     assert run(native, "CLAIM", 10) == []
-    assert_keyspace(
-        native_server.client, {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): waiting()}
-    )
+    assert_keyspace(native_server.client, {META: H(paused=1), PENDING: Z(j1=T0), row("j1"): waiting()})
     assert run(native, "RESUME") == 1
     assert run(native, "RESUME") == 0
     assert_keyspace(native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting()})
     assert run(native, "CLAIM", 10) == [b"j1", b"p", 1]
 
 
-def test_pause_rewrites_any_flag_and_keeps_other_fields(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_pause_rewrites_any_flag_and_keeps_other_fields(native: NativeModule, native_server: EmbeddedServer) -> None:
     native_server.client.hset(META, mapping={"paused": "0", "other": "x"})
     assert run(native, "PAUSE") == 0
     assert_keyspace(native_server.client, {META: H(paused=1, other="x")})
@@ -1351,18 +1271,14 @@ def test_pause_rewrites_any_flag_and_keeps_other_fields(
     assert_keyspace(native_server.client, {META: H(other="x")})
 
 
-def test_resume_unpaused_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer
-) -> None:
+def test_resume_unpaused_writes_nothing(native: NativeModule, native_server: EmbeddedServer) -> None:
     assert run(native, "RESUME") == 0
     assert dirty(native_server) == 0
     assert_keyspace(native_server.client, {})
 
 
 @pytest.mark.parametrize("verb", ["PAUSE", "RESUME"])
-def test_pause_on_wrong_type_meta(
-    native: NativeModule, native_server: EmbeddedServer, verb: str
-) -> None:
+def test_pause_on_wrong_type_meta(native: NativeModule, native_server: EmbeddedServer, verb: str) -> None:
     native_server.client.set(META, "junk")
     refuses(native_server, native, verb, message=WRONGTYPE)
 
@@ -1577,9 +1493,7 @@ def _shape_cases(verb: str) -> list[Call]:
 
 
 SHAPE_CASES = [
-    pytest.param(call, id=f"{verb}-{i}")
-    for verb in TRANSITIONS
-    for i, call in enumerate(_shape_cases(verb))
+    pytest.param(call, id=f"{verb}-{i}") for verb in TRANSITIONS for i, call in enumerate(_shape_cases(verb))
 ]
 
 
@@ -1628,9 +1542,7 @@ def _layout_cases(verb: str) -> list[tuple[bytes, ...]]:
 
 
 LAYOUT_CASES = [
-    pytest.param(verb, keys, id=f"{verb}-{i}")
-    for verb in TRANSITIONS
-    for i, keys in enumerate(_layout_cases(verb))
+    pytest.param(verb, keys, id=f"{verb}-{i}") for verb in TRANSITIONS for i, keys in enumerate(_layout_cases(verb))
 ]
 
 
@@ -1647,9 +1559,7 @@ def test_d6_layout(
 
 
 @pytest.mark.parametrize("verb", [v for v, t in TRANSITIONS.items() if t.args])
-def test_d6_checks_run_in_order(
-    native: NativeModule, native_server: EmbeddedServer, verb: str
-) -> None:
+def test_d6_checks_run_in_order(native: NativeModule, native_server: EmbeddedServer, verb: str) -> None:
     """Shape before layout before integers: every argument below is bad in each way at once."""
     transition = TRANSITIONS[verb]
     bad_keys = tuple(b"x" for _ in transition.keys)

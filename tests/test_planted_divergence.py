@@ -42,7 +42,9 @@ def test_the_unmodified_scripts_agree() -> None:
     assert replay_once(HISTORY, DEFAULT_MODULE).ok
 
 
-def test_planted_defect_is_caught_and_reproduced(planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_planted_defect_is_caught_and_reproduced(
+    planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     result = replay_once(HISTORY, DEFAULT_MODULE, lua_scripts=planted)
     assert result.divergence is not None
     assert result.divergence.index == 3  # the first COMPLETE

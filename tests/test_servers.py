@@ -72,7 +72,7 @@ def test_wrong_valkey_version_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     fake.write_text("#!/bin/sh\necho 'Valkey server v=7.2.4 sha=0 malloc=libc bits=64'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("DIFFTEST_VALKEY_SERVER", str(fake))
-    with ServerGroup() as group, pytest.raises(SetupProblem, match="is Valkey 7.2.4; difftest needs"):
+    with ServerGroup() as group, pytest.raises(SetupProblem, match=r"is Valkey 7\.2\.4; difftest needs"):
         group.add("a")
 
 

@@ -34,7 +34,10 @@ def test_deleting_a_seed_still_decodes(seeds: list[tuple[int, ...]], data: st.Da
 def test_shape_switches_features_off(history: hist.History) -> None:
     assert not any(isinstance(s, Restart | BeginClaim | EndClaim) for s in history.steps)
     assert history.users == {}
-    assert not any(isinstance(a, Advance) and isinstance(b, Advance) for a, b in zip(history.steps, history.steps[1:]))
+    assert not any(
+        isinstance(a, Advance) and isinstance(b, Advance)
+        for a, b in zip(history.steps, history.steps[1:], strict=False)
+    )
 
 
 def test_zero_seeds_shrink_to_plain_calls() -> None:

@@ -37,9 +37,7 @@ def find_valkey_server() -> Path:
 
 def server_version(binary: Path) -> tuple[int, int, int]:
     try:
-        out = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     except OSError as exc:
         raise SetupProblem(f"cannot run {binary}: {exc}") from exc
     match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)

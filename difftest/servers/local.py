@@ -117,8 +117,7 @@ class EmbeddedServer:
             except _PortTaken:
                 if attempt + 1 == attempts:
                     raise SetupProblem(
-                        f"TCP port {port} on 127.0.0.1 is in use: choose another port "
-                        "or stop the process that holds it"
+                        f"TCP port {port} on 127.0.0.1 is in use: choose another port or stop the process that holds it"
                     ) from None
 
     def _choose_port(self) -> int | None:
@@ -177,7 +176,7 @@ class EmbeddedServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             close_fds=False,
-            preexec_fn=hook,  # noqa: PLW1509 - no threads have been started by us
+            preexec_fn=hook,
         )
         self._process = process
         return log_offset, port
@@ -197,8 +196,7 @@ class EmbeddedServer:
             if time.monotonic() > deadline:
                 self.kill()
                 raise SetupProblem(
-                    f"{self.name}: valkey-server did not answer within {START_TIMEOUT_S:.0f}s; "
-                    f"see {self.logfile}"
+                    f"{self.name}: valkey-server did not answer within {START_TIMEOUT_S:.0f}s; see {self.logfile}"
                 )
             time.sleep(0.0005)
         self.tcp_port = port
@@ -230,9 +228,7 @@ class EmbeddedServer:
                 f"{line.strip()[-200:]}; rebuild it with 'make setup' or check its arguments"
             )
         last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
-        return SetupProblem(
-            f"{self.name}: valkey-server exited with code {code} at start: {last[0].strip()[-240:]}"
-        )
+        return SetupProblem(f"{self.name}: valkey-server exited with code {code} at start: {last[0].strip()[-240:]}")
 
     def request_shutdown(self) -> None:
         """Send SHUTDOWN without waiting for the process: `stop` waits."""
@@ -320,10 +316,11 @@ class EmbeddedServer:
 
     @property
     def run_id(self) -> str:
-        return str(self.client.info("server")["run_id"])
+        info: dict[str, object] = self.client.info("server")  # type: ignore[assignment]
+        return str(info["run_id"])
 
     def time_ms(self) -> int:
-        seconds, micros = self.client.time()
+        seconds, micros = self.client.time()  # type: ignore[misc]
         return int(seconds) * 1000 + int(micros) // 1000
 
 
@@ -350,9 +347,7 @@ class ServerGroup:
         tcp_port: int | None = None,
         extra_config: Sequence[str] = (),
     ) -> EmbeddedServer:
-        server = EmbeddedServer(
-            name, self.root / name, self.clock, module, module_args, tcp_port, extra_config
-        )
+        server = EmbeddedServer(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
         self.servers.append(server)
         server.start()
         return server
@@ -395,8 +390,7 @@ class ServerGroup:
             while (seen := server.time_ms()) != expected:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"{server.name} reads {seen} ms, not the frozen {expected} ms: "
-                        "is libfaketime preloaded?"
+                        f"{server.name} reads {seen} ms, not the frozen {expected} ms: is libfaketime preloaded?"
                     )
 
     def close(self) -> None:

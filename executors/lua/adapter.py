@@ -23,14 +23,14 @@ def load_scripts(directory: Path | None = None) -> dict[str, bytes]:
     or a user's directory with their build of the scripts)."""
     package: Any = resources.files(__package__) if directory is None else directory
     if directory is not None:
-        missing = [t.script_name for t in TRANSITIONS.values() if t.scripted and not (directory / t.script_name).is_file()]
+        missing = [
+            t.script_name for t in TRANSITIONS.values() if t.scripted and not (directory / t.script_name).is_file()
+        ]
         if missing:
-            raise SetupProblem(f"script directory {directory} lacks {', '.join(missing)}: point it at a copy of executors/lua")
-    return {
-        verb: package.joinpath(t.script_name).read_bytes()
-        for verb, t in TRANSITIONS.items()
-        if t.scripted
-    }
+            raise SetupProblem(
+                f"script directory {directory} lacks {', '.join(missing)}: point it at a copy of executors/lua"
+            )
+    return {verb: package.joinpath(t.script_name).read_bytes() for verb, t in TRANSITIONS.items() if t.scripted}
 
 
 def reads_as_paused(reply: Reply) -> bool:
