@@ -39,7 +39,10 @@ class CampaignConfig:
     max_steps: int = 40
     database: Path | None = None  # Hypothesis example database; None: keep none
     pin: bool = True
-    shrink_seconds: float = 30.0  # Hypothesis's shrinking, then a last pass of step deletion
+    # Hypothesis's shrinking is bounded by replays after the first failure (deterministic for a
+    # seed), with a time cap only as a guard; then a last pass of step deletion
+    shrink_tries: int = 2000
+    shrink_seconds: float = 300.0
 
 
 @dataclass
@@ -115,6 +118,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
     failing: list[Any] = []  # every failing replay, in order; the last is Hypothesis's minimal
     best: dict[str, Any] = {}  # the latest failure: Hypothesis's current shrink target
+    tries: list[int] = []  # replays since the first failure
     database = DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
 
     @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
@@ -123,11 +127,14 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     @seed_of(batch_seed(config.seed, batch))
     @given(histories(shape))
     def campaign_history(history: Any) -> None:
-        spent = failing and time.monotonic() > best.setdefault("deadline", time.monotonic() + config.shrink_seconds)
+        deadline = best.setdefault("deadline", time.monotonic() + config.shrink_seconds) if failing else 0.0
+        spent = failing and (len(tries) >= config.shrink_tries or time.monotonic() > deadline)
         if spent and history != best["history"]:
             # the shrink budget is spent: only the smallest failure found so far still fails, so
             # Hypothesis's shrinker stops improving and reports it (a public-API way to bound it)
             return
+        if failing:
+            tries.append(1)
         started = time.perf_counter()
         result = replayer.replay(history)
         report.replay_s += time.perf_counter() - started

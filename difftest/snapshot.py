@@ -11,27 +11,6 @@ from typing import Any, TypeAlias
 
 import valkey
 
-WALK_SCRIPT = b"""
-local out = {}
-local cursor = '0'
-repeat
-  local page = redis.call('SCAN', cursor, 'COUNT', 1000)
-  cursor = page[1]
-  for _, key in ipairs(page[2]) do
-    local kind = redis.call('TYPE', key)['ok']
-    local value
-    if kind == 'string' then value = {redis.call('GET', key)}
-    elseif kind == 'hash' then value = redis.call('HGETALL', key)
-    elseif kind == 'zset' then value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    elseif kind == 'set' then value = redis.call('SMEMBERS', key)
-    elseif kind == 'list' then value = redis.call('LRANGE', key, 0, -1)
-    else value = {} end
-    out[#out + 1] = {key, kind, value, redis.call('PTTL', key)}
-  end
-until cursor == '0'
-return out
-"""
-
 Value: TypeAlias = bytes | dict[bytes, bytes] | frozenset[bytes] | tuple[bytes, ...] | None
 
 
@@ -73,7 +52,8 @@ def parse_walk(rows: list[list[Any]]) -> Snapshot:
 
 
 def take_snapshot(client: valkey.Valkey) -> Snapshot:
-    return parse_walk(client.execute_command(b"EVAL", WALK_SCRIPT, b"0"))
+    """The whole keyspace, `lease_epoch` fields included, in one round trip."""
+    return with_epochs(*parse_canonical(client.execute_command(b"EVAL", CANONICAL_WALK_SCRIPT, b"0")))
 
 
 def diff(left: Snapshot, right: Snapshot) -> dict[bytes, tuple[Entry | None, Entry | None]]:

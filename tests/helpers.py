@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from difftest.clock import DEFAULT_START_MS
@@ -53,3 +55,16 @@ def _explain(seen: Snapshot, want: Snapshot) -> str:
         if seen.get(key) != want.get(key):
             lines.append(f"  {key!r}: seen {seen.get(key)} want {want.get(key)}")
     return "\n".join(lines)
+
+
+LUA_DIR = Path(__file__).resolve().parent.parent / "executors" / "lua"
+
+
+def planted_scripts(directory: Path, script: str, old: str, new: str) -> Path:
+    """A copy of the Lua scripts with one defect planted in one script."""
+    scripts = directory / "lua"
+    shutil.copytree(LUA_DIR, scripts, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    source = (scripts / script).read_text()
+    assert old in source, f"{old!r} is no longer in {script}: update the planted defect"
+    (scripts / script).write_text(source.replace(old, new))
+    return scripts

@@ -3,7 +3,6 @@ shrunk to a handful of steps, and replayed from both the artifact and Hypothesis
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,7 @@ from difftest import history as hist
 from difftest.campaign import CampaignConfig, batch_sizes, run_campaign
 from difftest.cli import EXIT_DIVERGENCE, main
 from executors.native.adapter import DEFAULT_MODULE
-
-LUA_DIR = Path(__file__).resolve().parent.parent / "executors" / "lua"
+from tests.helpers import planted_scripts
 
 
 def config(tmp_path: Path, **overrides: object) -> CampaignConfig:
@@ -54,19 +52,14 @@ def test_two_workers_share_the_budget(tmp_path: Path) -> None:
 @pytest.fixture
 def planted(tmp_path: Path) -> Path:
     """A copy of the scripts in which FAIL never dead-letters: it always retries."""
-    scripts = tmp_path / "lua"
-    shutil.copytree(LUA_DIR, scripts, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    source = (scripts / "fail.lua").read_text()
-    assert "if exhausted then" in source
-    (scripts / "fail.lua").write_text(source.replace("if exhausted then", "if false then"))
-    return scripts
+    return planted_scripts(tmp_path, "fail.lua", "if exhausted then", "if false then")
 
 
 def test_a_planted_defect_is_found_and_shrunk(
     planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     database = tmp_path / "examples"
-    result = run_campaign(config(tmp_path, examples=400, lua_scripts=planted, database=database, shrink_seconds=8))
+    result = run_campaign(config(tmp_path, examples=400, lua_scripts=planted, database=database, shrink_tries=1200))
     assert len(result.failures) == 1
     failure = result.failures[0]
     artifact = Path(failure.artifact)
@@ -83,5 +76,5 @@ def test_a_planted_defect_is_found_and_shrunk(
     # and Hypothesis's database replays it first next time, before generating anything new
     assert any(database.rglob("*"))
     again = run_campaign(config(tmp_path, reports=tmp_path / "again", examples=400, lua_scripts=planted,
-                                database=database, seed=12345, shrink_seconds=2))  # fmt: skip
+                                database=database, seed=12345, shrink_tries=50))  # fmt: skip
     assert again.failures and again.histories <= 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,7 @@ from difftest.artifacts import expected_verdict, save_divergence
 from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
 from difftest.replay import replay_once
 from executors.native.adapter import DEFAULT_MODULE
-
-LUA_DIR = Path(__file__).resolve().parent.parent / "executors" / "lua"
+from tests.helpers import planted_scripts
 
 HISTORY = hist.History(
     (
@@ -30,12 +28,7 @@ HISTORY = hist.History(
 @pytest.fixture
 def planted(tmp_path: Path) -> Path:
     """executors/lua with COMPLETE counting two completions instead of one."""
-    scripts = tmp_path / "lua"
-    shutil.copytree(LUA_DIR, scripts, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    source = (scripts / "complete.lua").read_text()
-    assert "'count', 1)" in source
-    (scripts / "complete.lua").write_text(source.replace("'count', 1)", "'count', 2)"))
-    return scripts
+    return planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")
 
 
 def test_the_unmodified_scripts_agree() -> None:
