@@ -1,5 +1,5 @@
 # The README's two commands: `make run` (the main job) and `make test` (the suite). Both set up first.
-.PHONY: setup run test lint
+.PHONY: setup run test lint bench
 
 setup:
 	@scripts/setup.sh
@@ -7,10 +7,15 @@ setup:
 run: setup
 	.venv/bin/python -m difftest run
 
+# cargo's unit tests first (--lib: the crate has no doc tests), then the suite on real servers
 test: setup
+	cd executors/native && cargo test --lib --quiet
 	.venv/bin/python -m pytest -n 2 tests
-	@if [ -f executors/native/Cargo.toml ]; then cd executors/native && cargo test --quiet; fi
 
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+
+bench: setup
+	.venv/bin/python bench/bench_replay.py
