@@ -41,7 +41,7 @@ class CampaignConfig:
     pin: bool = True
     # Hypothesis's shrinking is bounded by replays after the first failure (deterministic for a
     # seed), with a time cap only as a guard; then a last pass of step deletion
-    shrink_tries: int = 2000
+    shrink_tries: int = 600
     shrink_seconds: float = 300.0
 
 

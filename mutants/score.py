@@ -1,0 +1,76 @@
+# One campaign over one pair of executors (a mutant's, or the unmodified ones) and its outcome.
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difftest.campaign import CampaignConfig, run_campaign
+
+CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The same for every mutant and for the null run: a fixed seed and an example budget, with a
+    wall-clock limit past which an unfinished campaign is a timeout."""
+
+    seed: int = 20261202
+    examples: int = 1000
+    timeout_s: float = 300.0
+    max_steps: int = 40
+    shrink_s: float = 5.0
+
+
+@dataclass
+class Outcome:
+    """One record of the report (one per mutant, and one for the null run)."""
+
+    id: str
+    executor: str
+    status: str  # caught, missed, timeout, unviable, error
+    defect_class: str = ""
+    transition: str = ""
+    needs: list[str] = field(default_factory=list)
+    build_s: float = 0.0
+    campaign_s: float = 0.0  # the campaign's wall time (for caught: time to kill, shrinking included)
+    histories: int = 0  # histories replayed before the kill (or in all)
+    steps: int = 0  # their steps: steps to kill
+    minimal_steps: int | None = None  # the shrunk killing history's length
+    reason: str = ""  # the divergence, or why unviable / error
+    artifact: str = ""  # the killing history's directory
+    reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budget) -> Outcome:
+    """Runs the campaign (one worker) and classifies it; the Outcome's id and executor are blank."""
+    config = CampaignConfig(
+        seed=budget.seed, module=module, reports=reports, examples=budget.examples, seconds=budget.timeout_s,
+        workers=1, lua_scripts=lua_scripts, max_steps=budget.max_steps, database=None, pin=False,
+        shrink_seconds=budget.shrink_s,
+    )  # fmt: skip
+    started = time.perf_counter()
+    try:
+        result = run_campaign(config)
+    except Exception as exc:  # a server that died under the mutant, a harness failure: reported as such
+        return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=f"{type(exc).__name__}: {exc}")
+    reached = {k: v for k, v in sorted(result.labels.items()) if k.startswith("contract:")}
+    outcome = Outcome("", "", MISSED, campaign_s=result.elapsed_s, histories=result.histories,
+                      steps=result.steps, reached=reached)  # fmt: skip
+    if result.interrupted:
+        outcome.status, outcome.reason = ERROR, "interrupted"
+    elif result.failures:
+        failure = result.failures[0]
+        outcome.status = CAUGHT
+        outcome.minimal_steps = failure.steps
+        outcome.reason = failure.reason
+        outcome.artifact = failure.artifact
+    elif result.histories < budget.examples:
+        outcome.status = TIMEOUT
+        outcome.reason = f"{result.histories} of {budget.examples} histories in {budget.timeout_s:.0f} s"
+    return outcome
