@@ -348,6 +348,13 @@ class Replayer:
         base = b"emq:{" + queue + b"}:"
         keys = [base + b"meta", base + b"metrics:failed", base + b"metrics:completed"]
         keys += [k for k in before if k.startswith(base + b"job:")]
+        # rows of every member of the queue's sets too: a ghost's row does not exist, yet a
+        # transition reaching it (EXISTS) needs the permission
+        for suffix in (b"pending", b"active", b"delayed", b"dead", b"done"):
+            entry = before.get(base + suffix)
+            if entry is not None and isinstance(entry.value, dict):
+                keys += [base + b"job:" + member for member in entry.value]
+        keys = list(dict.fromkeys(keys))
         if call.verb in ("EXTEND", "COMPLETE", "FAIL", "REVIVE", "ENQUEUE"):
             keys.append(base + b"job:" + bytes(args[0]))
         unknown = [(key, perm) for key in keys for perm in ("read", "write") if (user, key, perm) not in self._acl]

@@ -66,6 +66,8 @@ def _user_rules() -> dict[str, tuple[str, ...]]:
 
 
 USERS = _user_rules()
+# the transition that reaches each user's denied keys first
+USER_PROBES = {"nometa": "CLAIM", "norows": "CLAIM", "readrows": "EXTEND", "nometrics": "COMPLETE"}
 
 
 @dataclass(frozen=True)
@@ -352,11 +354,15 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
                 open_claims.remove(worker)
                 steps.append(EndClaim(worker))
         else:
-            verb = _verb(draw, hints[queue], now, bool(open_claims))
+            user = _pick(draw, tuple(USERS)) if kind == "user" else None
+            # a restricted user mostly calls what reaches the keys it is denied (with a held
+            # token where it needs one): EXTEND as readrows reaches N2, COMPLETE as nometrics
+            # reaches the metrics check; otherwise any transition
+            probe = USER_PROBES.get(user or "") if user and draw.aim(2) else None
+            verb = probe or _verb(draw, hints[queue], now, bool(open_claims))
             call = _transition_call(draw, verb, queue, hints[queue], now)
             if kind == "malformed":
                 call = _malformed(draw, call)
-            user = _pick(draw, tuple(USERS)) if kind == "user" else None
             steps.append(CallStep(call, user))
     steps += [EndClaim(w) for w in open_claims]
     return History(tuple(steps), users=dict(USERS) if shape.users else {})
