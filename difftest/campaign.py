@@ -39,6 +39,7 @@ class CampaignConfig:
     max_steps: int = 40
     database: Path | None = None  # Hypothesis example database; None: keep none
     pin: bool = True
+    backend: str = "local"  # or "docker": each worker's pair as two containers
     # Hypothesis's shrinking is bounded by replays after the first failure (deterministic for a
     # seed), with a time cap only as a guard; then a last pass of step deletion
     shrink_tries: int = 600
@@ -209,7 +210,7 @@ def _work(config: CampaignConfig, worker: int) -> WorkerReport:
     started = time.perf_counter()
     sizes = batch_sizes(config)
     deadline = None if config.seconds is None else time.monotonic() + config.seconds
-    with Replayer(config.module, lua_scripts=config.lua_scripts) as replayer:
+    with Replayer(config.module, lua_scripts=config.lua_scripts, backend=config.backend) as replayer:
         batch = worker
         while True:
             if sizes is not None and batch >= len(sizes):

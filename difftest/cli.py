@@ -52,7 +52,7 @@ def print_result(result: ReplayResult) -> None:
 def replay_and_report(history: hist.History, args: argparse.Namespace, label: str) -> tuple[int, ReplayResult]:
     from difftest.artifacts import save_divergence
 
-    with Replayer(args.module, lua_scripts=args.lua_scripts) as replayer:
+    with Replayer(args.module, lua_scripts=args.lua_scripts, backend=args.backend) as replayer:
         result = replayer.replay(history)
     print_result(result)
     if result.divergence is None:
@@ -86,6 +86,7 @@ def command_run(args: argparse.Namespace) -> int:
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         database=None if args.no_database else Path(".hypothesis") / "difftest-examples",
+        backend=args.backend,
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     print(f"campaign: seed {seed}, {budget}, {args.workers} worker(s); reports in {directory}", flush=True)
@@ -145,6 +146,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="a directory of <verb>.lua scripts to use instead of executors/lua",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("local", "docker"),
+        default="local",
+        help="embedded server processes (default) or containers of images built here",
     )
     parser.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip

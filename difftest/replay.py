@@ -99,10 +99,12 @@ def _call_of(step: Step, begun: dict[str, BeginClaim]) -> tuple[Call | None, str
 class Replayer:
     """A Lua server and a native server on one frozen clock, reused from history to history."""
 
-    def __init__(self, module: Path, group: ServerGroup | None = None, lua_scripts: Path | None = None) -> None:
+    def __init__(
+        self, module: Path, group: ServerGroup | None = None, lua_scripts: Path | None = None, backend: str = "local"
+    ) -> None:
         self.scripts = load_scripts(lua_scripts)
         self._owns_group = group is None
-        self.group = ServerGroup() if group is None else group
+        self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
         self.lua_server = self.group.add("lua")
         self.native_server = self.group.add("native", module=module)

@@ -35,3 +35,20 @@ def native_server(group: ServerGroup) -> EmbeddedServer:
 @pytest.fixture
 def native(native_server: EmbeddedServer) -> NativeModule:
     return NativeModule(native_server.client)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After the whole run (in the controlling process): no container of the project is left."""
+    if hasattr(session.config, "workerinput"):
+        return
+    try:
+        from difftest.servers.docker import docker_client
+        from difftest.servers.images import LABEL
+
+        left = docker_client().containers.list(all=True, filters={"label": LABEL})
+    except Exception:  # no engine here: nothing can be left
+        return
+    if left:
+        names = ", ".join(c.name for c in left)
+        print(f"\nproject containers left after the run: {names}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import valkey
 
@@ -331,13 +332,20 @@ class _PortTaken(Exception):
 class ServerGroup:
     """Servers sharing one temp root and one frozen clock; removed whole on exit."""
 
-    def __init__(self, root: Path | None = None, start_ms: int | None = None) -> None:
+    def __init__(self, root: Path | None = None, start_ms: int | None = None, backend: str = "local") -> None:
+        if backend not in ("local", "docker"):
+            raise SetupProblem(f"unknown backend {backend!r}: use 'local' or 'docker'")
+        self.backend = backend
+        if backend == "docker":
+            from difftest.servers.docker import docker_client, remove_orphans
+
+            remove_orphans(docker_client())
         self._owns_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="difftest-", dir=fast_temp_dir())) if root is None else root
         self.root.mkdir(parents=True, exist_ok=True)
         kwargs = {} if start_ms is None else {"start_ms": start_ms}
         self.clock = FrozenClock(self.root / "faketime", **kwargs)
-        self.servers: list[EmbeddedServer] = []
+        self.servers: list[Any] = []  # EmbeddedServer, or DockerServer on the docker backend
 
     def add(
         self,
@@ -346,8 +354,14 @@ class ServerGroup:
         module_args: Sequence[str] = (),
         tcp_port: int | None = None,
         extra_config: Sequence[str] = (),
-    ) -> EmbeddedServer:
-        server = EmbeddedServer(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
+    ) -> Any:
+        """Start a server of this group's backend (an EmbeddedServer or a DockerServer)."""
+        kind: Any = EmbeddedServer
+        if self.backend == "docker":
+            from difftest.servers.docker import DockerServer
+
+            kind = DockerServer
+        server = kind(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
         self.servers.append(server)
         server.start()
         return server

@@ -1,0 +1,243 @@
+"""Servers as containers (the docker backend): the same interface as the embedded servers.
+
+Each server is a container of an image built here (FROM scratch), with no network at all
+(network_mode none: reachable only through its unix socket, in a directory bind-mounted from this
+machine), its data in that directory (kept across restart and kill), and the shared frozen clock
+read from the group's timestamp file through a read-only bind mount.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import valkey
+
+from difftest.clock import FrozenClock
+from difftest.problems import SetupProblem
+from difftest.replies import WholeErrorParser
+from difftest.servers.fastboot import fastboot_library
+from difftest.servers.images import IN_IMAGE, LABEL, build_image
+
+OWNER_LABEL = "org.difftest.owner"  # the pid of the harness that made a container
+GROUP_LABEL = "org.difftest.group"  # the server group (its temp root's name) a container belongs to
+START_TIMEOUT_S = 30.0
+
+
+def docker_client() -> Any:
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # no package, no socket, daemon down: one line, and what to do
+        raise SetupProblem(
+            f"no Docker engine answers ({exc.__class__.__name__}: {str(exc)[:120]}): start it, "
+            "or use the local backend (--backend local)"
+        ) from exc
+    return client
+
+
+def remove_orphans(client: Any) -> int:
+    """Containers a dead harness left behind (it was SIGKILLed before it could clean up)."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner = container.labels.get(OWNER_LABEL, "")
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+class DockerServer:
+    """One valkey-server container; `restart()` is docker stop/start, `crash()` docker kill/start."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        clock: FrozenClock,
+        module: Path | None = None,
+        module_args: Sequence[str] = (),
+        tcp_port: int | None = None,
+        extra_config: Sequence[str] = (),
+    ) -> None:
+        if tcp_port is not None:
+            raise SetupProblem("the docker backend serves unix sockets only: drop the TCP port")
+        if module is not None and not module.is_file():
+            raise SetupProblem(f"module {module} does not exist: build it with 'make setup' or pass its path")
+        self.name = name
+        self.workdir = workdir
+        self.clock = clock
+        self.module = module
+        self.module_args = tuple(module_args)
+        self.extra_config = tuple(extra_config)
+        self.tcp_port: int | None = None
+        self.socket_path = workdir / "valkey.sock"
+        self.logfile = workdir / "valkey.log"
+        self.starts = 0
+        self._docker = docker_client()
+        self._image = build_image(self._docker, module)
+        self._container: Any = None
+        self._client: valkey.Valkey | None = None
+
+    def _command(self) -> list[str]:
+        args = [
+            "--dir", "/data", "--unixsocket", "/data/valkey.sock", "--unixsocketperm", "777",
+            "--port", "0", "--logfile", "/data/valkey.log", "--appendonly", "yes",
+            "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            "--enable-debug-command", "yes", "--enable-module-command", "yes",
+            *self.extra_config,
+        ]  # fmt: skip
+        if self.module is not None:
+            args += ["--loadmodule", IN_IMAGE["module"], *self.module_args]
+        return args
+
+    def _environment(self) -> dict[str, str]:
+        library = str(self.clock.library)
+        preload = f"{IN_IMAGE['fastboot']}:{library}" if fastboot_library() else library
+        return {
+            "LD_PRELOAD": preload,
+            "FAKETIME_TIMESTAMP_FILE": f"/clock/{self.clock.path.name}",
+            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "TZ": "UTC",
+        }
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._await_ready(*self._spawn(None))
+
+    def _choose_port(self) -> int | None:
+        return None
+
+    def _spawn(self, port: int | None) -> tuple[int, int | None]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        if self._container is None:
+            self._container = self._docker.containers.create(
+                self._image,
+                command=self._command(),
+                name=f"difftest-{os.getpid()}-{self.name}-{uuid.uuid4().hex[:8]}",
+                labels={LABEL: "1", OWNER_LABEL: str(os.getpid()), GROUP_LABEL: self.workdir.parent.name},
+                network_mode="none",
+                environment=self._environment(),
+                volumes={
+                    str(self.workdir): {"bind": "/data", "mode": "rw"},
+                    str(self.clock.path.parent): {"bind": "/clock", "mode": "ro"},
+                },
+            )
+        self._container.start()
+        return 0, port
+
+    def _await_ready(self, log_offset: int, port: int | None) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            self._container.reload()
+            if self._container.status == "exited":
+                tail = self._container.logs(tail=5).decode(errors="replace").strip().splitlines()
+                last = tail[-1] if tail else "(no output)"
+                raise SetupProblem(f"{self.name}: the server container exited at start: {last[-240:]}")
+            if self.socket_path.exists() and self._ping():
+                break
+            if time.monotonic() > deadline:
+                raise SetupProblem(f"{self.name}: the server container did not answer within {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.002)
+        self.starts += 1
+
+    def _ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except (valkey.ConnectionError, valkey.BusyLoadingError, valkey.ResponseError):
+            self._drop_client()
+            return False
+
+    def request_shutdown(self) -> None:
+        with contextlib.suppress(valkey.ConnectionError, valkey.ResponseError):
+            self.client.execute_command("SHUTDOWN")
+        self._drop_client()
+
+    def stop(self) -> None:
+        """Graceful: SHUTDOWN (as docker stop's SIGTERM would), then wait for the container."""
+        if self._container is None or not self.running:
+            return
+        self.request_shutdown()
+        self._container.wait(timeout=30)
+
+    def kill(self) -> None:
+        """docker kill: SIGKILL, as a crash."""
+        self._drop_client()
+        if self._container is not None and self.running:
+            with contextlib.suppress(Exception):
+                self._container.kill()
+            self._container.wait(timeout=30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def crash(self) -> None:
+        self.kill()
+        self.start()
+
+    def close(self) -> None:
+        self._drop_client()
+        if self._container is not None:
+            with contextlib.suppress(Exception):
+                self._container.remove(force=True)
+            self._container = None
+
+    @property
+    def running(self) -> bool:
+        if self._container is None:
+            return False
+        self._container.reload()
+        return bool(self._container.status == "running")
+
+    @property
+    def pid(self) -> int | None:
+        if self._container is None:
+            return None
+        return int(self._container.attrs["State"]["Pid"]) or None
+
+    # -- clients ----------------------------------------------------------------------------
+
+    @property
+    def client(self) -> valkey.Valkey:
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
+        pool = valkey.ConnectionPool(
+            connection_class=valkey.UnixDomainSocketConnection,
+            path=str(self.socket_path),
+            username=username,
+            password=password,
+            parser_class=WholeErrorParser,
+            socket_timeout=30,
+            lib_name=None,
+            lib_version=None,
+        )
+        return valkey.Valkey(connection_pool=pool)
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def run_id(self) -> str:
+        info: dict[str, object] = self.client.info("server")  # type: ignore[assignment]
+        return str(info["run_id"])
+
+    def time_ms(self) -> int:
+        seconds, micros = self.client.time()  # type: ignore[misc]
+        return int(seconds) * 1000 + int(micros) // 1000

@@ -1,0 +1,85 @@
+"""The docker backend: images built here FROM scratch, containers with data kept across restart and
+kill, the shared frozen clock, the engine's histories judged as on the local backend, cleanup."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from difftest import history as hist
+from difftest.campaign import CampaignConfig, run_campaign
+from difftest.problems import SetupProblem
+from difftest.replay import Replayer
+from difftest.servers.docker import GROUP_LABEL, OWNER_LABEL, docker_client
+from difftest.servers.images import LABEL, image_tag
+from difftest.servers.local import ServerGroup
+from executors.native.adapter import DEFAULT_MODULE
+from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
+
+
+def _ours(group: ServerGroup | None = None) -> list[object]:
+    """This process's containers, or one group's."""
+    label = f"{GROUP_LABEL}={group.root.name}" if group else f"{OWNER_LABEL}={os.getpid()}"
+    return docker_client().containers.list(all=True, filters={"label": label})
+
+
+@pytest.fixture(scope="module")
+def replayer() -> Iterator[Replayer]:
+    with Replayer(DEFAULT_MODULE, backend="docker") as engine:
+        yield engine
+    assert _ours() == []  # the replayer's containers are gone
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_RULES))
+def test_histories_judge_the_same_on_containers(replayer: Replayer, name: str) -> None:
+    result = replayer.replay(hist.load(HISTORIES / name))
+    assert result.divergence is None, result.divergence and result.divergence.reason
+    assert dict(result.rules_hit) == EXPECTED_RULES[name]
+
+
+def test_the_image_is_from_scratch_and_labelled() -> None:
+    client = docker_client()
+    with ServerGroup(backend="docker") as group:
+        group.add("lua")
+        image = client.images.get(image_tag(None))
+        assert image.labels.get(LABEL) == "1"
+        assert len(image.attrs["RootFS"]["Layers"]) == 1  # one COPY on top of nothing
+        assert image.attrs["Config"]["Entrypoint"] == ["/usr/local/bin/valkey-server"]
+
+
+def test_restart_and_crash_keep_data_and_the_frozen_clock() -> None:
+    with ServerGroup(backend="docker") as group:
+        server = group.add("native", module=DEFAULT_MODULE)
+        group.advance(42)
+        server.client.hset("h", "f", "v")
+        first = server.run_id
+        server.crash()
+        assert server.client.hgetall("h") == {b"f": b"v"}
+        assert server.run_id != first
+        second = server.run_id
+        server.restart()
+        assert server.client.hgetall("h") == {b"f": b"v"} and server.run_id != second
+        assert server.time_ms() == group.clock.now_ms
+        assert len(_ours(group)) == 1
+    assert _ours(group) == []
+
+
+def test_no_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(SetupProblem, match="no Docker engine answers") as problem:
+        ServerGroup(backend="docker")
+    assert "\n" not in str(problem.value)
+
+
+def test_a_campaign_runs_on_containers(tmp_path: Path) -> None:
+    before = {c.id for c in _ours()}  # type: ignore[attr-defined]
+    result = run_campaign(
+        CampaignConfig(
+            seed=3, module=DEFAULT_MODULE, reports=tmp_path, examples=15, workers=1, pin=False, backend="docker"
+        )  # fmt: skip
+    )
+    assert result.failures == [] and result.histories == 15
+    assert {c.id for c in _ours()} == before  # type: ignore[attr-defined]  # its pair is gone
