@@ -79,7 +79,7 @@ def test_a_campaign_runs_on_containers(tmp_path: Path) -> None:
     result = run_campaign(
         CampaignConfig(
             seed=3, module=DEFAULT_MODULE, reports=tmp_path, examples=15, workers=1, pin=False, backend="docker"
-        )  # fmt: skip
+        )
     )
     assert result.failures == [] and result.histories == 15
     assert {c.id for c in _ours()} == before  # type: ignore[attr-defined]  # its pair is gone
