@@ -20,7 +20,7 @@ import valkey
 
 from difftest.clock import FrozenClock
 from difftest.problems import SetupProblem
-from difftest.replies import WholeErrorParser
+from difftest.servers.clients import SocketClients
 from difftest.servers.fastboot import fastboot_library
 from difftest.servers.images import IN_IMAGE, LABEL, build_image
 
@@ -54,7 +54,7 @@ def remove_orphans(client: Any) -> int:
     return removed
 
 
-class DockerServer:
+class DockerServer(SocketClients):
     """One valkey-server container; `restart()` is docker stop/start, `crash()` docker kill/start."""
 
     def __init__(
@@ -206,38 +206,3 @@ class DockerServer:
         if self._container is None:
             return None
         return int(self._container.attrs["State"]["Pid"]) or None
-
-    # -- clients ----------------------------------------------------------------------------
-
-    @property
-    def client(self) -> valkey.Valkey:
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
-
-    def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
-        pool = valkey.ConnectionPool(
-            connection_class=valkey.UnixDomainSocketConnection,
-            path=str(self.socket_path),
-            username=username,
-            password=password,
-            parser_class=WholeErrorParser,
-            socket_timeout=30,
-            lib_name=None,
-            lib_version=None,
-        )
-        return valkey.Valkey(connection_pool=pool)
-
-    def _drop_client(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @property
-    def run_id(self) -> str:
-        info: dict[str, object] = self.client.info("server")  # type: ignore[assignment]
-        return str(info["run_id"])
-
-    def time_ms(self) -> int:
-        seconds, micros = self.client.time()  # type: ignore[misc]
-        return int(seconds) * 1000 + int(micros) // 1000

@@ -20,8 +20,8 @@ import valkey
 
 from difftest.clock import FrozenClock
 from difftest.problems import SetupProblem
-from difftest.replies import WholeErrorParser
 from difftest.servers.binary import checked_binary
+from difftest.servers.clients import SocketClients
 from difftest.servers.fastboot import fastboot_library
 
 START_TIMEOUT_S = 20.0
@@ -67,7 +67,7 @@ def pin_to_core(core: int) -> int:
     return chosen
 
 
-class EmbeddedServer:
+class EmbeddedServer(SocketClients):
     """One valkey-server child process with its own data dir, reached by a unix socket.
 
     `restart()` shuts down gracefully, `crash()` kills with SIGKILL; both start again on the same
@@ -288,41 +288,6 @@ class EmbeddedServer:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
-
-    # -- clients ----------------------------------------------------------------------------
-
-    @property
-    def client(self) -> valkey.Valkey:
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
-
-    def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
-        pool = valkey.ConnectionPool(
-            connection_class=valkey.UnixDomainSocketConnection,
-            path=str(self.socket_path),
-            username=username,
-            password=password,
-            parser_class=WholeErrorParser,
-            socket_timeout=30,
-            lib_name=None,
-            lib_version=None,
-        )
-        return valkey.Valkey(connection_pool=pool)
-
-    def _drop_client(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @property
-    def run_id(self) -> str:
-        info: dict[str, object] = self.client.info("server")  # type: ignore[assignment]
-        return str(info["run_id"])
-
-    def time_ms(self) -> int:
-        seconds, micros = self.client.time()  # type: ignore[misc]
-        return int(seconds) * 1000 + int(micros) // 1000
 
 
 class _PortTaken(Exception):

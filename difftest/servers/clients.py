@@ -1,0 +1,49 @@
+"""Clients of a server reached by its unix socket, shared by embedded servers and containers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import valkey
+
+from difftest.replies import WholeErrorParser
+
+
+class SocketClients:
+    """A cached admin client, clients as other users, and the two reads the harness needs."""
+
+    socket_path: Path
+    _client: valkey.Valkey | None = None
+
+    @property
+    def client(self) -> valkey.Valkey:
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
+        pool = valkey.ConnectionPool(
+            connection_class=valkey.UnixDomainSocketConnection,
+            path=str(self.socket_path),
+            username=username,
+            password=password,
+            parser_class=WholeErrorParser,
+            socket_timeout=30,
+            lib_name=None,  # no CLIENT SETINFO round trips at connect
+            lib_version=None,
+        )
+        return valkey.Valkey(connection_pool=pool)
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def run_id(self) -> str:
+        info: dict[str, object] = self.client.info("server")  # type: ignore[assignment]
+        return str(info["run_id"])
+
+    def time_ms(self) -> int:
+        seconds, micros = self.client.time()  # type: ignore[misc]
+        return int(seconds) * 1000 + int(micros) // 1000
