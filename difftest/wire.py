@@ -21,17 +21,9 @@ class Wire:
     """One connection, as a user (None: the default admin user)."""
 
     def __init__(self, socket_path: str, username: str | None = None, password: str | None = None) -> None:
-        from difftest.replies import WholeErrorParser
+        from difftest.servers.clients import socket_options
 
-        self.connection = UnixDomainSocketConnection(
-            path=socket_path,
-            username=username,
-            password=password,
-            parser_class=WholeErrorParser,
-            socket_timeout=60,
-            lib_name=None,  # no CLIENT SETINFO round trips at connect
-            lib_version=None,
-        )
+        self.connection = UnixDomainSocketConnection(**socket_options(socket_path, username, password, timeout=60))
         self.connection.connect()
 
     def send(self, commands: Sequence[Command]) -> None:

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import valkey
 
 from difftest.replies import WholeErrorParser
+
+
+def socket_options(path: Path | str, username: str | None, password: str | None, timeout: float) -> dict[str, Any]:
+    """How every connection of the harness is made: whole error texts, no CLIENT SETINFO."""
+    return {
+        "path": str(path),
+        "username": username,
+        "password": password,
+        "parser_class": WholeErrorParser,
+        "socket_timeout": timeout,
+        "lib_name": None,  # no CLIENT SETINFO round trips at connect
+        "lib_version": None,
+    }
 
 
 class SocketClients:
@@ -24,13 +38,7 @@ class SocketClients:
     def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
         pool = valkey.ConnectionPool(
             connection_class=valkey.UnixDomainSocketConnection,
-            path=str(self.socket_path),
-            username=username,
-            password=password,
-            parser_class=WholeErrorParser,
-            socket_timeout=30,
-            lib_name=None,  # no CLIENT SETINFO round trips at connect
-            lib_version=None,
+            **socket_options(self.socket_path, username, password, timeout=30),
         )
         return valkey.Valkey(connection_pool=pool)
 
