@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -37,7 +38,9 @@ class CampaignConfig:
     lua_scripts: Path | None = None
     restarts: bool = True
     max_steps: int = 40
-    database: Path | None = None  # Hypothesis example database; None: keep none
+    # Hypothesis example database: a directory, or valkey://HOST:PORT[/DB] shared by many machines
+    # (difftest/exampledb.py); a spec, not an open database, so each worker process opens its own
+    database: str | Path | None = None  # None: keep none
     pin: bool = True
     backend: str = "local"  # or "docker": each worker's pair as two containers
     # Hypothesis's shrinking is bounded by replays after the first failure (deterministic for a
@@ -90,6 +93,68 @@ class CampaignResult:
         return [r.failure for r in self.reports if r.failure is not None]
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a running campaign has done so far, summed over its workers: what a progress display shows."""
+
+    histories: int
+    steps: int
+    failures: int
+    elapsed_s: float
+
+
+# Called in the main process as batches finish (and, with several workers, every PROGRESS_POLL_S
+# too, so a time budget's clock moves); it only reads counts, so no verdict or seeded history
+# depends on it. The campaign stays free of terminal code: the display is the caller's.
+ProgressHook = Callable[[Progress], None]
+PROGRESS_POLL_S = 0.5
+
+
+class _Tally:
+    """The workers' latest counts (each worker reports its cumulative totals), summed for the hook."""
+
+    def __init__(self, hook: ProgressHook, started: float) -> None:
+        self.hook = hook
+        self.started = started
+        self.latest: dict[int, tuple[int, int, bool]] = {}
+
+    def update(self, worker: int, histories: int, steps: int, failed: bool) -> None:
+        # a worker's counts only grow, and its queued reports may arrive after its final one
+        old = self.latest.get(worker, (0, 0, False))
+        self.latest[worker] = (max(old[0], histories), max(old[1], steps), old[2] or failed)
+
+    def take(self, report: WorkerReport) -> None:
+        self.update(report.worker, report.histories, report.steps, report.failure is not None)
+        self.emit()
+
+    def drain(self, queue: Any) -> None:
+        import queue as queues
+
+        while True:
+            try:
+                self.update(*queue.get_nowait())
+            except queues.Empty:
+                return
+
+    def emit(self) -> None:
+        counts = list(self.latest.values())
+        self.hook(Progress(sum(c[0] for c in counts), sum(c[1] for c in counts), sum(1 for c in counts if c[2]),
+                           time.perf_counter() - self.started))  # fmt: skip
+
+
+_progress_queue: Any = None  # in a pool worker: where it reports after each batch (set at its start)
+
+
+def _attach_progress(queue: Any) -> None:
+    """The pool's initializer: a multiprocessing queue reaches a spawned worker only this way."""
+    global _progress_queue
+    _progress_queue = queue
+
+
+def _queue_progress(report: WorkerReport) -> None:
+    _progress_queue.put((report.worker, report.histories, report.steps, report.failure is not None))
+
+
 def batch_seed(seed: int, batch: int) -> int:
     digest = hashlib.sha256(f"{seed}:{batch}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
@@ -111,16 +176,16 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
     from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
     from hypothesis import seed as seed_of
-    from hypothesis.database import DirectoryBasedExampleDatabase
 
     from difftest.artifacts import save_divergence
+    from difftest.exampledb import open_database
     from strategies.histories import HistoryShape, histories
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
     failing: list[Any] = []  # every failing replay, in order; the last is Hypothesis's minimal
     best: dict[str, Any] = {}  # the latest failure: Hypothesis's current shrink target
     tries: list[int] = []  # replays since the first failure
-    database = DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
+    database = open_database(config.database) if config.database else None
 
     @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -186,12 +251,14 @@ def _last_pass(replayer: Any, failed: Any) -> Any:
     return results.get(id(smaller), failed)
 
 
-def _worker(config: CampaignConfig, worker: int) -> WorkerReport:
+def _worker(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None) -> WorkerReport:
     """One process: its own server pair (pinned with it to one core), batches worker, worker+n, ..."""
     # a terminated worker unwinds (and so removes its servers and files) like Ctrl-C
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return _work(config, worker)
+        if notify is None and _progress_queue is not None:
+            notify = _queue_progress
+        return _work(config, worker, notify)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -200,7 +267,7 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def _work(config: CampaignConfig, worker: int) -> WorkerReport:
+def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None) -> WorkerReport:
     from difftest.replay import Replayer
     from difftest.servers.local import pin_to_core
 
@@ -219,30 +286,48 @@ def _work(config: CampaignConfig, worker: int) -> WorkerReport:
                 break
             size = sizes[batch] if sizes is not None else BATCH
             report.batches.append(batch)
-            if not _run_batch(config, replayer, batch, size, report):
+            agreed = _run_batch(config, replayer, batch, size, report)
+            if notify is not None:
+                notify(report)
+            if not agreed:
                 break
             batch += config.workers
     report.elapsed_s = time.perf_counter() - started
     return report
 
 
-def run_campaign(config: CampaignConfig) -> CampaignResult:
+def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None) -> CampaignResult:
+    """Run the campaign; `on_progress` (optional) is told the running totals as batches finish."""
+    from difftest.exampledb import check_database
+
     started = time.perf_counter()
+    if config.database:
+        check_database(config.database)  # one line now, rather than a traceback from every worker
     config.reports.mkdir(parents=True, exist_ok=True)
+    tally = _Tally(on_progress, started) if on_progress is not None else None
     if config.workers <= 1:
         try:
-            return CampaignResult(config, [_worker(config, 0)], time.perf_counter() - started)
+            report = _worker(config, 0, tally.take if tally is not None else None)
+            return CampaignResult(config, [report], time.perf_counter() - started)
         except KeyboardInterrupt:
             return CampaignResult(config, [], time.perf_counter() - started, interrupted=True)
     reports: list[WorkerReport] = []
-    pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=get_context("spawn"))
+    context = get_context("spawn")
+    queue = context.Queue() if tally is not None else None  # workers' counts after each batch
+    pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=context,
+                               initializer=_attach_progress, initargs=(queue,))  # fmt: skip
     interrupted = False
     try:
         pending = {pool.submit(_worker, config, w) for w in range(config.workers)}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=PROGRESS_POLL_S if tally else None, return_when=FIRST_COMPLETED)
+            if tally is not None:
+                tally.drain(queue)
+                tally.emit()
             for future in done:
                 reports.append(future.result())
+                if tally is not None:
+                    tally.take(reports[-1])
                 if reports[-1].failure is not None and pending:
                     _terminate(pool)  # the first divergence stops the campaign
     except KeyboardInterrupt:
@@ -250,6 +335,8 @@ def run_campaign(config: CampaignConfig) -> CampaignResult:
         _terminate(pool)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if queue is not None:
+            queue.close()
     return CampaignResult(config, sorted(reports, key=lambda r: r.worker), time.perf_counter() - started, interrupted)
 
 

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,25 +77,31 @@ def command_run(args: argparse.Namespace) -> int:
 
     from difftest import coverage, reports
     from difftest.campaign import CampaignConfig, run_campaign
+    from difftest.exampledb import DEFAULT_DIRECTORY, ENVIRONMENT, describe
+    from difftest.progress import CampaignProgress, print_table, summary_table
 
     if not args.module.is_file():
         raise SetupProblem(f"module {args.module} does not exist: build it with 'make setup' or pass --module PATH")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     directory = new_run_dir(args.reports, "run")
     examples = None if args.seconds is not None and args.examples is None else (args.examples or 2000)
+    # --database, else $DIFFTEST_DATABASE, else the local directory; --no-database: none at all
+    database = None if args.no_database else (args.database or os.environ.get(ENVIRONMENT) or str(DEFAULT_DIRECTORY))
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
-        database=None if args.no_database else Path(".hypothesis") / "difftest-examples",
+        database=database,
         backend=args.backend,
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     print(f"campaign: seed {seed}, {budget}, {args.workers} worker(s); reports in {directory}", flush=True)
-    result = run_campaign(config)
+    # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
+    with CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
+        result = run_campaign(config, on_progress=progress)
     reports.write(result, directory)
-    rate = result.steps / result.elapsed_s if result.elapsed_s else 0.0
-    print(f"\n{result.histories} histories, {result.steps} steps compared in {result.elapsed_s:.1f} s "
-          f"({rate:.0f} steps/s), {len(result.failures)} divergence(s)\n")  # fmt: skip
+    print()
+    print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
+    print()
     print(coverage.table(result.labels))
     for failure in result.failures:
         print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
@@ -132,6 +139,74 @@ def command_replay(args: argparse.Namespace) -> int:
     return code
 
 
+MUTANTS_HELP = ("-h", "--help")
+
+
+def command_mutants(argv: Sequence[str]) -> int:
+    """`difftest mutants ...`: the catalogue runner, every argument passed on unchanged."""
+    from mutants.__main__ import main as mutants_main
+
+    rest = list(argv)
+    if rest[:1] != ["merge"] and set(rest) & set(MUTANTS_HELP):
+        # this command's paragraph, examples and exit codes, then the runner's own options
+        print(subcommands(build_parser())["mutants"].format_help())
+        print("The catalogue runner's own options (the same as python -m mutants --help):\n", flush=True)
+        rest = ["--help"]
+    try:
+        return mutants_main(rest)
+    except SystemExit as leaving:  # a runner that leaves through argparse's exit still gives main() a code
+        return leaving.code if isinstance(leaving.code, int) else int(leaving.code is not None)
+
+
+def _paragraph(text: str) -> str:
+    return textwrap.fill(" ".join(text.split()), width=92, break_on_hyphens=False)
+
+
+EXIT_MEANINGS = {
+    EXIT_OK: "the two executors agree under the parity contract",
+    EXIT_DIVERGENCE: "a divergence: its artifact is under reports/",
+    EXIT_SETUP: "bad set-up or input: one line on stderr says what and how to fix it",
+    EXIT_COVERAGE: "--require-coverage and a behaviour label was not reached",
+    EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
+}
+MUTANTS_EXITS = {  # mutants/README.md: the runner's own codes, passed through unchanged
+    0: "every mutant caught",
+    1: "some mutant missed, timed out, unviable or errored (merge: shards incomplete)",
+    2: "void: the null run found a divergence, or the canary was not caught",
+    3: "bad arguments (unknown mutant id, bad --shard or --jobs; merge: shards that do not fit)",
+    130: "interrupted: campaigns stopped, servers removed, the report so far written",
+}
+
+
+def _epilog(examples: Sequence[str], codes: dict[int, str]) -> str:
+    lines = ["examples:", *(f"  {example}" for example in examples), "", "exit codes:"]
+    lines += [f"  {code:<4} {meaning}" for code, meaning in codes.items()]
+    return "\n".join(lines)
+
+
+def _subcommand(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+    examples: Sequence[str],
+    codes: dict[int, str],
+    add_help: bool = True,
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help teaches: one paragraph, examples, and its exit codes."""
+    return commands.add_parser(name, help=summary, description=_paragraph(description),
+                               epilog=_epilog(examples, codes), formatter_class=argparse.RawDescriptionHelpFormatter,
+                               add_help=add_help)  # fmt: skip
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser by name (for help texts, and for checks that a command is real)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     from executors.native.adapter import DEFAULT_MODULE
 
@@ -160,15 +235,47 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="difftest",
-        description="Differential testing of the EMQ Lua scripts against the native Valkey module.",
-        epilog=f"exit codes: {EXIT_OK} agree, {EXIT_DIVERGENCE} divergence, {EXIT_SETUP} bad set-up or input, "
-        f"{EXIT_COVERAGE} coverage incomplete (--require-coverage), {EXIT_INTERRUPTED} interrupted",
+        description=_paragraph(
+            """Differential testing of the EMQ job queue's two executors: the retired Lua scripts and the
+            native Valkey module. Generated queue histories are replayed on a Lua-script server and a
+            native-module server side by side, on one frozen clock; after every step the replies and the
+            whole keyspaces are judged under the parity contract, and a divergence is shrunk to a minimal
+            history saved as an artifact that `difftest replay` reproduces."""
+        ),
+        epilog=_epilog(
+            [
+                "difftest run                                  # 2,000 histories on local servers",
+                "difftest run --seconds 1800 --backend docker  # half an hour, each server in a container",
+                "difftest run --seed 42 --examples 400         # reproduce a run exactly",
+                "difftest replay reports/<run>/failures/batch-3",
+                "difftest scenario",
+                "difftest mutants --jobs 2                     # score the catalogue of planted defects",
+                "difftest COMMAND --help                       # what a command does, its options and codes",
+            ],
+            EXIT_MEANINGS,
+        )
+        + "\n(difftest mutants passes on the mutant runner's own codes: see difftest mutants --help)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser(
-        "run", help="the main job: a campaign of generated histories on embedded server pairs",
-        description="Generate histories, replay each on a Lua and a native server, judge every step. "
-        "Stops at the first divergence, shrinks it and saves it as an artifact.",
+    run = _subcommand(
+        commands, "run", "the main job: a campaign of generated histories on server pairs",
+        """Generate queue histories with Hypothesis and replay each on a Lua-script server and a
+        native-module server, in seeded batches spread over worker processes (a server pair each). The
+        budget is a number of histories (--examples) or of seconds (--seconds). The first divergence
+        stops the run; it is shrunk to a minimal history, saved under reports/<run>/failures/ and kept
+        in Hypothesis's example database (a local directory, or a Valkey server that many machines
+        share), which replays it first next time. Progress goes to stderr: a live bar on a terminal, a
+        plain line every 30 s otherwise. summary.json, coverage.txt and junit.xml go to reports/<run>/.""",
+        [
+            "difftest run --examples 400 --seed 7",
+            "difftest run --seconds 1800 --backend docker",
+            "difftest run --lua-scripts my-scripts/ --module my-build/libemq_native.so",
+            "difftest run --seconds 3600 --database valkey://10.0.0.5:6379/2   # one of many machines",
+            "DIFFTEST_DATABASE=valkey://10.0.0.5:6379/2 difftest run",
+            "difftest run --no-database --require-coverage",
+        ],
+        EXIT_MEANINGS,
     )  # fmt: skip
     _common(run)
     run.add_argument("--examples", type=int, default=None, help="histories to run (default 2000)")
@@ -177,18 +284,66 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                      help="worker processes, each with its own server pair pinned to a core")  # fmt: skip
     run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
-    run.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
+    database = run.add_mutually_exclusive_group()
+    database.add_argument("--database", metavar="SPEC", default=None,
+                          help="Hypothesis's example database: a directory, or valkey://HOST:PORT[/DB] "
+                          "shared by many machines (default: $DIFFTEST_DATABASE, else "
+                          ".hypothesis/difftest-examples)")  # fmt: skip
+    database.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
     run.add_argument("--require-coverage", action="store_true",
                      help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
-    scenario = commands.add_parser("scenario", help="the scripted scenario: every transition, D1, D6, D7")
+    scenario = _subcommand(
+        commands, "scenario", "the scripted scenario: every transition, D1, D6, D7",
+        """Replay the scripted scenario, a hand-written history that walks every transition of the queue
+        and the decided differences D1, D6 and D7, on a fresh server pair, and print each step's verdict.
+        A divergence is saved as an artifact under reports/.""",
+        ["difftest scenario", "difftest scenario --backend docker", "difftest scenario --lua-scripts my-scripts/"],
+        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERRUPTED)},
+    )  # fmt: skip
     _common(scenario)
-    replay = commands.add_parser("replay", help="replay a history file or a failure artifact")
+    replay = _subcommand(
+        commands, "replay", "replay a history file or a failure artifact",
+        """Replay one history (a .jsonl file) or a failure artifact (a directory under reports/) on a
+        fresh server pair and print every step's verdict. For an artifact, also say whether it reproduces
+        the recorded divergence: the same step and the same reason. A new divergence is saved as a new
+        artifact; none is overwritten.""",
+        [
+            "difftest replay tests/histories/d1_pause_lands_between.jsonl",
+            "difftest replay reports/<run>/failures/batch-3",
+            "difftest replay reports/<run>/failures/batch-3 --lua-scripts fixed-scripts/   # is it fixed?",
+        ],
+        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERRUPTED)},
+    )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
+    mutants = _subcommand(
+        commands, "mutants", "score the catalogue of planted defects (python -m mutants)",
+        """Score the mutant catalogue: build each planted defect of mutants/catalogue/ into its own copy
+        of an executor, run a seeded campaign against it, and report which were caught. A null run on
+        the unmodified pair and a canary mutant come first and must pass, or the report is void. Every
+        argument after `mutants` goes unchanged to the catalogue runner (python -m mutants), including
+        `merge OUT DIR...`, which joins the reports of shards run on several machines. Reports go to
+        reports/mutants-<time>/ (report.html, outcomes.json, mutation-report.json, junit.xml); see
+        mutants/README.md.""",
+        [
+            "difftest mutants                                   # null run, canary, the whole catalogue",
+            "difftest mutants --only ID [ID ...]",
+            "difftest mutants --jobs 2 --examples 300 --reports reports/mutants",
+            "difftest mutants --shard 1/3                       # this machine's third",
+            "difftest mutants merge reports/all reports/shard-1 reports/shard-2 reports/shard-3",
+        ],
+        MUTANTS_EXITS, add_help=False,
+    )  # fmt: skip
+    # main() hands everything after `mutants` to the runner before argparse sees it (argparse cannot
+    # pass on options it does not know); this entry is for the command list and --help
+    mutants.add_argument("args", nargs=argparse.REMAINDER, help="the runner's arguments (difftest mutants --help)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["mutants"]:
+        return command_mutants(argv[1:])  # the runner parses its own arguments and has its own codes
     args = build_parser().parse_args(argv)
     try:
         handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay}[args.command]
