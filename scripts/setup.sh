@@ -10,13 +10,19 @@ need_apt=()
 [ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_apt+=(libfaketime)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
+    as_root=()
     if [ "$(id -u)" != 0 ]; then
-        say "missing Debian packages ${need_apt[*]}: run 'sudo apt-get install -y ${need_apt[*]}' and try again"
-        exit 1
+        # a CI runner (GitHub Actions) is not root but has sudo without a password; a person is asked
+        if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+            as_root=(sudo -n)
+        else
+            say "missing Debian packages ${need_apt[*]}: run 'sudo apt-get install -y ${need_apt[*]}' and try again"
+            exit 1
+        fi
     fi
     say "installing ${need_apt[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    ${as_root[@]+"${as_root[@]}"} apt-get update -qq
+    ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 # Python: a venv of our own (the system Python is externally managed).
