@@ -15,8 +15,8 @@ def script_ms(server: EmbeddedServer) -> int:
 
 
 def test_format_timestamp_is_utc_to_the_millisecond() -> None:
-    assert format_timestamp(0) == "1970-01-01 00:00:00.000"
-    assert format_timestamp(DEFAULT_START_MS + 1_234) == "2026-01-01 00:00:01.234"
+    assert format_timestamp(0) == "1970-01-01 00:00:00.0000001"
+    assert format_timestamp(DEFAULT_START_MS + 1_234) == "2026-01-01 00:00:01.2340001"
     with pytest.raises(ValueError, match="before the epoch"):
         format_timestamp(-1)
 
@@ -25,7 +25,7 @@ def test_clock_only_moves_forward(tmp_path) -> None:  # type: ignore[no-untyped-
     clock = FrozenClock(tmp_path / "ts")
     clock.advance(5)
     assert clock.now_ms == DEFAULT_START_MS + 5
-    assert (tmp_path / "ts").read_text() == "2026-01-01 00:00:00.005\n"
+    assert (tmp_path / "ts").read_text() == "2026-01-01 00:00:00.0050001\n"
     with pytest.raises(ValueError, match="only moves forward"):
         clock.advance(-1)
 
@@ -62,3 +62,15 @@ def test_frozen_time_does_not_drift_in_real_time(group: ServerGroup) -> None:
     before = server.time_ms()
     time.sleep(0.05)
     assert server.time_ms() == before
+
+
+def test_every_reading_falls_in_the_frozen_millisecond(group: ServerGroup) -> None:
+    """Thousands of script readings at a millisecond whose fraction a double cannot hold (.200):
+    with the fraction written as it was, about one in 300 read the millisecond before."""
+    server = group.add("a")
+    group.set_time(1_200)
+    pipe = server.client.pipeline(transaction=False)
+    for _ in range(3_000):
+        pipe.execute_command(b"EVAL", SCRIPT_TIME, b"0")
+    readings = pipe.execute()
+    assert set(readings) == {1_200}
