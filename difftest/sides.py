@@ -56,8 +56,8 @@ class Side:
 
     def connect(self) -> None:
         """Wires, scripts and users for a freshly started server, set up in one round trip."""
-        socket_path = str(self.server.socket_path)
-        admin = Wire(socket_path)
+        address = self.server.address
+        admin = Wire(address)
         self.wires = {None: admin}
         commands: list[tuple[bytes, ...]] = [(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)]
         commands += [(b"SCRIPT", b"LOAD", source) for source in self.scripts_to_load()]
@@ -75,7 +75,7 @@ class Side:
         assert isinstance(info, bytes)
         self.run_id = info.split(b"run_id:")[1][:40].decode()
         for user in self.users:
-            self.wires[user] = Wire(socket_path, user, USER_PASSWORD)
+            self.wires[user] = Wire(address, user, USER_PASSWORD)
         self.connected_start = self.server.starts
 
     def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
@@ -94,7 +94,7 @@ class Side:
         self.pipe.reset()
         for wire in self.wires.values():
             wire.close()
-        admin = Wire(str(self.server.socket_path))
+        admin = Wire(self.server.address)
         for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
             if user != b"default" and user.decode() not in self.users:  # type: ignore[union-attr]
                 admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]

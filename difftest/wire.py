@@ -7,12 +7,14 @@ needed, so each server sees commands in exactly the order the history gives them
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from valkey.connection import UnixDomainSocketConnection
 from valkey.exceptions import ResponseError
 
 from difftest.replies import ErrorReply, Reply, as_reply
+
+if TYPE_CHECKING:
+    from difftest.servers.clients import Address
 
 Command = Sequence[bytes | str | int]
 
@@ -20,10 +22,11 @@ Command = Sequence[bytes | str | int]
 class Wire:
     """One connection, as a user (None: the default admin user)."""
 
-    def __init__(self, socket_path: str, username: str | None = None, password: str | None = None) -> None:
-        from difftest.servers.clients import socket_options
+    def __init__(self, address: Address, username: str | None = None, password: str | None = None) -> None:
+        from difftest.servers.clients import connection_options
 
-        self.connection = UnixDomainSocketConnection(**socket_options(socket_path, username, password, timeout=60))
+        kind, options = connection_options(address, username, password, timeout=60)
+        self.connection = kind(**options)
         self.connection.connect()
 
     def send(self, commands: Sequence[Command]) -> None:

@@ -1,4 +1,5 @@
-"""Clients of a server reached by its unix socket, shared by embedded servers and containers."""
+"""Clients of a server, shared by embedded servers and containers: by its unix socket, or by TCP
+for a pair that only publishes ports (the compose pair)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import valkey
+from valkey.connection import AbstractConnection, Connection, UnixDomainSocketConnection
 
 from difftest.replies import WholeErrorParser
 
+# where a server is reached: the path of its unix socket, or (host, port) over TCP
+Address = Path | str | tuple[str, int]
 
-def socket_options(path: Path | str, username: str | None, password: str | None, timeout: float) -> dict[str, Any]:
+
+def _options(username: str | None, password: str | None, timeout: float) -> dict[str, Any]:
     """How every connection of the harness is made: whole error texts, no CLIENT SETINFO."""
     return {
-        "path": str(path),
         "username": username,
         "password": password,
         "parser_class": WholeErrorParser,
@@ -23,11 +27,34 @@ def socket_options(path: Path | str, username: str | None, password: str | None,
     }
 
 
+def socket_options(path: Path | str, username: str | None, password: str | None, timeout: float) -> dict[str, Any]:
+    return {"path": str(path), **_options(username, password, timeout)}
+
+
+def connection_options(
+    address: Address, username: str | None, password: str | None, timeout: float
+) -> tuple[type[AbstractConnection], dict[str, Any]]:
+    """The connection class and its options for an address (a socket path, or TCP host and port)."""
+    if isinstance(address, tuple):
+        host, port = address
+        return Connection, {"host": host, "port": port, **_options(username, password, timeout)}
+    return UnixDomainSocketConnection, socket_options(address, username, password, timeout)
+
+
+def describe(address: Address) -> str:
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+
+
 class SocketClients:
     """A cached admin client, clients as other users, and the two reads the harness needs."""
 
     socket_path: Path
     _client: valkey.Valkey | None = None
+
+    @property
+    def address(self) -> Address:
+        """Where the harness connects; servers reached by TCP override it."""
+        return self.socket_path
 
     @property
     def client(self) -> valkey.Valkey:
@@ -36,10 +63,8 @@ class SocketClients:
         return self._client
 
     def new_client(self, username: str | None = None, password: str | None = None) -> valkey.Valkey:
-        pool = valkey.ConnectionPool(
-            connection_class=valkey.UnixDomainSocketConnection,
-            **socket_options(self.socket_path, username, password, timeout=30),
-        )
+        kind, options = connection_options(self.address, username, password, timeout=30)
+        pool = valkey.ConnectionPool(connection_class=kind, **options)
         return valkey.Valkey(connection_pool=pool)
 
     def _drop_client(self) -> None:
