@@ -23,7 +23,7 @@ from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 def _ours(group: ServerGroup | None = None) -> list[object]:
     """This process's containers, or one group's."""
     label = f"{GROUP_LABEL}={group.root.name}" if group else f"{OWNER_LABEL}={os.getpid()}"
-    return docker_client().containers.list(all=True, filters={"label": label})
+    return docker_client().containers.list(all=True, ignore_removed=True, filters={"label": label})
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,17 @@ def docker_client() -> Any:
 
 def remove_orphans(client: Any) -> int:
     """Containers a dead harness left behind (it was SIGKILLed before it could clean up)."""
+    from docker.errors import NotFound
+
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    # other harnesses (pytest -n 2, a compose pair going down) remove containers at any moment:
+    # one gone between the listing and its inspection or removal is no error
+    for container in client.containers.list(all=True, ignore_removed=True, filters={"label": LABEL}):
         owner = container.labels.get(OWNER_LABEL, "")
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            container.remove(force=True)
-            removed += 1
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
+                removed += 1
     return removed
 
 
@@ -99,7 +104,7 @@ class DockerServer(SocketClients):
         return args
 
     def _environment(self) -> dict[str, str]:
-        library = str(self.clock.library)
+        library = IN_IMAGE["faketime"]
         preload = f"{IN_IMAGE['fastboot']}:{library}" if fastboot_library() else library
         return {
             "LD_PRELOAD": preload,
@@ -145,12 +150,15 @@ class DockerServer(SocketClients):
                 tail = self._container.logs(tail=5).decode(errors="replace").strip().splitlines()
                 last = tail[-1] if tail else "(no output)"
                 raise SetupProblem(f"{self.name}: the server container exited at start: {last[-240:]}")
-            if self.socket_path.exists() and self._ping():
+            if self._reachable():
                 break
             if time.monotonic() > deadline:
                 raise SetupProblem(f"{self.name}: the server container did not answer within {START_TIMEOUT_S:.0f}s")
             time.sleep(0.002)
         self.starts += 1
+
+    def _reachable(self) -> bool:
+        return self.socket_path.exists() and self._ping()
 
     def _ping(self) -> bool:
         try:

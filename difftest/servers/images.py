@@ -22,6 +22,8 @@ IN_IMAGE = {
     "server": "/usr/local/bin/valkey-server",
     "module": "/opt/difftest/libemq_native.so",
     "fastboot": "/opt/difftest/fastboot.so",
+    # one path whatever this machine's architecture, so docker-compose.yml can preload it
+    "faketime": "/opt/difftest/libfaketime.so.1",
 }
 
 
@@ -40,7 +42,7 @@ def _rootfs_files(module: Path | None) -> dict[str, Path]:
     """Path in the image -> file on this machine."""
     server = checked_binary()
     faketime = find_libfaketime()
-    files = {IN_IMAGE["server"]: server, str(faketime): faketime}
+    files = {IN_IMAGE["server"]: server, IN_IMAGE["faketime"]: faketime}
     shim = fastboot_library()
     if shim is not None:
         files[IN_IMAGE["fastboot"]] = shim
