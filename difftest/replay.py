@@ -106,8 +106,13 @@ class Replayer:
         self._owns_group = group is None
         self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
-        self.lua_server = self.group.add("lua")
-        self.native_server = self.group.add("native", module=module)
+        try:
+            self.lua_server = self.group.add("lua")
+            self.native_server = self.group.add("native", module=module)
+        except BaseException:  # the first server (a container, an attached pair's lock) goes too
+            if self._owns_group:
+                self.group.close()
+            raise
         self.lua: LuaSide | None = None
         self.native: NativeSide | None = None
 
