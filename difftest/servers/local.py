@@ -295,16 +295,28 @@ class _PortTaken(Exception):
 
 
 class ServerGroup:
-    """Servers sharing one temp root and one frozen clock; removed whole on exit."""
+    """Servers sharing one temp root and one frozen clock; removed whole on exit.
+
+    The backend "compose:<project>" attaches to a running compose pair instead: its servers are
+    the pair's containers, its clock the file they read, and nothing of it is removed on exit.
+    """
 
     def __init__(self, root: Path | None = None, start_ms: int | None = None, backend: str = "local") -> None:
-        if backend not in ("local", "docker"):
+        from difftest.servers.compose import AttachedPair, attached_project
+
+        project = attached_project(backend)  # "compose:<project>": the running compose pair
+        if backend not in ("local", "docker") and project is None:
             raise SetupProblem(f"unknown backend {backend!r}: use 'local' or 'docker'")
         self.backend = backend
         if backend == "docker":
             from difftest.servers.docker import docker_client, remove_orphans
 
             remove_orphans(docker_client())
+        self.pair: AttachedPair | None = None
+        if project is not None:
+            # the pair's clock directory (bind-mounted into both containers) is the group's root
+            self.pair = AttachedPair(project or None)
+            root = self.pair.clock_dir
         self._owns_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="difftest-", dir=fast_temp_dir())) if root is None else root
         self.root.mkdir(parents=True, exist_ok=True)
@@ -326,7 +338,10 @@ class ServerGroup:
             from difftest.servers.docker import DockerServer
 
             kind = DockerServer
-        server = kind(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
+        if self.pair is not None:
+            server = self.pair.server(name, self.clock, module, module_args, tcp_port, extra_config)
+        else:
+            server = kind(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
         self.servers.append(server)
         server.start()
         return server
@@ -375,6 +390,8 @@ class ServerGroup:
     def close(self) -> None:
         for server in self.servers:
             server.close()
+        if self.pair is not None:
+            self.pair.close()
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
