@@ -53,7 +53,7 @@ def print_result(result: ReplayResult) -> None:
 def replay_and_report(history: hist.History, args: argparse.Namespace, label: str) -> tuple[int, ReplayResult]:
     from difftest.artifacts import save_divergence
 
-    with Replayer(args.module, lua_scripts=args.lua_scripts, backend=args.backend) as replayer:
+    with Replayer(args.module, lua_scripts=args.lua_scripts, backend=backend_of(args)) as replayer:
         result = replayer.replay(history)
     print_result(result)
     if result.divergence is None:
@@ -82,6 +82,8 @@ def command_run(args: argparse.Namespace) -> int:
 
     if not args.module.is_file():
         raise SetupProblem(f"module {args.module} does not exist: build it with 'make setup' or pass --module PATH")
+    if args.attach is not None:
+        args.workers = 1  # an attached pair is one pair: one worker replays on it
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     directory = new_run_dir(args.reports, "run")
     examples = None if args.seconds is not None and args.examples is None else (args.examples or 2000)
@@ -91,7 +93,7 @@ def command_run(args: argparse.Namespace) -> int:
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         database=database,
-        backend=args.backend,
+        backend=backend_of(args),
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     print(f"campaign: seed {seed}, {budget}, {args.workers} worker(s); reports in {directory}", flush=True)
@@ -137,6 +139,33 @@ def command_replay(args: argparse.Namespace) -> int:
         print(f"recorded verdict: divergence at step {expect.get('step')}: {expect.get('reason')}")
         print("reproduced: " + ("yes, the same step and reason" if same else "NO"))
     return code
+
+
+def command_servers(args: argparse.Namespace) -> int:
+    """`difftest servers up|down|build`: the long-lived pair of docker-compose.yml."""
+    from difftest.servers import compose
+
+    settings = compose.settings_from(os.environ, args.project)
+    if args.action == "build":
+        images = compose.build(settings, args.module)
+        print(f"images: lua {images['lua']}, native {images['native']} (tagged as docker-compose.yml's defaults)")
+        print(f"clock: {settings.clock_dir / compose.CLOCK_FILE}; now 'docker compose up -d' starts the pair")
+        return EXIT_OK
+    if args.action == "up":
+        addresses = compose.up(settings, args.module)
+        print(f"servers: compose project {settings.project} is up")
+        for service, address in addresses.items():
+            print(f"  {service:<7} {address}")
+        print(f"  clock   {settings.clock_dir / compose.CLOCK_FILE}")
+        named = "" if settings.project == compose.DEFAULT_PROJECT else f" {settings.project}"
+        down = f"difftest servers down{named and ' --project' + named}"
+        print(f"replay on them: difftest run --attach{named}; remove them: {down}")
+        return EXIT_OK
+    left = compose.down(settings)
+    if left:
+        raise SetupProblem(f"compose down left {', '.join(left)}: remove them with docker rm / network rm / volume rm")
+    print(f"servers: compose project {settings.project} removed (containers, network, data volumes)")
+    return EXIT_OK
 
 
 MUTANTS_HELP = ("-h", "--help")
@@ -207,6 +236,13 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return {}
 
 
+def backend_of(args: argparse.Namespace) -> str:
+    """The ServerGroup backend: --attach [PROJECT] means the running compose pair, whatever --backend."""
+    from difftest.servers.compose import attach_backend
+
+    return args.backend if args.attach is None else attach_backend(args.attach or None)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     from executors.native.adapter import DEFAULT_MODULE
 
@@ -227,6 +263,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
         choices=("local", "docker"),
         default="local",
         help="embedded server processes (default) or containers of images built here",
+    )
+    parser.add_argument(
+        "--attach",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PROJECT",
+        help="replay on the running compose pair (difftest servers up) instead of starting servers: "
+        "restarts and crashes restart and kill its containers, its keyspace is flushed first",
     )
     parser.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip
@@ -316,6 +361,32 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
+    from executors.native.adapter import DEFAULT_MODULE
+
+    servers = _subcommand(
+        commands, "servers", "the long-lived compose pair (docker-compose.yml): up, down, build",
+        """Manage the pair of docker-compose.yml: a Lua-script server and a native-module server on fixed
+        loopback ports (DIFFTEST_LUA_PORT, default 7701; DIFFTEST_NATIVE_PORT, default 7702), on a private
+        network, with data volumes and the shared frozen clock. `up` builds the two images here (FROM
+        scratch, no registry), runs docker compose up -d, waits until both answer PING and prints their
+        addresses; `run`, `replay` and `scenario` with --attach then replay on it. `down` removes the
+        containers, the network and the volumes. `build` only builds the images and the clock file, so
+        that a plain `docker compose up -d` works (make setup runs it when a Docker engine answers).""",
+        [
+            "difftest servers up",
+            "difftest servers up --module my-build/libemq_native.so   # refresh the native server",
+            "difftest run --attach --seconds 600",
+            "DIFFTEST_LUA_PORT=8801 DIFFTEST_NATIVE_PORT=8802 difftest servers up --project mine",
+            "difftest servers down",
+        ],
+        {EXIT_OK: "done", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
+         EXIT_INTERRUPTED: "interrupted: a half-made pair removed"},
+    )  # fmt: skip
+    servers.add_argument("action", choices=("up", "down", "build"), help="what to do with the pair")
+    servers.add_argument("--module", type=Path, default=DEFAULT_MODULE,
+                         help="the native image's module (default: this checkout's release build)")  # fmt: skip
+    servers.add_argument("--project", default=None,
+                         help="the compose project (default: $COMPOSE_PROJECT_NAME, else difftest)")  # fmt: skip
     mutants = _subcommand(
         commands, "mutants", "score the catalogue of planted defects (python -m mutants)",
         """Score the mutant catalogue: build each planted defect of mutants/catalogue/ into its own copy
@@ -346,7 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_mutants(argv[1:])  # the runner parses its own arguments and has its own codes
     args = build_parser().parse_args(argv)
     try:
-        handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay}[args.command]
+        handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay,
+                   "servers": command_servers}[args.command]  # fmt: skip
         return handler(args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
