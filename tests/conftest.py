@@ -9,6 +9,7 @@ import pytest
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from executors.lua.adapter import LuaHost
 from executors.native.adapter import DEFAULT_MODULE, NativeModule
+from tests.helpers import TEST_PROJECT_PREFIX
 
 
 @pytest.fixture
@@ -38,17 +39,27 @@ def native(native_server: EmbeddedServer) -> NativeModule:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """After the whole run (in the controlling process): no container of the project is left."""
+    """After the whole run (in the controlling process): no container, network or volume of the
+    project is left (a compose pair the user keeps running is theirs, not the tests')."""
     if hasattr(session.config, "workerinput"):
         return
     try:
+        from difftest.servers.compose import PROJECT_LABEL
         from difftest.servers.docker import docker_client
         from difftest.servers.images import LABEL
 
-        left = docker_client().containers.list(all=True, filters={"label": LABEL})
+        client = docker_client()
+        labelled = {"label": LABEL}
+        found = [("container", c) for c in client.containers.list(all=True, ignore_removed=True, filters=labelled)]
+        found += [("network", n) for n in client.networks.list(filters=labelled)]
+        found += [("volume", v) for v in client.volumes.list(filters=labelled)]
     except Exception:  # no engine here: nothing can be left
         return
+    left = []
+    for kind, thing in found:
+        labels = getattr(thing, "labels", None) or thing.attrs.get("Labels") or {}
+        if labels.get(PROJECT_LABEL, TEST_PROJECT_PREFIX).startswith(TEST_PROJECT_PREFIX):
+            left.append(f"{kind} {thing.name}")
     if left:
-        names = ", ".join(c.name for c in left)
-        print(f"\nproject containers left after the run: {names}")
+        print(f"\nproject containers, networks or volumes left after the run: {', '.join(left)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

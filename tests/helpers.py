@@ -68,3 +68,8 @@ def planted_scripts(directory: Path, script: str, old: str, new: str) -> Path:
     assert old in source, f"{old!r} is no longer in {script}: update the planted defect"
     (scripts / script).write_text(source.replace(old, new))
     return scripts
+
+
+# compose projects the tests bring up are named so; the leftover check (conftest.py) counts what
+# they leave and ignores a pair the user keeps running (project difftest, or one of their own)
+TEST_PROJECT_PREFIX = "difftest-test-"
