@@ -5,10 +5,12 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-# Debian packages: libclang for the module's bindgen, libfaketime for the frozen clock.
+# Debian packages: libclang for the module's bindgen, libfaketime for the frozen clock, chromium's
+# headless shell for the test that renders report.html in a real browser.
 need_apt=()
 [ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_apt+=(libfaketime)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
+command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || need_apt+=(chromium-headless-shell)
 if [ ${#need_apt[@]} -gt 0 ]; then
     as_root=()
     if [ "$(id -u)" != 0 ]; then
@@ -45,4 +47,13 @@ fi
 if [ -f executors/native/Cargo.toml ]; then
     say "building the native module (cargo build --release)"
     cargo build --release --quiet --manifest-path executors/native/Cargo.toml
+fi
+
+# The compose pair's two images (docker-compose.yml), built here FROM scratch, and its clock file:
+# then a plain `docker compose up -d` works. Only when a Docker engine answers; the local backend
+# needs none of it, so a failure here is reported and set-up goes on.
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+    say "building the server images for docker-compose.yml (difftest servers build)"
+    .venv/bin/difftest servers build >/dev/null \
+        || say "could not build the server images: 'difftest servers up' will say why"
 fi
