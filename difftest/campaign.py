@@ -5,6 +5,11 @@ draws from Hypothesis seeded with (seed, b), so a fixed seed and example budget 
 exactly, however many workers share it. The first divergence stops the campaign; Hypothesis
 shrinks it first, and the minimal history is saved as an artifact (and kept in Hypothesis's
 example database, which replays it first next time).
+
+A shard K/N runs only batches K-1, K-1+N, K-1+2N, ... of the same sequence, so N machines can
+split one campaign and `difftest merge` joins their reports (see difftest/shards.py). Every
+finished batch is recorded (its counts, labels and when it finished): the per-batch records are
+what a merge adds up, and their finishing times are the run's time series.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class CampaignConfig:
     database: str | Path | None = None  # None: keep none
     pin: bool = True
     backend: str = "local"  # or "docker": each worker's pair as two containers
+    shard: tuple[int, int] = (1, 1)  # (K, N): run only the batches b with b % N == K - 1
     # Hypothesis's shrinking is bounded by replays after the first failure (deterministic for a
     # seed), with a time cap only as a guard; then a last pass of step deletion
     shrink_tries: int = 600
@@ -58,6 +64,19 @@ class Failure:
 
 
 @dataclass
+class BatchRecord:
+    """One finished batch: what it compared and reached (shrinking replays not counted)."""
+
+    batch: int
+    worker: int
+    histories: int
+    steps: int
+    labels: Counter[str]
+    finished_at: float  # time.time() when it finished: comparable across the worker processes
+    diverged: bool
+
+
+@dataclass
 class WorkerReport:
     worker: int
     histories: int = 0
@@ -67,6 +86,7 @@ class WorkerReport:
     failure: Failure | None = None
     elapsed_s: float = 0.0
     replay_s: float = 0.0
+    records: list[BatchRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +95,25 @@ class CampaignResult:
     reports: list[WorkerReport]
     elapsed_s: float
     interrupted: bool = False
+    started_at: float = 0.0  # time.time() when the campaign started
+
+    @property
+    def records(self) -> list[BatchRecord]:
+        """Every finished batch, in the order they finished."""
+        return sorted((r for w in self.reports for r in w.records), key=lambda r: (r.finished_at, r.batch))
+
+    @property
+    def progress(self) -> list[dict[str, float]]:
+        """The time series: after each finished batch, the time since the start and the cumulative
+        batches, histories and steps (what the report's steps/s chart draws)."""
+        points: list[dict[str, float]] = []
+        histories = steps = 0
+        for number, record in enumerate(self.records, start=1):
+            histories += record.histories
+            steps += record.steps
+            t_s = round(max(0.0, record.finished_at - self.started_at), 3)
+            points.append({"t_s": t_s, "batches": number, "histories": histories, "steps": steps})
+        return points
 
     @property
     def histories(self) -> int:
@@ -158,6 +197,12 @@ def _queue_progress(report: WorkerReport) -> None:
 def batch_seed(seed: int, batch: int) -> int:
     digest = hashlib.sha256(f"{seed}:{batch}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+def shard_batch(shard: tuple[int, int], position: int) -> int:
+    """The batch index of the shard's `position`-th batch (K/N owns K-1, K-1+N, ...)."""
+    index, count = shard
+    return index - 1 + position * count
 
 
 def batch_sizes(config: CampaignConfig) -> list[int] | None:
@@ -278,20 +323,24 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     sizes = batch_sizes(config)
     deadline = None if config.seconds is None else time.monotonic() + config.seconds
     with Replayer(config.module, lua_scripts=config.lua_scripts, backend=config.backend) as replayer:
-        batch = worker
+        position = worker  # the workers deal out the shard's batches: positions w, w+n, ...
         while True:
+            batch = shard_batch(config.shard, position)
             if sizes is not None and batch >= len(sizes):
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
             size = sizes[batch] if sizes is not None else BATCH
             report.batches.append(batch)
+            before = (report.histories, report.steps, Counter(report.labels))
             agreed = _run_batch(config, replayer, batch, size, report)
+            report.records.append(BatchRecord(batch, worker, report.histories - before[0], report.steps - before[1],
+                                              report.labels - before[2], time.time(), not agreed))  # fmt: skip
             if notify is not None:
                 notify(report)
             if not agreed:
                 break
-            batch += config.workers
+            position += config.workers
     report.elapsed_s = time.perf_counter() - started
     return report
 
@@ -301,6 +350,7 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
     from difftest.exampledb import check_database
 
     started = time.perf_counter()
+    started_at = time.time()
     if config.database:
         check_database(config.database)  # one line now, rather than a traceback from every worker
     config.reports.mkdir(parents=True, exist_ok=True)
@@ -308,9 +358,9 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
     if config.workers <= 1:
         try:
             report = _worker(config, 0, tally.take if tally is not None else None)
-            return CampaignResult(config, [report], time.perf_counter() - started)
+            return CampaignResult(config, [report], time.perf_counter() - started, started_at=started_at)
         except KeyboardInterrupt:
-            return CampaignResult(config, [], time.perf_counter() - started, interrupted=True)
+            return CampaignResult(config, [], time.perf_counter() - started, interrupted=True, started_at=started_at)
     reports: list[WorkerReport] = []
     context = get_context("spawn")
     queue = context.Queue() if tally is not None else None  # workers' counts after each batch
@@ -337,7 +387,8 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
         pool.shutdown(wait=True, cancel_futures=True)
         if queue is not None:
             queue.close()
-    return CampaignResult(config, sorted(reports, key=lambda r: r.worker), time.perf_counter() - started, interrupted)
+    ordered = sorted(reports, key=lambda r: r.worker)
+    return CampaignResult(config, ordered, time.perf_counter() - started, interrupted, started_at)
 
 
 def _terminate(pool: ProcessPoolExecutor) -> None:

@@ -1,0 +1,314 @@
+"""A campaign's report.html: one self-contained page (inline CSS and SVG) rendered from summary.json.
+
+Pure functions from plain data to text: no file is read or written here (reports.py and the
+command line do that), so the same summary always renders the same page.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from difftest.contract import RULES
+
+# the verdicts a summary can carry, and how the page shows each (class, headline)
+VERDICTS = {
+    "agree": ("ok", "the two executors agree under the parity contract"),
+    "divergence": ("bad", "DIVERGENCE: the executors differ outside the contract"),
+    "interrupted": ("warn", "interrupted: the campaign did not finish"),
+}
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 70em; padding: 0 1em;
+       color: #1d1d1f; background: #fff; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top: 1.8em; }
+.verdict { font-size: 1.25em; font-weight: 700; padding: .5em .8em; border-radius: .3em; display: inline-block; }
+.ok { background: #dcf2dc; color: #14561a; } .bad { background: #fbd9d9; color: #9b1111; }
+.warn { background: #fdecc8; color: #7a4b00; }
+dl.facts { display: grid; grid-template-columns: max-content auto; gap: .15em 1.2em; }
+dl.facts dt { font-weight: 600; } dl.facts dd { margin: 0; }
+table { border-collapse: collapse; margin: .5em 0; }
+th, td { border: 1px solid #d0d0d0; padding: .2em .55em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.missing td { background: #fbe3e3; } pre { background: #f6f6f6; padding: .6em .8em; overflow-x: auto; }
+figure { margin: 1em 0; } figcaption { color: #555; font-size: .92em; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+.note { color: #555; }
+"""
+
+# chart colours: ordinary bars and lines, unreached labels, contract rows
+BLUE, RED, GREY, TEAL = "#1f66c1", "#c62828", "#9e9e9e", "#00897b"
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# ---- charts ------------------------------------------------------------------------------------------
+
+
+def nice_ticks(top: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to at least `top` (1, 2 or 5 times a power of ten apart)."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    ticks = [0.0]
+    while ticks[-1] < top:
+        ticks.append(round(ticks[-1] + step, 10))
+    return ticks
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.1f}"
+
+
+def line_chart(
+    points: Sequence[tuple[float, float]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    reference: float | None = None,
+    reference_label: str = "",
+    width: int = 720,
+    height: int = 260,
+) -> str:
+    """An SVG line chart of (x, y) points from x = 0, with an optional dashed horizontal reference."""
+    left, right, top, bottom = 64, 16, 14, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    if not points:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="60" '
+                f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
+                '<text x="8" y="30">no time series recorded for this run</text></svg>')  # fmt: skip
+    x_ticks = nice_ticks(max(x for x, _ in points))
+    y_ticks = nice_ticks(max([y for _, y in points] + ([reference] if reference else [])))
+    x_max, y_max = x_ticks[-1], y_ticks[-1]
+
+    def sx(x: float) -> float:
+        return left + plot_w * x / x_max
+
+    def sy(y: float) -> float:
+        return top + plot_h * (1 - y / y_max)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" aria-label="{esc(title)}"><title>{esc(title)}</title>']  # fmt: skip
+    for y in y_ticks:
+        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#e4e4e4"/>')
+        parts.append(f'<text x="{left - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{_number(y)}</text>')
+    for x in x_ticks:
+        parts.append(f'<text x="{sx(x):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_number(x)}</text>')
+    parts.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#777"/>')
+    parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#777"/>')
+    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">{esc(x_label)}</text>')
+    parts.append(f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" '
+                 f'text-anchor="middle">{esc(y_label)}</text>')  # fmt: skip
+    if reference is not None:
+        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(reference):.1f}" y2="{sy(reference):.1f}" '
+                     f'stroke="{TEAL}" stroke-dasharray="6 4" stroke-width="1.5"/>')  # fmt: skip
+        parts.append(f'<text x="{left + plot_w - 4}" y="{sy(reference) - 5:.1f}" text-anchor="end" '
+                     f'style="fill:{TEAL}">{esc(reference_label)}</text>')  # fmt: skip
+    path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
+    parts.append(f'<polyline points="{path}" fill="none" stroke="{BLUE}" stroke-width="2"/>')
+    for x, y in points:
+        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{BLUE}"><title>'
+                     f"{_number(x)} s: {_number(y)}</title></circle>")  # fmt: skip
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str = BLUE, width: int = 720) -> str:
+    """Horizontal bars, one per (label, count, highlighted) row, on a log scale so that a label
+    reached twice still shows next to one reached thousands of times; highlighted rows are red and
+    say MISSING."""
+    bar_h, gap, label_w, count_w = 16, 5, 260, 90
+    plot_w = width - label_w - count_w
+    top = max((count for _, count, _ in rows), default=0)
+    height = len(rows) * (bar_h + gap) + gap
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" aria-label="{esc(title)}"><title>{esc(title)}</title>']  # fmt: skip
+    for number, (label, count, highlighted) in enumerate(rows):
+        y = gap + number * (bar_h + gap)
+        length = plot_w * math.log1p(count) / math.log1p(top) if top > 0 and count > 0 else 0.0
+        fill = RED if highlighted else colour
+        parts.append(f'<text x="{label_w - 8}" y="{y + bar_h - 4}" text-anchor="end">{esc(label)}</text>')
+        if highlighted:  # a faint full-width band so a missing label stands out even with no bar
+            parts.append(f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{bar_h}" fill="#fbe3e3"/>')
+        parts.append(f'<rect x="{label_w}" y="{y}" width="{length:.1f}" height="{bar_h}" fill="{fill}">'
+                     f"<title>{esc(label)}: {count}</title></rect>")  # fmt: skip
+        text = f"{count:,}" + ("  MISSING" if highlighted else "")
+        style = f' style="fill:{RED};font-weight:700"' if highlighted else ""
+        parts.append(f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 4}"{style}>{esc(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# ---- the page ----------------------------------------------------------------------------------------
+
+
+def rates(progress: Sequence[dict[str, float]]) -> list[tuple[float, float]]:
+    """Compared steps/s between consecutive points of the time series (the first from the start)."""
+    points: list[tuple[float, float]] = []
+    last_t = last_steps = 0.0
+    for point in progress:
+        t_s, steps = float(point["t_s"]), float(point["steps"])
+        if t_s > last_t:  # batches finishing in the same instant merge into the next interval
+            points.append((t_s, (steps - last_steps) / (t_s - last_t)))
+            last_t, last_steps = t_s, steps
+    return points
+
+
+def budget_text(budget: dict[str, Any]) -> str:
+    if budget.get("examples") is not None:
+        return f"{budget['examples']:,} histories"
+    if budget.get("seconds") is not None:
+        return f"{budget['seconds']:g} s"
+    return "unknown"
+
+
+def reproduce_command(summary: dict[str, Any]) -> str:
+    """The command line that runs this campaign again (the same seed and budget, and shard)."""
+    budget = summary.get("budget", {})
+    words = ["difftest", "run", "--seed", str(summary.get("seed"))]
+    if budget.get("examples") is not None:
+        words += ["--examples", str(budget["examples"])]
+    elif budget.get("seconds") is not None:
+        words += ["--seconds", f"{budget['seconds']:g}"]
+    shard = summary.get("shard")
+    if shard:
+        words += ["--shard", f"{shard['index']}/{shard['count']}"]
+    if summary.get("restarts") is False:
+        words.append("--no-restarts")
+    if summary.get("lua_scripts"):
+        words += ["--lua-scripts", str(summary["lua_scripts"])]
+    return shlex.join(words)
+
+
+def verdict_of(summary: dict[str, Any]) -> str:
+    """The summary's verdict (older summaries have none: derived as the run command decides)."""
+    if summary.get("verdict"):
+        return str(summary["verdict"])
+    if summary.get("interrupted"):
+        return "interrupted"
+    return "divergence" if summary.get("divergences") else "agree"
+
+
+def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    shard = summary.get("shard")
+    facts = [
+        ("seed", esc(summary.get("seed"))),
+        ("budget", esc(budget_text(summary.get("budget", {})))),
+        ("histories compared", esc(f"{summary.get('histories', 0):,}")),
+        ("steps compared", esc(f"{summary.get('steps', 0):,}")),
+        ("wall time", esc(f"{summary.get('elapsed_s', 0)} s")),
+        ("compared steps/s", esc(f"{summary.get('compared_steps_per_s', 0)}")),
+        ("workers", esc(summary.get("workers", 1))),
+        ("restarts and crashes", "on" if summary.get("restarts", True) else "off"),
+    ]
+    if shard:
+        facts.append(("shard", esc(f"{shard['index']}/{shard['count']}")))
+    if summary.get("shards"):
+        facts.append(("merged from", "<br>".join(esc(s) for s in summary["shards"])))
+    facts += [("native module", esc(summary.get("module", ""))),
+              ("Lua scripts", esc(summary.get("lua_scripts") or "executors/lua (the reference)")),
+              ("host", esc(summary.get("host", "")))]  # fmt: skip
+    return facts
+
+
+def _divergences(summary: dict[str, Any]) -> list[str]:
+    found = summary.get("divergences", [])
+    if not found:
+        return ["<p>None: every compared step matched exactly or under a contract row.</p>"]
+    out = ["<table><tr><th>batch</th><th>minimal steps</th><th>reason</th><th>artifact</th><th>reproduce</th></tr>"]
+    for failure in found:
+        link = str(failure.get("link") or failure.get("artifact", ""))
+        files = " · ".join(f'<a href="{esc(link)}/{name}">{name}</a>'
+                           for name in ("report.txt", "history.jsonl", "report.json"))  # fmt: skip
+        out.append(
+            f'<tr><td class="num">{esc(failure.get("batch"))}</td><td class="num">{esc(failure.get("steps"))}</td>'
+            f"<td>{esc(failure.get('reason', ''))}</td>"
+            f'<td><a href="{esc(link)}/">{esc(link)}</a><br>{files}</td>'
+            f"<td><code>difftest replay {esc(shlex.quote(str(failure.get('artifact', link))))}</code></td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _contract(summary: dict[str, Any]) -> list[str]:
+    coverage: dict[str, int] = summary.get("coverage", {})
+    rows = [(rule, int(coverage.get(f"contract:{rule}", 0))) for rule in RULES]
+    chart = bar_chart([(f"contract:{rule}", count, count == 0) for rule, count in rows],
+                      title="contract rows hit", colour=TEAL)  # fmt: skip
+    table = ["<table><tr><th>row</th><th>steps judged by it</th><th>transitions</th><th>when</th></tr>"]
+    for rule, count in rows:
+        about = RULES[rule]
+        table.append(f'<tr><td>{esc(rule)}</td><td class="num">{count:,}</td><td>{esc(about.transitions)}</td>'
+                     f"<td>{esc(about.precondition)}</td></tr>")  # fmt: skip
+    table.append("</table>")
+    return [f"<figure>{chart}<figcaption>Steps whose difference a contract row allowed (log scale); red: a row "
+            "this campaign never exercised.</figcaption></figure>", *table]  # fmt: skip
+
+
+def _coverage(summary: dict[str, Any]) -> list[str]:
+    coverage: dict[str, int] = summary.get("coverage", {})
+    missing = set(summary.get("coverage_missing", [label for label, count in coverage.items() if count == 0]))
+    rows = [(label, int(count), label in missing) for label, count in coverage.items()]
+    out = [
+        f"<p>{len(rows) - len(missing)} of {len(rows)} behaviour labels reached"
+        + (f"; <strong>not reached: {esc(', '.join(sorted(missing)))}</strong>" if missing else "") + ".</p>",
+        f"<figure>{bar_chart(rows, title='behaviour coverage')}<figcaption>Histories' behaviours by label "
+        "(log scale); red: not reached by this campaign.</figcaption></figure>",
+    ]  # fmt: skip
+    also: dict[str, int] = summary.get("also_reached", {})
+    if also:
+        out.append("<details><summary>also reached (labels outside the required set)</summary><table>"
+                   "<tr><th>label</th><th>count</th></tr>"
+                   + "".join(f'<tr><td>{esc(k)}</td><td class="num">{v:,}</td></tr>' for k, v in also.items())
+                   + "</table></details>")  # fmt: skip
+    return out
+
+
+def _speed(summary: dict[str, Any]) -> list[str]:
+    points = rates(summary.get("progress", []))
+    average = summary.get("compared_steps_per_s")
+    chart = line_chart(points, title="compared steps per second over the run", x_label="seconds since the start",
+                       y_label="compared steps/s", reference=float(average) if average else None,
+                       reference_label=f"whole run: {average} steps/s")  # fmt: skip
+    caption = ("Steps compared per second between finished batches (each point: a batch finished); "
+               "dashed: the whole run's average, start-up and shrinking included.")  # fmt: skip
+    if summary.get("shards"):
+        caption += " Merged shards are drawn as if they all started at once."
+    return [f"<figure>{chart}<figcaption>{caption}</figcaption></figure>"]
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The whole page for one summary (a run's or a merge's); links are relative to its directory."""
+    verdict = verdict_of(summary)
+    css_class, headline = VERDICTS.get(verdict, ("warn", verdict))
+    missing = summary.get("coverage_missing", [])
+    title = f"difftest campaign, seed {summary.get('seed')}: {verdict}"
+    reproduce = [reproduce_command(summary)]
+    reproduce += [f"difftest replay {shlex.quote(str(f.get('artifact')))}" for f in summary.get("divergences", [])]
+    if summary.get("shards"):
+        reproduce.insert(0, "# each shard again on its machine, then: difftest merge OUT SHARD_DIR ...")
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        f"<title>{esc(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        "<h1>difftest campaign report</h1>",
+        f'<p class="verdict {css_class}" id="verdict">verdict: {esc(verdict)} — {esc(headline)}</p>',
+        f"<p>coverage: {'complete' if not missing else f'{len(missing)} label(s) not reached'}</p>",
+        '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in _facts(summary)) + "</dl>",
+        "<h2>How to reproduce</h2>", f"<pre>{esc(chr(10).join(reproduce))}</pre>",
+        "<h2>Divergences</h2>", *_divergences(summary),
+        "<h2>Speed</h2>", *_speed(summary),
+        "<h2>Contract rows hit</h2>", *_contract(summary),
+        "<h2>Behaviour coverage</h2>", *_coverage(summary),
+        "<h2>Files</h2>",
+        '<p><a href="summary.json">summary.json</a> · <a href="coverage.txt">coverage.txt</a> · '
+        '<a href="junit.xml">junit.xml</a></p>',
+        "</body>", "</html>", "",
+    ])  # fmt: skip
