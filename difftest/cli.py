@@ -85,6 +85,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.attach is not None:
         args.workers = 1  # an attached pair is one pair: one worker replays on it
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    shard = _shard(args.shard)
     directory = new_run_dir(args.reports, "run")
     examples = None if args.seconds is not None and args.examples is None else (args.examples or 2000)
     # --database, else $DIFFTEST_DATABASE, else the local directory; --no-database: none at all
@@ -93,10 +94,11 @@ def command_run(args: argparse.Namespace) -> int:
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         database=database,
-        backend=backend_of(args),
+        backend=backend_of(args), shard=shard,
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
-    print(f"campaign: seed {seed}, {budget}, {args.workers} worker(s); reports in {directory}", flush=True)
+    part = f" (shard {args.shard}: every {shard[1]}th batch from batch {shard[0] - 1})" if args.shard else ""
+    print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
     # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
     with CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
         result = run_campaign(config, on_progress=progress)
@@ -109,8 +111,10 @@ def command_run(args: argparse.Namespace) -> int:
         print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
         print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
     print(
-        f"\nreports: {directory} (summary.json, coverage.txt, junit.xml); reproduce: difftest run --seed {seed}"
+        f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
+        f"reproduce: difftest run --seed {seed}"
         + (f" --examples {examples}" if examples is not None else "")
+        + (f" --shard {args.shard}" if args.shard else "")
     )
     if result.interrupted:
         return EXIT_INTERRUPTED
@@ -139,6 +143,86 @@ def command_replay(args: argparse.Namespace) -> int:
         print(f"recorded verdict: divergence at step {expect.get('step')}: {expect.get('reason')}")
         print("reproduced: " + ("yes, the same step and reason" if same else "NO"))
     return code
+
+
+def _shard(text: str | None) -> tuple[int, int]:
+    from difftest.shards import parse_shard
+
+    if text is None:
+        return 1, 1
+    try:
+        return parse_shard(text)
+    except ValueError as problem:
+        raise SetupProblem(str(problem)) from None
+
+
+def _summary_of(directory: Path) -> dict[str, object]:
+    from difftest.reports import SUMMARY
+
+    path = directory / SUMMARY
+    if not path.is_file():
+        raise SetupProblem(f"{directory} has no {SUMMARY}: pass run directories that difftest run wrote")
+    try:
+        document: dict[str, object] = json.loads(path.read_text())
+    except (OSError, ValueError) as problem:
+        raise SetupProblem(f"{path} cannot be read: {problem}") from None
+    return document
+
+
+def command_merge(args: argparse.Namespace) -> int:
+    """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
+    from difftest import reports
+    from difftest.shards import ShardMismatch, merge
+
+    if args.out.exists() and any(args.out.iterdir()):
+        raise SetupProblem(f"{args.out} is not empty: merge into a new directory (no report is overwritten)")
+    parts = [(directory, _summary_of(directory)) for directory in args.dirs]
+    try:
+        document = merge(parts, args.out)
+    except ShardMismatch as problem:
+        raise SetupProblem(str(problem)) from None
+    reports.write_document(document, args.out)
+    print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
+          f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
+    for failure in document["divergences"]:
+        print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
+        print(f"artifact: {failure['artifact']} (reproduce: difftest replay {failure['artifact']})")
+    print(f"reports: {args.out} (report.html, summary.json, coverage.txt, junit.xml)")
+    if document["verdict"] == "divergence":
+        return EXIT_DIVERGENCE
+    if document["verdict"] == "interrupted":
+        return EXIT_INTERRUPTED
+    if args.require_coverage and document["coverage_missing"]:
+        print(f"coverage incomplete: {', '.join(document['coverage_missing'])}", file=sys.stderr)
+        return EXIT_COVERAGE
+    return EXIT_OK
+
+
+def command_report(args: argparse.Namespace) -> int:
+    """`difftest report DIR`: report.html again from a run's summary.json (or a mutation run's
+    outcomes.json, whose page mutants/report.py renders)."""
+    from difftest import reports
+
+    directory: Path = args.dir
+    if (directory / "outcomes.json").is_file():
+        import importlib
+
+        try:
+            # mutants/ renders its own page; looked up by name, as that package is owned apart
+            mutation_report = importlib.import_module("mutants.report")
+        except ImportError as missing:
+            raise SetupProblem(f"{directory} is a mutation run, but mutants/report.py cannot load: {missing}") from None
+        try:
+            document = json.loads((directory / mutation_report.OUTCOMES).read_text())
+        except ValueError as problem:
+            raise SetupProblem(f"{directory / mutation_report.OUTCOMES} cannot be read: {problem}") from None
+        page = directory / mutation_report.HTML
+        page.write_text(mutation_report.html_page(document), encoding="utf-8")
+    else:
+        _summary_of(directory)  # one clear line if it is missing or broken
+        page = reports.rerender(directory)
+    print(f"report: {page}")
+    return EXIT_OK
 
 
 def command_servers(args: argparse.Namespace) -> int:
@@ -337,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     database.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
     run.add_argument("--require-coverage", action="store_true",
                      help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
+    run.add_argument("--shard", metavar="K/N", default=None,
+                     help="run only shard K of N of the seed's batches (batches b with b %% N == K-1); "
+                     "join the shards' run directories with difftest merge")  # fmt: skip
     scenario = _subcommand(
         commands, "scenario", "the scripted scenario: every transition, D1, D6, D7",
         """Replay the scripted scenario, a hand-written history that walks every transition of the queue
@@ -361,6 +448,36 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
+    merge = _subcommand(
+        commands, "merge", "join the run directories of a campaign's shards into one report",
+        """Join the run directories that `difftest run --shard K/N` wrote (on one machine or many) into
+        one report in OUT: summary.json, coverage.txt, junit.xml and report.html. The merged verdict,
+        first divergent batch, histories, steps and coverage counts equal those of the unsharded run
+        with the same seed and budget (one worker, no stored failures in the example database).
+        Shards that do not fit together (another seed or budget, a shard twice or missing, a batch
+        never finished) are refused with one line and exit code 2.""",
+        [
+            "difftest run --seed 7 --examples 4000 --shard 1/2   # on machine A",
+            "difftest run --seed 7 --examples 4000 --shard 2/2   # on machine B",
+            "difftest merge reports/merged-7 reports/<run-on-A> reports/<run-on-B>",
+        ],
+        {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence: the first divergent batch's artifact, "
+         "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
+         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
+    )  # fmt: skip
+    merge.add_argument("out", type=Path, help="a new directory for the merged report")
+    merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
+    merge.add_argument("--require-coverage", action="store_true",
+                       help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
+    report = _subcommand(
+        commands, "report", "render report.html again from a run directory",
+        """Render DIR/report.html again from DIR/summary.json: for a run, a merge of shards, or a run
+        from before report.html existed. For a mutation run's directory (it holds outcomes.json), the
+        mutation report's page is rendered instead. Nothing else in DIR changes.""",
+        ["difftest report reports/<run>", "difftest report reports/mutants-<time>"],
+        {EXIT_OK: "report.html written", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP]},
+    )  # fmt: skip
+    report.add_argument("dir", type=Path, help="a run directory (summary.json) or a mutation run's (outcomes.json)")
     from executors.native.adapter import DEFAULT_MODULE
 
     servers = _subcommand(
@@ -418,7 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay,
-                   "servers": command_servers}[args.command]  # fmt: skip
+                   "servers": command_servers, "merge": command_merge,
+                   "report": command_report}[args.command]  # fmt: skip
         return handler(args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)

@@ -1,0 +1,233 @@
+"""A run's reports: report.html rendered in a real headless browser, junit.xml valid under a JUnit
+schema, the time series in summary.json, `difftest report` re-rendering; and the page's pure parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from difftest import coverage, html_report
+from difftest.cli import EXIT_OK, EXIT_SETUP, main
+from difftest.contract import RULES
+
+SEED = 424242
+SCHEMA = Path(__file__).with_name("junit.xsd")
+WINDOW = (1200, 2000)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One small real campaign (40 histories on a real server pair) shared by this module's tests."""
+    reports = tmp_path_factory.mktemp("reports")
+    argv = [
+        "run",
+        "--seed",
+        str(SEED),
+        "--examples",
+        "40",
+        "--workers",
+        "1",
+        "--no-database",
+        "--reports",
+        str(reports),
+    ]
+    assert main(argv) == EXIT_OK
+    (directory,) = reports.iterdir()
+    yield directory
+    shutil.rmtree(reports)
+
+
+def load(directory: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((directory / "summary.json").read_text())
+    return document
+
+
+def test_a_run_writes_its_four_reports(run: Path) -> None:
+    assert sorted(p.name for p in run.iterdir() if p.is_file()) == [
+        "coverage.txt", "junit.xml", "report.html", "summary.json"]  # fmt: skip
+    summary = load(run)
+    assert summary["verdict"] == "agree" and summary["seed"] == SEED and summary["shard"] is None
+
+
+def test_the_summary_holds_the_time_series_and_the_batches(run: Path) -> None:
+    summary = load(run)
+    progress = summary["progress"]
+    assert progress, "no point recorded"
+    assert [p["batches"] for p in progress] == list(range(1, len(progress) + 1))
+    assert all(a["t_s"] <= b["t_s"] and a["steps"] <= b["steps"] for a, b in pairwise(progress))
+    assert (progress[-1]["histories"], progress[-1]["steps"]) == (summary["histories"], summary["steps"]) == (
+        sum(b["histories"] for b in summary["batches"]), sum(b["steps"] for b in summary["batches"]))  # fmt: skip
+    for label, count in summary["coverage"].items():
+        assert count == sum(b["labels"].get(label, 0) for b in summary["batches"]), label
+
+
+def test_the_page_is_self_contained(run: Path) -> None:
+    page = (run / "report.html").read_text()
+    assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
+    assert not re.search(r"""\bsrc\s*=|url\(""", page)
+    # the only absolute address is SVG's namespace name, which nothing fetches
+    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) == {"http://www.w3.org/2000/svg"}
+    hrefs = re.findall(r'href="([^"]+)"', page)
+    assert hrefs and all(not h.startswith(("/", "http", "file:")) for h in hrefs)
+    assert page.count("<svg") == 3  # speed, contract rows, coverage
+
+
+def test_report_renders_the_same_page_again(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = run / "report.html"
+    before = page.read_bytes()
+    page.unlink()
+    assert main(["report", str(run)]) == EXIT_OK
+    assert page.read_bytes() == before
+    assert str(page) in capsys.readouterr().out
+    empty = Path(tempfile.mkdtemp())
+    try:
+        assert main(["report", str(empty)]) == EXIT_SETUP
+        assert "no summary.json" in capsys.readouterr().err
+    finally:
+        empty.rmdir()
+
+
+def test_report_hands_a_mutation_run_to_its_own_page(tmp_path: Path) -> None:
+    mutation_report = pytest.importorskip("mutants.report")
+    document = {"verdict": "all caught", "budget": {"examples": 10}, "outcomes": [
+        {"id": "null-run", "executor": "both", "status": "missed", "histories": 10, "steps": 90}]}  # fmt: skip
+    (tmp_path / "outcomes.json").write_text(json.dumps(document))
+    assert main(["report", str(tmp_path)]) == EXIT_OK
+    page = (tmp_path / "report.html").read_text()
+    assert "difftest mutation report" in page and page == mutation_report.html_page(document)
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_junit_xml_is_valid_junit(run: Path) -> None:
+    import xmlschema
+
+    schema = xmlschema.XMLSchema(str(SCHEMA))
+    junit = run / "junit.xml"
+    schema.validate(str(junit))
+    tree = schema.to_dict(str(junit))
+    (suite,) = tree["testsuite"]
+    summary = load(run)
+    names = [case["@name"] for case in suite["testcase"]]
+    assert names == [f"batch-{b['batch']}" for b in summary["batches"]] + list(coverage.REQUIRED)
+    assert suite["@skipped"] == len(summary["coverage_missing"]) and suite["@failures"] == 0
+    # the schema is not a formality: a case without a name does not pass
+    assert not schema.is_valid(junit.read_text().replace('name="batch-0" ', ""))
+
+
+def browser() -> list[str]:
+    """Debian's headless shell, or the full chromium in headless mode (scripts/setup.sh installs one)."""
+    for name, flags in (("chromium-headless-shell", []), ("chromium", ["--headless"])):
+        path = shutil.which(name)
+        if path:
+            return [path, *flags]
+    pytest.fail("no chromium-headless-shell or chromium on PATH: run scripts/setup.sh (it installs it)")
+
+
+def in_browser(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(prefix="difftest-browser-") as profile:
+        command = [*browser(), "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+                   f"--window-size={WINDOW[0]},{WINDOW[1]}", *args, page.resolve().as_uri()]  # fmt: skip
+        # HOME too: chromium writes caches there when it can
+        env = {**os.environ, "HOME": profile}
+        return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, check=False)
+
+
+def test_a_real_browser_renders_the_report(run: Path) -> None:
+    from PIL import Image
+
+    summary = load(run)
+    page = run / "report.html"
+    dom = in_browser(page, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout))
+    assert "verdict: agree" in text
+    assert f"seed {SEED}" in text and str(SEED) in text
+    for label in coverage.REQUIRED:  # every coverage label drawn, reached or not
+        assert label in text, label
+    for rule in RULES:  # every contract row in its table, with its count
+        count = summary["coverage"][f"contract:{rule}"]
+        assert re.search(rf"\b{rule} {count:,} ", text), rule
+    with tempfile.TemporaryDirectory(prefix="difftest-shot-") as shots:
+        shot = Path(shots) / "report.png"
+        done = in_browser(page, f"--screenshot={shot}")
+        assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+        with Image.open(shot) as image:
+            assert image.size == WINDOW
+            pixels = image.convert("RGB")
+            colours = pixels.getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 16, "the screenshot is (nearly) blank"
+    found = {colour for _, colour in colours}
+    assert _rgb("#dcf2dc") in found, "the verdict's green box is not drawn"
+    assert _rgb(html_report.BLUE) in found and _rgb(html_report.TEAL) in found, "the charts are not drawn"
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+# ---- the page's pure parts ------------------------------------------------------------------------------
+
+
+def summary_with(**overrides: Any) -> dict[str, Any]:
+    labels = {label: 3 for label in coverage.REQUIRED}
+    labels["sweep:ghost"] = 0
+    document: dict[str, Any] = {
+        "verdict": "agree", "seed": 99, "budget": {"examples": 80, "seconds": None}, "shard": None,
+        "restarts": True, "workers": 2, "module": "m.so", "lua_scripts": None, "histories": 80, "steps": 900,
+        "elapsed_s": 3.0, "compared_steps_per_s": 300.0, "interrupted": False, "divergences": [],
+        "coverage": labels, "coverage_missing": ["sweep:ghost"], "also_reached": {"reply:CLAIM:error:NOPERM": 4},
+        "host": "h", "progress": [{"t_s": 1.0, "batches": 1, "histories": 40, "steps": 400},
+                                  {"t_s": 3.0, "batches": 2, "histories": 80, "steps": 900}],
+    }  # fmt: skip
+    document.update(overrides)
+    return document
+
+
+def test_a_divergence_links_its_artifact_and_says_how_to_replay_it() -> None:
+    failure = {"batch": 3, "reason": "FAIL replied <retry> vs <dead>", "steps": 4,
+               "artifact": "reports/run-1/failures/batch-3", "link": "failures/batch-3"}  # fmt: skip
+    page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
+    assert "verdict: divergence" in page and 'class="verdict bad"' in page
+    assert 'href="failures/batch-3/report.txt"' in page and 'href="failures/batch-3/history.jsonl"' in page
+    assert "difftest replay reports/run-1/failures/batch-3" in page
+    assert "FAIL replied &lt;retry&gt; vs &lt;dead&gt;" in page  # escaped, not markup
+
+
+def test_unreached_labels_are_highlighted_and_named() -> None:
+    page = html_report.render(summary_with())
+    assert "not reached: sweep:ghost" in page
+    assert page.count("MISSING") == 1 and f'fill="{html_report.RED}"' in page
+    assert "difftest run --seed 99 --examples 80" in page
+
+
+def test_the_speed_chart_draws_one_point_per_interval() -> None:
+    assert html_report.rates([{"t_s": 1.0, "steps": 400}, {"t_s": 1.0, "steps": 450}, {"t_s": 3.0, "steps": 900}]) == [
+        (1.0, 400.0), (3.0, 250.0)]  # fmt: skip
+    chart = html_report.line_chart([(1.0, 400.0), (3.0, 250.0)], title="t", x_label="x", y_label="y")
+    assert chart.count("<circle") == 2 and "<polyline" in chart
+    assert "no time series" in html_report.line_chart([], title="t", x_label="x", y_label="y")
+
+
+def test_an_old_summary_still_renders() -> None:
+    old = summary_with()
+    for key in ("verdict", "progress", "shard", "restarts"):
+        del old[key]
+    page = html_report.render(old)
+    assert "verdict: agree" in page and "no time series recorded" in page
+
+
+@pytest.mark.parametrize(
+    ("top", "expected"), [(0, [0.0, 1.0]), (7, [0, 2, 4, 6, 8]), (950, [0, 200, 400, 600, 800, 1000])]
+)
+def test_ticks_are_round_and_cover_the_top(top: float, expected: list[float]) -> None:
+    assert html_report.nice_ticks(top) == expected
