@@ -182,12 +182,14 @@ class _Tally:
 
 
 _progress_queue: Any = None  # in a pool worker: where it reports after each batch (set at its start)
+_stop: Any = None  # in a pool worker: an event the main process sets when another worker diverged
 
 
-def _attach_progress(queue: Any) -> None:
-    """The pool's initializer: a multiprocessing queue reaches a spawned worker only this way."""
-    global _progress_queue
+def _attach_progress(queue: Any, stop: Any = None) -> None:
+    """The pool's initializer: a multiprocessing queue or event reaches a spawned worker only this way."""
+    global _progress_queue, _stop
     _progress_queue = queue
+    _stop = stop
 
 
 def _queue_progress(report: WorkerReport) -> None:
@@ -330,6 +332,8 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            if _stop is not None and _stop.is_set():
+                break  # another worker diverged: this one stops between batches, its report whole
             size = sizes[batch] if sizes is not None else BATCH
             report.batches.append(batch)
             before = (report.histories, report.steps, Counter(report.labels))
@@ -364,8 +368,9 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
     reports: list[WorkerReport] = []
     context = get_context("spawn")
     queue = context.Queue() if tally is not None else None  # workers' counts after each batch
+    stop = context.Event()  # set at the first divergence: the other workers stop at their next batch
     pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=context,
-                               initializer=_attach_progress, initargs=(queue,))  # fmt: skip
+                               initializer=_attach_progress, initargs=(queue, stop))  # fmt: skip
     interrupted = False
     try:
         pending = {pool.submit(_worker, config, w) for w in range(config.workers)}
@@ -379,7 +384,9 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
                 if tally is not None:
                     tally.take(reports[-1])
                 if reports[-1].failure is not None and pending:
-                    _terminate(pool)  # the first divergence stops the campaign
+                    # the first divergence stops the campaign: asked, not killed, as a SIGTERM can land
+                    # in a finished worker (the pool breaks) or in a finaliser that swallows it (a hang)
+                    stop.set()
     except KeyboardInterrupt:
         interrupted = True
         _terminate(pool)
