@@ -97,7 +97,7 @@ def command_run(args: argparse.Namespace) -> int:
         backend=backend_of(args), shard=shard,
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
-    part = f" (shard {args.shard}: every {shard[1]}th batch from batch {shard[0] - 1})" if args.shard else ""
+    part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
     print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
     # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
     with CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
