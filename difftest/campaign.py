@@ -219,6 +219,11 @@ class _Diverged(AssertionError):
     pass
 
 
+class _ShrinkSpent(BaseException):
+    """Raised once the shrink budget is spent: not an Exception, so Hypothesis lets it through and
+    stops there (its target phase would otherwise hill-climb on, replaying, long after a failure)."""
+
+
 def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
     from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
@@ -229,8 +234,9 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     from strategies.histories import HistoryShape, histories
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
-    failing: list[Any] = []  # every failing replay, in order; the last is Hypothesis's minimal
-    best: dict[str, Any] = {}  # the latest failure: Hypothesis's current shrink target
+    failing: list[Any] = []  # every failing replay, in order
+    known: dict[str, Any] = {}  # each failing history's replay, by the history's repr
+    deadline: list[float] = []  # the shrink's time guard, set at the first failure
     tries: list[int] = []  # replays since the first failure
     database = open_database(config.database) if config.database else None
 
@@ -240,34 +246,43 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     @seed_of(batch_seed(config.seed, batch))
     @given(histories(shape))
     def campaign_history(history: Any) -> None:
-        deadline = best.setdefault("deadline", time.monotonic() + config.shrink_seconds) if failing else 0.0
-        spent = failing and (len(tries) >= config.shrink_tries or time.monotonic() > deadline)
-        if spent and history != best["history"]:
-            # the shrink budget is spent: only the smallest failure found so far still fails, so
-            # Hypothesis's shrinker stops improving and reports it (a public-API way to bound it)
-            return
-        if failing:
-            tries.append(1)
-        started = time.perf_counter()
-        result = replayer.replay(history)
-        report.replay_s += time.perf_counter() - started
-        reached = coverage.labels(result)
-        if not failing:  # shrinking replays do not count as coverage
-            report.histories += 1
-            report.steps += len(history.steps)
-            report.labels.update(reached)
-        for label in reached:
-            event(label)
-        target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+        # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
+        # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
+        # raised from one line, as Hypothesis tells failures apart by where they were raised
+        key = repr(history)  # a history holds a dict: not hashable itself
+        result = known.get(key)
+        if result is None:
+            if failing:
+                if len(tries) >= config.shrink_tries or time.monotonic() > deadline[0]:
+                    # the shrink budget is spent (the tries, or the time guard): stop Hypothesis at
+                    # once, hill-climbing and shrinking alike; the smallest failure so far is the result
+                    raise _ShrinkSpent
+                tries.append(1)
+            started = time.perf_counter()
+            result = replayer.replay(history)
+            report.replay_s += time.perf_counter() - started
+            reached = coverage.labels(result)
+            if not failing:  # shrinking replays do not count as coverage
+                report.histories += 1
+                report.steps += len(history.steps)
+                report.labels.update(reached)
+            for label in reached:
+                event(label)
+            target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+            if result.divergence is not None:
+                if not failing:
+                    deadline.append(time.monotonic() + config.shrink_seconds)
+                failing.append(result)
+                known[key] = result
         if result.divergence is not None:
-            failing.append(result)
-            best["history"] = history  # Hypothesis only moves on to a failure it ranks smaller
             raise _Diverged(result.divergence.reason)
 
     try:
         campaign_history()
-    except _Diverged:
-        minimal = _last_pass(replayer, failing[-1])
+    except (_Diverged, _ShrinkSpent):
+        # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
+        smallest = min(reversed(failing), key=lambda replayed: len(replayed.history.steps))
+        minimal = _last_pass(replayer, smallest)
         directory = config.reports / "failures" / f"batch-{batch}"
         save_divergence(minimal, directory)
         report.failure = Failure(batch, minimal.divergence.reason, len(minimal.history.steps), str(directory))

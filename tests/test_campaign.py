@@ -78,3 +78,19 @@ def test_a_planted_defect_is_found_and_shrunk(
     again = run_campaign(config(tmp_path, reports=tmp_path / "again", examples=400, lua_scripts=planted,
                                 database=database, seed=12345, shrink_tries=50))  # fmt: skip
     assert again.failures and again.histories <= 3
+
+
+def test_a_spent_shrink_budget_stops_at_once_and_keeps_the_smallest_failure(planted: Path, tmp_path: Path) -> None:
+    # three replays of shrinking, then Hypothesis is stopped (hill-climbing or shrinking alike): the
+    # campaign still reports the smallest failure it saw, the same one on every run of the seed
+    runs = [
+        run_campaign(config(tmp_path, reports=tmp_path / f"run-{n}", examples=400, lua_scripts=planted, shrink_tries=3))
+        for n in (1, 2)
+    ]
+    minimal = []
+    for result in runs:
+        assert len(result.failures) == 1, result.failures
+        history = hist.load(Path(result.failures[0].artifact) / "history.jsonl")
+        assert [hist.step_to_json(s) for s in history.steps][-1]["verb"] == "FAIL"
+        minimal.append(history)
+    assert minimal[0] == minimal[1]
