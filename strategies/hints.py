@@ -31,10 +31,14 @@ class QueueHints:
         else:
             self.delayed[job] = now + delay
 
+    def head(self) -> bytes:
+        """The pending id the next CLAIM takes (lowest score, then lowest id)."""
+        return min(self.pending, key=lambda j: (self.pending[j], j))
+
     def claim(self, now: int, lease: int) -> None:
         if self.paused or not self.pending:
             return
-        job = min(self.pending, key=lambda j: (self.pending[j], j))
+        job = self.head()
         del self.pending[job]
         if job in self.rows:
             self.attempts[job] = self.attempts.get(job, 0) + 1

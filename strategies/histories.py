@@ -28,6 +28,9 @@ from difftest.history import (
     Step,
 )
 from strategies.hints import QueueHints
+from strategies.seeded import draw_from_the_seed_alone
+
+draw_from_the_seed_alone()
 
 QUEUES = (b"q", b"r")
 IDS = (b"j1", b"j2", b"j3", b"\x00", b"\xff\xfe")
@@ -161,6 +164,8 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
     elif verb == "FAIL":
         job, token = _held(draw, hints)
         max_attempts, backoff = draw.integer(1, 3), draw.pick((0, *DURATIONS))
+        if 1 <= token <= 3 and draw.chance(3):
+            max_attempts = token  # exactly exhausted: the dead-letter path and its boundary
         args = (job, token, _pick(draw, ERRORS), max_attempts, backoff)
         hints.fail(job, token, max_attempts, now, backoff)
     elif verb == "PROMOTE":
@@ -169,6 +174,9 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
         hints.promote(now, limit)
     elif verb == "SWEEP":
         max_stalled, limit = draw.integer(1, 3), draw.integer(1, 3)
+        expired = sum(1 for deadline in hints.active.values() if deadline <= now)
+        if expired >= 2 and draw.chance(2):
+            limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
         args = (max_stalled, limit)
         hints.sweep(now, max_stalled, limit)
     elif verb == "REVIVE":
@@ -255,10 +263,18 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     job = draw.pick(aimed) if draw.aim(4) and aimed else _pick(draw, IDS)
     row = base + b"job:" + job
     if kind == "set-wrong-type":
-        sets = (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")
-        key = row if draw.chance(2) else draw.pick(tuple(base + name for name in sets))
+        if hints.active and draw.chance(2):
+            # with a lease held, often a set the lease's end writes (FAIL, COMPLETE, SWEEP, or a
+            # retry's delay): the check that must come before the first write is then exercised
+            key = base + draw.pick((b"dead", b"done", b"delayed", b"dead"))  # dead: FAIL's and SWEEP's
+        else:
+            sets = (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")
+            key = row if draw.chance(2) else draw.pick(tuple(base + name for name in sets))
         return RawWrite((b"SET", key, b"junk"))
     if kind == "row-counter":
+        if hints.pending and draw.chance(2):
+            # the row the next CLAIM pops, its attempts not a counter CLAIM can increment (D4)
+            return RawWrite((b"HSET", base + b"job:" + hints.head(), b"attempts", draw.pick((b"abc", I64_MAX))))
         field = draw.pick((b"attempts", b"stalled"))
         return RawWrite((b"HSET", row, field, draw.pick((b"abc", I64_MAX, b"7"))))
     if kind == "metrics-counter":
@@ -267,7 +283,8 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     if kind == "group":
         return RawWrite((b"HSET", row, b"group", b"g"))
     if kind == "ghost":
-        key = draw.pick((b"pending", b"active", b"delayed", b"dead"))
+        # half of them in dead: only REVIVE meets a ghost there, and only if it is aimed at it
+        key = b"dead" if draw.chance(2) else draw.pick((b"pending", b"active", b"delayed", b"dead"))
         ghost = b"ghost-" + _pick(draw, IDS)
         where = getattr(hints, key.decode())
         if isinstance(where, dict):
@@ -280,11 +297,11 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     return RawWrite((b"HSET", row, b"lease_epoch", b"0" * 40))
 
 
-# Weights per 249 steps. A restart costs ~12 ms of server start-up and an advance ~1 ms until
+# Weights per 254 steps. A restart costs ~12 ms of server start-up and an advance ~1 ms until
 # the servers read the new time, against ~0.1 ms for a call: both are kept rare enough that a
 # campaign spends its time on transitions, often enough that a default campaign reaches D7.
 STEP_WEIGHTS = (
-    ("call", 148), ("advance", 38), ("begin", 12), ("end", 12), ("corrupt", 11),
+    ("call", 148), ("advance", 38), ("begin", 12), ("end", 12), ("corrupt", 16),
     ("user", 11), ("malformed", 11), ("restart", 6),
 )  # fmt: skip
 
