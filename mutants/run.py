@@ -1,23 +1,29 @@
-# The whole run: a null run and a canary that must pass, then every mutant built and scored, as JSON.
+# The whole run: a null run and a canary that must pass, then every mutant built and scored, each
+# campaign in its own process, several at once; the report in four forms (see report.py).
 
 from __future__ import annotations
 
-import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from mutants import report
 from mutants.catalogue import EXECUTOR_DIRS, Mutant, load
-from mutants.score import CAUGHT, MISSED, UNVIABLE, Budget, Outcome, campaign
+from mutants.child import Task, default_jobs, run_tasks
+from mutants.report import NULL_RUN
+from mutants.score import CAUGHT, ERROR, MISSED, UNVIABLE, Budget, Outcome
 from mutants.workspace import DEFAULT_CACHE, prepare
 
-# exit codes of `python -m mutants`
+# exit codes of `python -m mutants` (and of `python -m mutants merge`)
 EXIT_ALL_CAUGHT = 0  # every mutant run was caught
-EXIT_SOME_MISSED = 1  # some mutant was missed, timed out, unviable or errored
+EXIT_SOME_MISSED = 1  # some mutant was missed, timed out, unviable or errored (merge: or shards are missing)
 EXIT_VOID = 2  # the null run found a divergence, or the canary was not caught: the report is void
-EXIT_USAGE = 3  # bad arguments (unknown mutant id)
+EXIT_USAGE = 3  # bad arguments (unknown mutant id, bad shard; merge: shards that do not fit together)
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: campaigns stopped, their servers removed
 
 
 @dataclass(frozen=True)
@@ -38,25 +44,37 @@ def baseline(cache: Path) -> tuple[Baseline | None, str]:
     return Baseline(native.artifact, lua.artifact), ""
 
 
-def score_mutant(mutant: Mutant, base: Baseline, reports: Path, budget: Budget, cache: Path) -> Outcome:
-    """Apply, build (native), then the campaign with the mutant on its side, the other side unmodified."""
-    workspace = prepare(mutant.executor, mutant.source_dir, mutant.patch, cache)
-    if workspace.artifact is None:
-        outcome = Outcome(mutant.id, mutant.executor, UNVIABLE, reason=workspace.unviable)
-    else:
+def select_shard(mutants: list[Mutant], index: int, count: int) -> list[Mutant]:
+    """Shard `index` of `count` (1-based): the mutants whose place in id order is index-1 modulo
+    count (round-robin over the sorted ids), in catalogue order. The same on every machine."""
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {index}/{count}: the index must be between 1 and the count")
+    ids = sorted(m.id for m in mutants)
+    mine = set(ids[index - 1 :: count])
+    return [m for m in mutants if m.id in mine]
+
+
+def _preparer(
+    mutant: Mutant | None, base: Baseline, reports: Path, budget: Budget, cache: Path, built: dict[str, float]
+) -> Callable[[], Task | Outcome]:
+    """What builds one task (in the builder thread): the mutant applied and built (its build time
+    in `built`), or the null run; an Outcome when there is nothing to run (unviable)."""
+
+    def make() -> Task | Outcome:
+        if mutant is None:
+            return Task(NULL_RUN, "both", base.module, base.lua_scripts, reports / NULL_RUN, budget)
+        try:
+            workspace = prepare(mutant.executor, mutant.source_dir, mutant.patch, cache)
+        except Exception as exc:  # a broken cache, a full disk: this mutant errs, the run goes on
+            return Outcome(mutant.id, mutant.executor, ERROR, reason=f"preparing: {type(exc).__name__}: {exc}")
+        if workspace.artifact is None:
+            return Outcome(mutant.id, mutant.executor, UNVIABLE, reason=workspace.unviable)
         module = workspace.artifact if mutant.executor == "native" else base.module
         scripts = workspace.artifact if mutant.executor == "lua" else base.lua_scripts
-        outcome = campaign(module, scripts, reports / mutant.id, budget)
-        outcome.id, outcome.executor = mutant.id, mutant.executor
-    outcome.build_s = round(workspace.build_s, 2)
-    outcome.defect_class, outcome.transition, outcome.needs = mutant.defect_class, mutant.transition, list(mutant.needs)
-    return outcome
+        built[mutant.id] = round(workspace.build_s, 2)
+        return Task(mutant.id, mutant.executor, module, scripts, reports / mutant.id, budget)
 
-
-def null_run(base: Baseline, reports: Path, budget: Budget) -> Outcome:
-    outcome = campaign(base.module, base.lua_scripts, reports / "null-run", budget)
-    outcome.id, outcome.executor = "null-run", "both"
-    return outcome
+    return make
 
 
 def run(
@@ -65,9 +83,14 @@ def run(
     only: Iterable[str] | None = None,
     cache: Path = DEFAULT_CACHE,
     say: Callable[[str], None] = print,
+    jobs: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> tuple[int, list[Outcome]]:
-    """Null run, canary, then the chosen mutants (all by default); writes reports/outcomes.json."""
+    """Null run, canary, then the chosen mutants (all by default, or shard k of n of them), each
+    campaign in its own process, `jobs` at a time (default: one per core); writes the report
+    (outcomes.json, mutation-report.json, junit.xml, report.html) under `reports`."""
     budget = budget or Budget()
+    jobs = jobs or default_jobs()
     started = time.perf_counter()
     reports.mkdir(parents=True, exist_ok=True)
     catalogue = load()
@@ -79,46 +102,93 @@ def run(
             say(f"unknown mutant ids: {', '.join(sorted(unknown))}")
             return EXIT_USAGE, []
         chosen = [m for m in chosen if m.id in wanted]
-    outcomes: list[Outcome] = []
+    if shard is not None:
+        try:
+            chosen = select_shard(chosen, *shard)
+        except ValueError as exc:
+            say(str(exc))
+            return EXIT_USAGE, []
+    canaries = [m for m in catalogue if m.canary]
+    order: list[Mutant | None] = [None, *canaries, *chosen]  # None: the null run
+    results: dict[int, Outcome] = {}
 
-    def write(verdict: str) -> None:
-        document = {
-            "verdict": verdict, "budget": budget.__dict__, "wall_s": round(time.perf_counter() - started, 1),
-            "summary": dict(Counter(o.status for o in outcomes if o.id != "null-run" and not _is_canary(o))),
-            "outcomes": [o.as_json() for o in outcomes],
+    def document(verdict: str) -> dict[str, Any]:
+        outcomes = [results[i] for i in sorted(results)]
+        return {
+            "verdict": verdict, "budget": asdict(budget), "wall_s": round(time.perf_counter() - started, 1),
+            "jobs": jobs, "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
+            "chosen": [m.id for m in chosen], "outcomes": [o.as_json() for o in outcomes],
         }  # fmt: skip
-        (reports / "outcomes.json").write_text(json.dumps(document, indent=2) + "\n")
 
     base, problem = baseline(cache)
     if base is None:
         say(f"void: {problem}")
-        write("void")
-        return EXIT_VOID, outcomes
-    null = null_run(base, reports, budget)
-    outcomes.append(null)
-    say(f"null-run: {null.status} ({null.histories} histories, {null.campaign_s:.1f} s) {null.reason}")
-    if null.status != MISSED:  # "missed" = no divergence in the whole budget: what a null run must be
-        write("void")
-        return EXIT_VOID, outcomes
-    for canary in (m for m in catalogue if m.canary):
-        outcome = score_mutant(canary, base, reports, budget, cache)
-        outcomes.append(outcome)
-        say(f"{canary.id}: {outcome.status}")
-        if outcome.status != CAUGHT:
-            write("void")
-            return EXIT_VOID, outcomes
-    for mutant in chosen:
-        outcome = score_mutant(mutant, base, reports, budget, cache)
-        outcomes.append(outcome)
-        detail = outcome.reason[:100] if outcome.status != MISSED else ""
-        say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign {outcome.campaign_s:.1f} s, "
-            f"{outcome.histories} histories/{outcome.steps} steps {detail}")  # fmt: skip
-        write("running")
+        report.write_all(reports, document(report.VOID), catalogue)
+        return EXIT_VOID, []
+    built: dict[str, float] = {}
+    preparers = [_preparer(m, base, reports, budget, cache, built) for m in order]
+    void: list[str] = []
+
+    def on_done(index: int, outcome: Outcome) -> bool:
+        mutant = order[index]
+        outcome.restarts = budget.restarts
+        if outcome.artifact:  # relative to the report's directory, so the report can move
+            outcome.artifact = os.path.relpath(Path(outcome.artifact).resolve(), reports.resolve())
+        if mutant is None:
+            outcome.id, outcome.executor = NULL_RUN, "both"
+            say(f"null-run: {outcome.status} ({outcome.histories} histories, {outcome.campaign_s:.1f} s) "
+                f"{outcome.reason}")  # fmt: skip
+            if outcome.status != MISSED:  # "missed" = no divergence in the whole budget: what a null run must be
+                void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
+        else:
+            outcome.build_s = built.get(mutant.id, 0.0)
+            outcome.defect_class, outcome.transition = mutant.defect_class, mutant.transition
+            outcome.needs = list(mutant.needs)
+            detail = outcome.reason[:100] if outcome.status != MISSED else ""
+            say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign {outcome.campaign_s:.1f} s, "
+                f"{outcome.histories} histories/{outcome.steps} steps {detail}")  # fmt: skip
+            if mutant.canary and outcome.status != CAUGHT:
+                void.append(f"the canary {mutant.id} was {outcome.status}")
+        results[index] = outcome
+        if void:
+            return False
+        report.write_outcomes(reports, document(report.RUNNING))
+        return True
+
+    try:
+        run_tasks(preparers, jobs, on_done)
+    except KeyboardInterrupt:  # the children are stopped by now; what was scored is kept
+        report.write_all(reports, document(report.INTERRUPTED), catalogue)
+        raise
+    if void:
+        say(f"void: {'; '.join(void)}")
+        # only the self-checks are reported: a mutant's verdict means nothing when they fail
+        checks = {i for i, m in enumerate(order) if m is None or m.canary}
+        for index in set(results) - checks:
+            del results[index]
+        report.write_all(reports, document(report.VOID), catalogue)
+        return EXIT_VOID, [results[i] for i in sorted(results)]
+    outcomes = [results[i] for i in sorted(results)]
     scored = [o for o in outcomes[1:] if not _is_canary(o)]
     all_caught = all(o.status == CAUGHT for o in scored)
-    write("all caught" if all_caught else "some not caught")
+    report.write_all(reports, document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT), catalogue)
     counts = Counter(o.status for o in scored)
     say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {counts[UNVIABLE]} unviable, "
         f"{len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE]} timeout/error of {len(scored)}; "
-        f"wall {time.perf_counter() - started:.0f} s")  # fmt: skip
+        f"wall {time.perf_counter() - started:.0f} s, {jobs} jobs")  # fmt: skip
     return (EXIT_ALL_CAUGHT if all_caught else EXIT_SOME_MISSED), outcomes
+
+
+def merge(out: Path, shard_dirs: list[Path], say: Callable[[str], None] = print) -> int:
+    """Joins shard reports into one under `out` (all four files); the exit code as for a run."""
+    try:
+        document = report.merge(out, shard_dirs)
+    except report.MergeProblem as exc:
+        say(f"cannot merge: {exc}")
+        return EXIT_USAGE
+    report.write_all(out, document)
+    say(f"{document['verdict']}: {document['score']['caught']} caught of {document['score']['viable']} viable; "
+        f"{document['summary']}")  # fmt: skip
+    if document["verdict"] == report.VOID:
+        return EXIT_VOID
+    return EXIT_ALL_CAUGHT if document["verdict"] == report.ALL_CAUGHT else EXIT_SOME_MISSED

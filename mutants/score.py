@@ -19,9 +19,15 @@ class Budget:
 
     seed: int = 20261202
     examples: int = 1000
-    timeout_s: float = 300.0
+    timeout_s: float = 300.0  # the campaign stops (between batches) past this: status "timeout"
     max_steps: int = 40
     shrink_s: float = 5.0
+    restarts: bool = True  # histories may restart and crash the servers (False: neither)
+    grace_s: float = 60.0  # past timeout_s + grace_s the campaign's process is killed: status "timeout"
+
+    @property
+    def hard_limit_s(self) -> float:
+        return self.timeout_s + self.grace_s
 
 
 @dataclass
@@ -40,28 +46,37 @@ class Outcome:
     steps: int = 0  # their steps: steps to kill
     minimal_steps: int | None = None  # the shrunk killing history's length
     reason: str = ""  # the divergence, or why unviable / error
-    artifact: str = ""  # the killing history's directory
+    artifact: str = ""  # the killing history's directory (in a run's report: relative to the report's directory)
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
+    restarts: bool = True  # whether the campaign's histories could restart and crash the servers
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Outcome:
+        """The record back (fields this version does not know are dropped)."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in record.items() if k in known})
+
 
 def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budget) -> Outcome:
-    """Runs the campaign (one worker) and classifies it; the Outcome's id and executor are blank."""
+    """Runs the campaign (one worker, in this process, unpinned: the caller pins it) and classifies
+    it; the Outcome's id and executor are blank."""
     config = CampaignConfig(
         seed=budget.seed, module=module, reports=reports, examples=budget.examples, seconds=budget.timeout_s,
         workers=1, lua_scripts=lua_scripts, max_steps=budget.max_steps, database=None, pin=False,
-        shrink_seconds=budget.shrink_s,
+        shrink_seconds=budget.shrink_s, restarts=budget.restarts,
     )  # fmt: skip
     started = time.perf_counter()
     try:
         result = run_campaign(config)
     except Exception as exc:  # a server that died under the mutant, a harness failure: reported as such
-        return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=f"{type(exc).__name__}: {exc}")
+        reason = f"{type(exc).__name__}: {exc}"
+        return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=reason, restarts=budget.restarts)
     reached = {k: v for k, v in sorted(result.labels.items()) if k.startswith("contract:")}
     outcome = Outcome("", "", MISSED, campaign_s=result.elapsed_s, histories=result.histories,
-                      steps=result.steps, reached=reached)  # fmt: skip
+                      steps=result.steps, reached=reached, restarts=budget.restarts)  # fmt: skip
     if result.interrupted:
         outcome.status, outcome.reason = ERROR, "interrupted"
     elif result.failures:

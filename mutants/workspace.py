@@ -69,15 +69,21 @@ def apply_patch(patch: str, directory: Path, dry_run: bool = False) -> str:
 
 
 @contextmanager
-def _build_lock(cache: Path) -> Iterator[None]:
-    """One cargo build at a time from this cache, whatever process asks (the machine has 2 cores)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / "build.lock").open("w") as lock:
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _build_lock(cache: Path) -> Iterator[None]:
+    """One cargo build at a time from this cache, whatever process asks (the machine has 2 cores)."""
+    with _file_lock(cache / "build.lock"):
+        yield
 
 
 def _build_native(crate: Path, cache: Path, log: Path) -> tuple[Path | None, str]:
@@ -101,8 +107,14 @@ def _build_native(crate: Path, cache: Path, log: Path) -> tuple[Path | None, str
 
 
 def prepare(executor: str, source: Path, patch: str, cache: Path = DEFAULT_CACHE) -> Workspace:
-    """The patched copy under cache/<executor>/<key>/, built if native; reused when already there."""
+    """The patched copy under cache/<executor>/<key>/, built if native; reused when already there.
+    Safe when several processes (shards, test workers) share the cache: one prepares, others wait."""
     key = cache_key(executor, source, patch)
+    with _file_lock(cache / executor / f"{key}.lock"):
+        return _prepare(executor, source, patch, cache, key)
+
+
+def _prepare(executor: str, source: Path, patch: str, cache: Path, key: str) -> Workspace:
     directory = cache / executor / key
     tree = directory / "src-tree"
     artifact = directory / MODULE_NAME if executor == "native" else tree

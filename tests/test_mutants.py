@@ -92,7 +92,11 @@ def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
     for name in chosen:
         outcome = by_id[name]
         assert outcome.status == CAUGHT, outcome
-        assert outcome.steps > 0 and Path(outcome.artifact, "history.jsonl").is_file()
+        # the artifact is relative to the report's directory
+        assert outcome.steps > 0 and (tmp_path / "report" / outcome.artifact / "history.jsonl").is_file()
     assert code == EXIT_ALL_CAUGHT
     document = json.loads((tmp_path / "report" / "outcomes.json").read_text())
     assert document["verdict"] == "all caught" and document["summary"] == {"caught": 2}
+    assert document["score"] == {"caught": 2, "viable": 2, "percent": 100.0}
+    for name in ("mutation-report.json", "junit.xml", "report.html"):
+        assert (tmp_path / "report" / name).is_file()

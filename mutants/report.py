@@ -1,0 +1,376 @@
+# The report of a run (or of merged shards): outcomes.json, the Stryker mutation-testing-elements
+# JSON, JUnit XML and a self-contained HTML page, all from one outcomes document.
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+from mutants.catalogue import EXECUTOR_DIRS, REPO, Mutant, load
+from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE
+
+OUTCOMES = "outcomes.json"
+STRYKER = "mutation-report.json"
+JUNIT = "junit.xml"
+HTML = "report.html"
+NULL_RUN = "null-run"
+
+# verdicts of a report
+ALL_CAUGHT, SOME_NOT_CAUGHT, VOID = "all caught", "some not caught", "void"
+RUNNING, INCOMPLETE = "running", "incomplete"  # a run under way; merged shards that miss some
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run
+
+STRYKER_STATUS = {CAUGHT: "Killed", MISSED: "Survived", TIMEOUT: "Timeout", UNVIABLE: "CompileError",
+                  ERROR: "RuntimeError"}  # fmt: skip
+LANGUAGES = {"native": "rust", "lua": "lua"}
+
+
+def is_canary(record: dict[str, Any]) -> bool:
+    return record.get("defect_class") == "canary"
+
+
+def scored(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The mutant records that count: not the null run, not the canary."""
+    return [r for r in document["outcomes"] if r["id"] != NULL_RUN and not is_canary(r)]
+
+
+def score(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """caught / viable (viable: the patch applied and built; a timeout or error is viable, not caught)."""
+    caught = sum(r["status"] == CAUGHT for r in records)
+    viable = sum(r["status"] != UNVIABLE for r in records)
+    return {"caught": caught, "viable": viable, "percent": round(100.0 * caught / viable, 1) if viable else None}
+
+
+def summarise(document: dict[str, Any]) -> dict[str, Any]:
+    """Fills the document's summary (counts by status) and score from its records."""
+    records = scored(document)
+    document["summary"] = dict(Counter(r["status"] for r in records))
+    document["score"] = score(records)
+    return document
+
+
+# ---- where a mutant is: its patch's first hunk, in the original file ----------------------------------
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str  # the patched file, relative to the executor's directory
+    start_line: int
+    start_column: int
+    end_line: int
+    end_column: int
+
+    def as_stryker(self) -> dict[str, dict[str, int]]:
+        return {"start": {"line": self.start_line, "column": self.start_column},
+                "end": {"line": self.end_line, "column": self.end_column}}  # fmt: skip
+
+
+def patch_location(patch: str, original: dict[str, str] | None = None) -> Location | None:
+    """The lines of the original file the first hunk of the patch changes (1-based, columns too):
+    from the first removed line to the last removed line of that hunk, or, for a hunk that only
+    adds, the line the addition lands before. `original` (path -> text) gives the end column."""
+    path = ""
+    lines = patch.splitlines()
+    for at, line in enumerate(lines):
+        if line.startswith("+++ "):
+            path = line[4:].split("\t")[0].strip()
+            path = path[2:] if path.startswith("b/") else path
+            continue
+        match = _HUNK.match(line)
+        if not match or not path:
+            continue
+        old = int(match.group(1))
+        old_left = int(match.group(2) or 1)
+        new_left = int(match.group(4) or 1)
+        first: int | None = None
+        last: int | None = None
+        first_text = last_text = ""
+        for body in lines[at + 1 :]:
+            if old_left <= 0 and new_left <= 0:
+                break  # the hunk's counted lines are read (a removed "-- x" reads "--- x")
+            if body.startswith("-"):
+                if first is None:
+                    first, first_text = old, body[1:]
+                last, last_text = old, body[1:]
+                old, old_left = old + 1, old_left - 1
+            elif body.startswith("+"):
+                first = old if first is None else first  # an addition lands before the old line `old`
+                new_left -= 1
+            elif not body.startswith("\\"):  # a context line: the first change block is over
+                if first is not None:
+                    break
+                old, old_left, new_left = old + 1, old_left - 1, new_left - 1
+        if first is None:
+            return None
+        if last is None:  # only added lines: the line they land before (or the last line)
+            text = (original or {}).get(path, "")
+            source_lines = text.splitlines()
+            first = max(1, min(first, len(source_lines))) if source_lines else first
+            last_text = source_lines[first - 1] if source_lines else ""
+            last = first
+        start_column = len(first_text) - len(first_text.lstrip()) + 1 if first_text else 1
+        return Location(path, first, start_column, last, len(last_text) + 1)
+    return None
+
+
+def stryker(document: dict[str, Any], catalogue: list[Mutant] | None = None) -> dict[str, Any]:
+    """The mutation-testing-elements report (schema version 2): one file per patched source file,
+    with its original text and its mutants (the canary and the null run are not mutants here)."""
+    by_id = {m.id: m for m in (catalogue if catalogue is not None else load())}
+    files: dict[str, dict[str, Any]] = {}
+    for record in scored(document):
+        mutant = by_id.get(record["id"])
+        if mutant is None:
+            continue
+        source = EXECUTOR_DIRS[mutant.executor]
+        texts: dict[str, str] = {}
+        location = patch_location(mutant.patch)
+        if location is not None and (source / location.path).is_file():
+            texts[location.path] = (source / location.path).read_text(encoding="utf-8")
+            location = patch_location(mutant.patch, texts)
+        if location is None:
+            continue
+        name = str((source / location.path).relative_to(REPO))
+        entry = files.setdefault(name, {"language": LANGUAGES[mutant.executor], "source": texts.get(location.path, ""),
+                                        "mutants": []})  # fmt: skip
+        status = STRYKER_STATUS.get(record["status"], "RuntimeError")
+        reason = str(record.get("reason", ""))[:2000]
+        if record["status"] == CAUGHT and record.get("artifact"):
+            reason += f" (the killing history: {record['artifact']}/report.txt)"
+        entry["mutants"].append({
+            "id": mutant.id, "mutatorName": mutant.defect_class, "location": location.as_stryker(),
+            "status": status, "statusReason": reason, "description": f"{mutant.why} Exposed by: {mutant.exposure}",
+            "duration": round(1000 * float(record.get("campaign_s", 0.0))),
+            "testsCompleted": int(record.get("histories", 0)),
+        })  # fmt: skip
+    return {"schemaVersion": "2", "thresholds": {"high": 80, "low": 60}, "projectRoot": str(REPO),
+            "framework": {"name": "difftest mutants"}, "config": {"budget": document.get("budget", {})},
+            "files": files}  # fmt: skip
+
+
+# ---- JUnit ---------------------------------------------------------------------------------------------
+
+
+def junit(document: dict[str, Any]) -> str:
+    """One test case per record: the null run passes with no divergence, the canary and every
+    mutant pass when caught; a missed or timed-out mutant is a failure, unviable or error an error."""
+    cases = []
+    for record in document["outcomes"]:
+        rid, status = record["id"], record["status"]
+        classname = "mutants.null-run" if rid == NULL_RUN else f"mutants.{record['executor']}"
+        case = TestCase(rid, classname=classname, elapsed_sec=float(record.get("campaign_s", 0.0)),
+                        stdout=_describe(record))  # fmt: skip
+        reason = record.get("reason", "")
+        if rid == NULL_RUN:
+            if status != MISSED:
+                case.add_failure_info(f"the null run was {status}: the report is void", reason or None)
+        elif status in (UNVIABLE, ERROR):
+            case.add_error_info(f"{status}: {reason[:200]}", reason or None)
+        elif status != CAUGHT:
+            what = "the canary was not caught: the report is void" if is_canary(record) else f"mutant {status}"
+            case.add_failure_info(what, reason or f"no divergence in {record.get('histories', 0)} histories")
+        cases.append(case)
+    suite = TestSuite("mutants", cases, properties=_properties(document))
+    return str(to_xml_report_string([suite]))
+
+
+def _properties(document: dict[str, Any]) -> dict[str, str]:
+    found = {f"budget.{k}": str(v) for k, v in document.get("budget", {}).items()}
+    found["verdict"] = str(document.get("verdict"))
+    return found
+
+
+def _describe(record: dict[str, Any]) -> str:
+    parts = [f"status: {record['status']}", f"restarts: {'on' if record.get('restarts', True) else 'off'}",
+             f"histories: {record.get('histories', 0)}", f"steps: {record.get('steps', 0)}"]  # fmt: skip
+    if record.get("artifact"):
+        parts.append(f"artifact: {record['artifact']}")
+    return "\n".join(parts)
+
+
+# ---- the human page --------------------------------------------------------------------------------------
+
+_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
+table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.caught { background: #dff5dd; } .missed { background: #fbdcdc; } .timeout { background: #fdecc8; }
+.unviable { background: #e8e8e8; } .error { background: #f6d0f0; }
+.verdict { font-size: 1.2em; font-weight: bold; } .ok { color: #16621a; } .bad { color: #a11; }
+dl { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; } dt { font-weight: bold; }
+"""
+
+
+def _esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _null_and_canary(document: dict[str, Any]) -> tuple[str, str]:
+    null = next((r for r in document["outcomes"] if r["id"] == NULL_RUN), None)
+    canary = next((r for r in document["outcomes"] if is_canary(r)), None)
+    if null is None:
+        null_text = "not run"
+    elif null["status"] == MISSED:
+        null_text = f"passed: no divergence in {null['histories']} histories ({null['steps']} steps)"
+    else:
+        null_text = f"FAILED ({null['status']}): {null.get('reason', '')}"
+    if canary is None:
+        canary_text = "not run"
+    elif canary["status"] == CAUGHT:
+        canary_text = f"caught ({canary['id']}, {canary['histories']} histories, {canary['steps']} steps)"
+    else:
+        canary_text = f"NOT caught ({canary['status']}): {canary.get('reason', '')}"
+    return null_text, canary_text
+
+
+def html_page(document: dict[str, Any]) -> str:
+    """The self-contained page (inline CSS, no scripts, no external assets); links are relative."""
+    budget = document.get("budget", {})
+    restarts = "on" if budget.get("restarts", True) else "off (no restarts, no crashes)"
+    points = document.get("score") or score(scored(document))
+    percent = "n/a" if points["percent"] is None else f"{points['percent']} %"
+    verdict = str(document.get("verdict"))
+    null_text, canary_text = _null_and_canary(document)
+    shard = document.get("shard")
+    shards = document.get("shards")
+    head = [
+        ("verdict", f'<span class="verdict {"ok" if verdict == ALL_CAUGHT else "bad"}">{_esc(verdict)}</span>'),
+        ("score (caught / viable)", f"{points['caught']} / {points['viable']} ({percent})"),
+        ("null run", _esc(null_text)),
+        ("canary", _esc(canary_text)),
+        ("restarts and crashes", _esc(restarts)),
+        ("budget", _esc(", ".join(f"{k} {v}" for k, v in budget.items()))),
+        ("statuses", _esc(", ".join(f"{k} {v}" for k, v in sorted(document.get("summary", {}).items())))),
+        ("wall time", _esc(f"{document.get('wall_s', 0)} s with {document.get('jobs', 1)} jobs")),
+    ]
+    if shard:
+        head.append(("shard", _esc(f"{shard['index']}/{shard['count']}")))
+    if shards:
+        head.append(("merged from", _esc(", ".join(shards))))
+    rows = []
+    for record in document["outcomes"]:
+        status = record["status"]
+        caught = status == CAUGHT
+        link = ""
+        if caught and record.get("artifact"):
+            target = f"{record['artifact'].rstrip('/')}/report.txt"
+            link = f'<a href="{_esc(target)}">report.txt</a>'
+        minimal = record.get("minimal_steps")
+        reason = str(record.get("reason", ""))
+        cells = [
+            f"<td>{_esc(record['id'])}</td>", f"<td>{_esc(record['executor'])}</td>",
+            f"<td>{_esc(record.get('transition', ''))}</td>", f"<td>{_esc(record.get('defect_class', ''))}</td>",
+            f"<td>{_esc(', '.join(record.get('needs', [])))}</td>",
+            f"<td>{'on' if record.get('restarts', True) else 'off'}</td>",
+            f'<td class="{_esc(status)}">{_esc(status)}</td>',
+            f'<td class="num">{float(record.get("campaign_s", 0.0)):.1f}</td>' if caught else "<td></td>",
+            f'<td class="num">{record.get("histories", 0)}</td>' if caught else "<td></td>",
+            f'<td class="num">{record.get("steps", 0)}</td>' if caught else "<td></td>",
+            f'<td class="num">{"" if minimal is None else minimal}</td>',
+            f"<td>{link}</td>", f'<td title="{_esc(reason)}">{_esc(reason[:120])}</td>',
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    headers = ["id", "executor", "transition", "class", "needs", "restarts", "outcome", "time to kill (s)",
+               "histories to kill", "steps to kill", "minimal steps", "killing history", "reason"]  # fmt: skip
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        "<title>difftest mutation report</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        "<h1>difftest mutation report</h1>",
+        "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in head) + "</dl>",
+        "<h2>Mutants</h2>",
+        "<p>The null run (unmodified executors) must find nothing; the canary must be caught; neither counts "
+        "in the score. Time to kill is the campaign's wall time including shrinking.</p>",
+        "<table>", "<tr>" + "".join(f"<th>{_esc(h)}</th>" for h in headers) + "</tr>", *rows, "</table>",
+        "</body>", "</html>", "",
+    ])  # fmt: skip
+
+
+# ---- writing, reading, merging ---------------------------------------------------------------------------
+
+
+def write_outcomes(directory: Path, document: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / (OUTCOMES + ".part")
+    partial.write_text(json.dumps(summarise(document), indent=2) + "\n")
+    partial.replace(directory / OUTCOMES)
+
+
+def write_all(directory: Path, document: dict[str, Any], catalogue: list[Mutant] | None = None) -> None:
+    """outcomes.json, mutation-report.json, junit.xml and report.html under `directory`."""
+    write_outcomes(directory, document)
+    (directory / STRYKER).write_text(json.dumps(stryker(document, catalogue), indent=2) + "\n")
+    (directory / JUNIT).write_text(junit(document))
+    (directory / HTML).write_text(html_page(document), encoding="utf-8")
+
+
+class MergeProblem(ValueError):
+    """Shards that cannot be merged: different budgets, a mutant in two shards, a missing file."""
+
+
+def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
+    """One document from the shards' outcomes (artifact paths made relative to `out`): the null run
+    and canary of the first shard (each shard ran its own; any void shard voids the merge), every
+    mutant once, in catalogue order. The verdict is "incomplete" when shards of the split are missing."""
+    documents = []
+    for directory in shard_dirs:
+        path = directory / OUTCOMES
+        if not path.is_file():
+            raise MergeProblem(f"no {OUTCOMES} in {directory}")
+        documents.append((directory, json.loads(path.read_text())))
+    budgets = {json.dumps(d.get("budget"), sort_keys=True) for _, d in documents}
+    if len(budgets) != 1:
+        raise MergeProblem("the shards ran with different budgets: " + "; ".join(sorted(budgets)))
+    order = {m.id: i for i, m in enumerate(load())}
+    records: dict[str, dict[str, Any]] = {}
+    owner: dict[str, Path] = {}
+    void = False
+    for directory, document in documents:
+        void = void or document.get("verdict") == VOID
+        for record in document["outcomes"]:
+            record = dict(record)
+            if record.get("artifact"):
+                record["artifact"] = os.path.relpath((directory / record["artifact"]).resolve(), out.resolve())
+            rid = record["id"]
+            if rid == NULL_RUN or is_canary(record):
+                if rid in records and records[rid]["status"] != record["status"]:
+                    void = True  # the shards disagree on the self-checks
+                records.setdefault(rid, record)
+                continue
+            if rid in owner:
+                raise MergeProblem(f"{rid} is in two shards: {owner[rid]} and {directory}")
+            owner[rid] = directory
+            records[rid] = record
+    outcomes = sorted(records.values(), key=lambda r: (r["id"] != NULL_RUN, not is_canary(r),
+                                                       order.get(r["id"], len(order)), r["id"]))  # fmt: skip
+    split = {(d.get("shard") or {}).get("count") for _, d in documents}
+    indices = sorted((d.get("shard") or {}).get("index", 0) for _, d in documents)
+    # complete: unsharded runs only, or every shard k/n of one split n, each once
+    complete = split == {None} or (len(split) == 1 and indices == list(range(1, int(next(iter(split)) or 0) + 1)))
+    finished = all(d.get("verdict") not in (RUNNING, INTERRUPTED) for _, d in documents)
+    merged: dict[str, Any] = {
+        "verdict": "", "budget": documents[0][1].get("budget"),
+        "wall_s": max(float(d.get("wall_s", 0.0)) for _, d in documents),
+        "jobs": sum(int(d.get("jobs", 1)) for _, d in documents), "shard": None,
+        "shards": [str(d) for d, _ in documents],
+        "chosen": sorted({i for _, d in documents for i in d.get("chosen", [])}, key=lambda i: order.get(i, 0)),
+        "outcomes": outcomes,
+    }  # fmt: skip
+    summarise(merged)
+    if void:
+        merged["verdict"] = VOID
+    elif not (complete and finished):
+        merged["verdict"] = INCOMPLETE
+    else:
+        merged["verdict"] = ALL_CAUGHT if all(r["status"] == CAUGHT for r in scored(merged)) else SOME_NOT_CAUGHT
+    return merged

@@ -1,0 +1,217 @@
+"""The mutant runner's machinery: shards, the four report forms, merging shard reports, and each
+campaign in its own process under a hard time limit that kills it and its servers. The first tests
+need no server; the last two run real campaigns on a small budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mutants import catalogue as cat
+from mutants import report
+from mutants.__main__ import main
+from mutants.child import MARK_VARIABLE, Task, run_tasks
+from mutants.run import EXIT_USAGE, baseline, merge, run, select_shard
+from mutants.score import CAUGHT, TIMEOUT, Budget, Outcome
+from mutants.workspace import DEFAULT_CACHE
+
+MUTANTS = cat.load()
+STRYKER_STATUSES = {"Killed", "Survived", "NoCoverage", "CompileError", "RuntimeError", "Timeout", "Ignored", "Pending"}
+
+
+def test_shards_split_the_catalogue_round_robin_by_sorted_id() -> None:
+    real = [m for m in MUTANTS if not m.canary]
+    ids = sorted(m.id for m in real)
+    for count in (1, 2, 3, 5):
+        shards = [select_shard(real, k, count) for k in range(1, count + 1)]
+        together = [m.id for shard in shards for m in shard]
+        assert sorted(together) == ids and len(together) == len(set(together))
+        for k, shard in enumerate(shards, start=1):
+            assert {m.id for m in shard} == set(ids[k - 1 :: count])
+            assert shard == [m for m in real if m in shard]  # catalogue order kept
+    assert select_shard(real, 2, 3) == select_shard(list(reversed(real)), 2, 3)[::-1]
+    with pytest.raises(ValueError):
+        select_shard(real, 0, 2)
+
+
+def test_bad_arguments_exit_with_the_usage_code(tmp_path: Path) -> None:
+    assert main(["--shard", "3/2", "--reports", str(tmp_path)]) == EXIT_USAGE
+    assert main(["--shard", "x", "--reports", str(tmp_path)]) == EXIT_USAGE
+    assert main(["--jobs", "0", "--reports", str(tmp_path)]) == EXIT_USAGE
+    assert main(["--only", "no-such-mutant", "--reports", str(tmp_path)]) == EXIT_USAGE
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "missing")]) == EXIT_USAGE
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
+def test_every_patch_has_a_location_in_the_original_file(mutant: cat.Mutant) -> None:
+    first = report.patch_location(mutant.patch)
+    assert first is not None
+    text = (mutant.source_dir / first.path).read_text()
+    location = report.patch_location(mutant.patch, {first.path: text})
+    assert location is not None
+    lines = text.splitlines()
+    assert 1 <= location.start_line <= location.end_line <= len(lines)
+    assert location.start_column >= 1 and location.end_column == len(lines[location.end_line - 1]) + 1
+    hunk = mutant.patch.split("\n@@")[1].split("\n--- a/")[0].splitlines()[1:]  # the first hunk's lines
+    changed = [line for line in hunk if line.startswith(("-", "+"))]
+    if changed[0].startswith("-"):  # the location starts on the first line the first hunk removes
+        assert lines[location.start_line - 1] == changed[0][1:]
+
+
+def _record(rid: str, executor: str, status: str, **extra: Any) -> dict[str, Any]:
+    base = Outcome(rid, executor, status, defect_class="x", transition="CLAIM").as_json()
+    base.update(extra)
+    return base
+
+
+def _document(ids: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """A report document: the null run, the canary, and `ids` (id -> status)."""
+    by_id = {m.id: m for m in MUTANTS}
+    canary = next(m for m in MUTANTS if m.canary)
+    outcomes = [
+        _record(report.NULL_RUN, "both", "missed", histories=100, steps=2000, defect_class=""),
+        _record(canary.id, "lua", CAUGHT, defect_class="canary", histories=1, steps=1,
+                artifact=f"{canary.id}/failures/batch-0"),
+    ]  # fmt: skip
+    for rid, status in ids.items():
+        artifact = f"{rid}/failures/batch-1" if status == CAUGHT else ""
+        outcomes.append(_record(rid, by_id[rid].executor, status, defect_class=by_id[rid].defect_class,
+                                histories=7, steps=70, campaign_s=1.5, artifact=artifact, reason="why"))  # fmt: skip
+    document = {"verdict": report.SOME_NOT_CAUGHT, "budget": Budget().__dict__, "wall_s": 1.0, "jobs": 2,
+                "shard": None, "chosen": list(ids), "outcomes": outcomes}  # fmt: skip
+    document.update(extra)
+    return report.summarise(document)
+
+
+STATUSES = {"native-claim-no-epoch": "caught", "native-resume-noop": "missed", "lua-promote-uses-now": "unviable",
+            "native-pause-always-new": "timeout", "lua-claim-takes-newest": "error"}  # fmt: skip
+
+
+def test_the_four_report_forms(tmp_path: Path) -> None:
+    document = _document(STATUSES)
+    report.write_all(tmp_path, document)
+    assert json.loads((tmp_path / report.OUTCOMES).read_text())["score"] == {"caught": 1, "viable": 4, "percent": 25.0}
+    # Stryker's mutation-testing-elements, schema version 2 (the required fields and their types)
+    stryker = json.loads((tmp_path / report.STRYKER).read_text())
+    assert stryker["schemaVersion"] == "2" and stryker["thresholds"] == {"high": 80, "low": 60}
+    statuses = {}
+    for path, entry in stryker["files"].items():
+        assert (cat.REPO / path).read_text() == entry["source"] and entry["language"] in ("rust", "lua")
+        for mutant in entry["mutants"]:
+            assert {"id", "mutatorName", "location", "status"} <= set(mutant)
+            start, end = mutant["location"]["start"], mutant["location"]["end"]
+            assert min(start["line"], start["column"], end["line"], end["column"]) >= 1
+            assert (start["line"], start["column"]) <= (end["line"], end["column"])
+            assert mutant["status"] in STRYKER_STATUSES
+            statuses[mutant["id"]] = mutant["status"]
+    assert statuses == {"native-claim-no-epoch": "Killed", "native-resume-noop": "Survived",
+                        "lua-promote-uses-now": "CompileError", "native-pause-always-new": "Timeout",
+                        "lua-claim-takes-newest": "RuntimeError"}  # fmt: skip
+    # JUnit: one case per record (null run and canary too), missed/timeout failures, unviable/error errors
+    suite = ET.parse(tmp_path / report.JUNIT).getroot().find("testsuite")
+    assert suite is not None
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {r["id"] for r in document["outcomes"]}
+    failed = {n for n, c in cases.items() if c.find("failure") is not None}
+    errored = {n for n, c in cases.items() if c.find("error") is not None}
+    assert failed == {"native-resume-noop", "native-pause-always-new"}
+    assert errored == {"lua-promote-uses-now", "lua-claim-takes-newest"}
+    # the page: self-contained, with the score, the self-checks and a relative link per kill
+    page = (tmp_path / report.HTML).read_text()
+    assert "<script" not in page and "<link" not in page and "http" not in page.replace("http-equiv", "")
+    assert "1 / 4 (25.0 %)" in page and "passed: no divergence in 100 histories" in page
+    assert 'href="native-claim-no-epoch/failures/batch-1/report.txt"' in page
+    assert "caught (canary-lua-enqueue-replies-two" in page
+    assert "restarts and crashes</dt><dd>on" in page
+
+
+def test_merge_joins_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
+    first = dict(list(STATUSES.items())[:3])
+    second = dict(list(STATUSES.items())[3:])
+    report.write_outcomes(tmp_path / "s1", _document(first, shard={"index": 1, "count": 2}))
+    report.write_outcomes(tmp_path / "s2", _document(second, shard={"index": 2, "count": 2}))
+    out = tmp_path / "merged"
+    assert merge(out, [tmp_path / "s1", tmp_path / "s2"], say=lambda _: None) == 1
+    merged = json.loads((out / report.OUTCOMES).read_text())
+    assert merged["verdict"] == report.SOME_NOT_CAUGHT
+    assert {r["id"]: r["status"] for r in report.scored(merged)} == STATUSES
+    caught = next(r for r in merged["outcomes"] if r["id"] == "native-claim-no-epoch")
+    assert caught["artifact"] == "../s1/native-claim-no-epoch/failures/batch-1"
+    assert (out / report.HTML).is_file() and (out / report.STRYKER).is_file() and (out / report.JUNIT).is_file()
+    # one shard of two: incomplete; the same shard twice: refused; other budgets: refused
+    assert report.merge(out, [tmp_path / "s1"])["verdict"] == report.INCOMPLETE
+    assert merge(out, [tmp_path / "s1", tmp_path / "s1"], say=lambda _: None) == EXIT_USAGE
+    report.write_outcomes(tmp_path / "s3", _document(second, shard={"index": 2, "count": 2}, budget={"seed": 1}))
+    assert merge(out, [tmp_path / "s1", tmp_path / "s3"], say=lambda _: None) == EXIT_USAGE
+    # a void shard voids the merge
+    void = _document(second, shard={"index": 2, "count": 2}, verdict=report.VOID)
+    report.write_outcomes(tmp_path / "s4", void)
+    assert merge(out, [tmp_path / "s1", tmp_path / "s4"], say=lambda _: None) == 2
+
+
+@pytest.mark.timeout(900)
+def test_the_merged_shards_give_the_unsharded_verdicts(tmp_path: Path) -> None:
+    # two Lua mutants (no build), the canary and the null run on a small budget: ~20 s a run here
+    chosen = ["lua-fail-never-dead-letters", "lua-complete-double-counts"]
+    budget = Budget(seed=20261202, examples=60, timeout_s=90.0, shrink_s=2.0)
+    whole, outcomes = run(tmp_path / "whole", budget, only=chosen, say=lambda _: None, jobs=2)
+    codes = [run(tmp_path / f"s{k}", budget, only=chosen, say=lambda _: None, jobs=2, shard=(k, 2))[0] for k in (1, 2)]
+    assert {o.id for o in outcomes} >= set(chosen)
+    for k in (1, 2):  # each shard ran its share, with its own null run and canary
+        shard = json.loads((tmp_path / f"s{k}" / report.OUTCOMES).read_text())
+        assert shard["chosen"] == [m.id for m in select_shard([m for m in MUTANTS if m.id in chosen], k, 2)]
+        assert [r["id"] for r in shard["outcomes"]][:2] == [report.NULL_RUN, "canary-lua-enqueue-replies-two"]
+    code = merge(tmp_path / "merged", [tmp_path / "s1", tmp_path / "s2"], say=lambda _: None)
+    unsharded = json.loads((tmp_path / "whole" / report.OUTCOMES).read_text())
+    merged = json.loads((tmp_path / "merged" / report.OUTCOMES).read_text())
+
+    def records(document: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        return {r["id"]: (r["status"], r["histories"], r["steps"], r["restarts"]) for r in document["outcomes"]}
+
+    assert records(merged) == records(unsharded)
+    assert merged["verdict"] == unsharded["verdict"] and merged["summary"] == unsharded["summary"]
+    assert merged["score"] == unsharded["score"] and code == whole and max(codes) == whole
+    assert [r["id"] for r in merged["outcomes"]] == [r["id"] for r in unsharded["outcomes"]]
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes (servers above all) whose environment carries the task's mark."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"{MARK_VARIABLE}={mark}".encode() in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_a_campaign_past_its_hard_limit_is_killed_with_its_servers(tmp_path: Path) -> None:
+    base, problem = baseline(DEFAULT_CACHE)
+    assert base is not None, problem
+    # an example budget it cannot finish, a hard limit of 6 s: the child is stopped mid-campaign
+    budget = Budget(examples=1_000_000, timeout_s=6.0, grace_s=0.0)
+    task = Task("null-run", "both", base.module, base.lua_scripts, tmp_path / "null-run", budget)
+    outcomes: list[Outcome] = []
+    thread = threading.Thread(target=run_tasks, args=([lambda: task], 1, lambda _, o: outcomes.append(o) or True))
+    thread.start()
+    seen: set[int] = set()
+    while thread.is_alive():
+        seen.update(_marked(task.mark))
+        time.sleep(0.05)
+    thread.join()
+    assert len(outcomes) == 1 and outcomes[0].status == TIMEOUT, outcomes
+    assert "killed after" in outcomes[0].reason and outcomes[0].campaign_s >= 6.0
+    assert len(seen) >= 3  # the child and its two servers were up
+    assert _marked(task.mark) == []  # and nothing of them is left
