@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -234,6 +235,68 @@ def _null_and_canary(document: dict[str, Any]) -> tuple[str, str]:
     return null_text, canary_text
 
 
+_STATUS_COLOURS = {CAUGHT: "#3c9a3f", MISSED: "#c9302c", TIMEOUT: "#e39b1b", UNVIABLE: "#9a9a9a", ERROR: "#b04aa0"}
+
+
+def _score_bar(records: list[dict[str, Any]]) -> str:
+    """One stacked bar: the scored mutants by outcome, each status its colour and count."""
+    width, height = 720, 34
+    total = len(records) or 1
+    counts = [(status, sum(1 for r in records if r["status"] == status)) for status in _STATUS_COLOURS]
+    parts, x = [], 0.0
+    for status, count in counts:
+        if not count:
+            continue
+        w = width * count / total
+        parts.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{_STATUS_COLOURS[status]}">'
+                     f"<title>{status}: {count}</title></rect>")  # fmt: skip
+        if w > 60:
+            parts.append(f'<text x="{x + 6:.1f}" y="22" fill="#fff" font-size="13">{status} {count}</text>')
+        x += w
+    return (f'<svg class="chart" role="img" aria-label="outcomes" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>')  # fmt: skip
+
+
+def _kill_chart(records: list[dict[str, Any]], budget: int) -> str:
+    """Histories each mutant took to be caught, on a log scale up to the example budget (the dashed
+    line): how much margin each kill has. A mutant not caught reaches the line in its colour."""
+    if not records:
+        return ""
+    label_w, plot_w, row_h = 300, 420, 16
+    height = row_h * len(records) + 30
+    top = max(2, budget)
+    scale = math.log10(top + 1)
+
+    def x_of(histories: int) -> float:
+        return label_w + plot_w * math.log10(max(1, histories) + 1) / scale
+
+    parts = []
+    ordered = sorted(records, key=lambda r: (r["status"] != CAUGHT, r.get("histories", 0) if r["status"] == CAUGHT
+                                             else top, r["id"]))  # fmt: skip
+    for row, record in enumerate(ordered):
+        y = row * row_h
+        caught = record["status"] == CAUGHT
+        histories = int(record.get("histories", 0)) if caught else top
+        colour = _STATUS_COLOURS.get(record["status"], "#666")
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end" font-size="11">{_esc(record["id"])}</text>'
+        )
+        parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{x_of(histories) - label_w:.1f}" height="{row_h - 5}" '
+                     f'fill="{colour}"><title>{_esc(record["id"])}: {_esc(record["status"])}'
+                     f"{f', {histories} histories' if caught else ''}</title></rect>")  # fmt: skip
+    axis_y = row_h * len(records) + 4
+    for tick in (1, 10, 100, 1000, 10000):
+        if tick <= top:
+            parts.append(f'<line x1="{x_of(tick):.1f}" y1="0" x2="{x_of(tick):.1f}" y2="{axis_y}" stroke="#ddd"/>'
+                         f'<text x="{x_of(tick):.1f}" y="{axis_y + 14}" font-size="10" text-anchor="middle">{tick}'
+                         "</text>")  # fmt: skip
+    parts.append(f'<line x1="{x_of(top):.1f}" y1="0" x2="{x_of(top):.1f}" y2="{axis_y}" stroke="#222" '
+                 f'stroke-dasharray="4 3"><title>the budget: {top} histories</title></line>')  # fmt: skip
+    width = label_w + plot_w + 20
+    return (f'<svg class="chart" role="img" aria-label="histories to kill" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>')  # fmt: skip
+
+
 def html_page(document: dict[str, Any]) -> str:
     """The self-contained page (inline CSS, no scripts, no external assets); links are relative."""
     budget = document.get("budget", {})
@@ -262,6 +325,9 @@ def html_page(document: dict[str, Any]) -> str:
     for record in document["outcomes"]:
         status = record["status"]
         caught = status == CAUGHT
+        shown, shown_class = status, status
+        if record["id"] == NULL_RUN:  # for the null run, no divergence is the pass
+            shown, shown_class = ("clean", CAUGHT) if status == MISSED else (f"FAILED ({status})", MISSED)
         link = ""
         if caught and record.get("artifact"):
             target = f"{record['artifact'].rstrip('/')}/report.txt"
@@ -273,7 +339,7 @@ def html_page(document: dict[str, Any]) -> str:
             f"<td>{_esc(record.get('transition', ''))}</td>", f"<td>{_esc(record.get('defect_class', ''))}</td>",
             f"<td>{_esc(', '.join(record.get('needs', [])))}</td>",
             f"<td>{'on' if record.get('restarts', True) else 'off'}</td>",
-            f'<td class="{_esc(status)}">{_esc(status)}</td>',
+            f'<td class="{_esc(shown_class)}">{_esc(shown)}</td>',
             f'<td class="num">{float(record.get("campaign_s", 0.0)):.1f}</td>' if caught else "<td></td>",
             f'<td class="num">{record.get("histories", 0)}</td>' if caught else "<td></td>",
             f'<td class="num">{record.get("steps", 0)}</td>' if caught else "<td></td>",
@@ -288,6 +354,11 @@ def html_page(document: dict[str, Any]) -> str:
         "<title>difftest mutation report</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
         "<h1>difftest mutation report</h1>",
         "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in head) + "</dl>",
+        "<h2>Outcomes</h2>", _score_bar(scored(document)),
+        "<h2>Histories to kill</h2>",
+        f"<p>Log scale; the dashed line is the budget ({_esc(budget.get('examples', ''))} histories). "
+        "A mutant that was not caught reaches the line in its outcome's colour.</p>",
+        _kill_chart(scored(document), int(budget.get("examples") or 1000)),
         "<h2>Mutants</h2>",
         "<p>The null run (unmodified executors) must find nothing; the canary must be caught; neither counts "
         "in the score. Time to kill is the campaign's wall time including shrinking.</p>",

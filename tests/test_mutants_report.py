@@ -130,6 +130,11 @@ def test_the_four_report_forms(tmp_path: Path) -> None:
     assert 'href="native-claim-no-epoch/failures/batch-1/report.txt"' in page
     assert "caught (canary-lua-enqueue-replies-two" in page
     assert "restarts and crashes</dt><dd>on" in page
+    # the pictures: outcomes as one stacked bar, histories to kill against the budget (one bar each)
+    assert 'aria-label="outcomes"' in page and "<title>caught: 1</title>" in page
+    kills = page.split('aria-label="histories to kill"')[1].split("</svg>")[0]
+    assert kills.count("<rect") == len(STATUSES) and "the budget: 1000 histories" in kills
+    assert '<td class="caught">clean</td>' in page  # the null run's "no divergence" reads as a pass
 
 
 def test_merge_joins_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
