@@ -219,9 +219,11 @@ class _Diverged(AssertionError):
     pass
 
 
-class _ShrinkSpent(BaseException):
-    """Raised once the shrink budget is spent: not an Exception, so Hypothesis lets it through and
-    stops there (its target phase would otherwise hill-climb on, replaying, long after a failure)."""
+class _ShrinkSpent(KeyboardInterrupt):
+    """Raised once the shrink budget is spent, and caught by `_run_batch` at once: Hypothesis lets an
+    interrupt through and stops there (its target phase would otherwise hill-climb on, replaying, long
+    after a failure), and, unlike any other BaseException, does not save the input under way (a
+    passing one) to the example database."""
 
 
 def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
