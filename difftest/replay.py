@@ -28,6 +28,10 @@ from difftest.wire import Wire
 from executors.lua.adapter import load_scripts
 
 EPOCH_FIELD = b"lease_epoch"
+# past this, a server's AOF is rewritten between histories (an empty keyspace: a few ms), so that a
+# restart replays one history's writes, not the whole campaign's (measured: 200 histories took 4 s
+# at the start of a campaign and 11 s after 1,200 without it)
+AOF_COMPACT_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,8 @@ class Replayer:
             self.lua.open_claims.clear()
         for side in (self.lua, self.native):
             side.wires[None].call(b"FLUSHALL")
+        for server in (self.lua_server, self.native_server):
+            server.compact_aof(AOF_COMPACT_BYTES)
         if self.group.clock.now_ms != history.start_ms:
             self.group.clock.set(history.start_ms)
         # always confirmed: the clock may have been written ahead at the end of the last replay

@@ -143,3 +143,18 @@ def test_start_failure_keeps_no_process(group: ServerGroup) -> None:
     with pytest.raises(SetupProblem, match="exited with code"):
         server.start()
     assert not server.running
+
+
+def test_a_grown_aof_is_rewritten_between_histories_and_the_data_survives(lua_server: EmbeddedServer) -> None:
+    client = lua_server.client
+    for n in range(2000):
+        client.set(f"k{n}", "x" * 100)
+    client.flushall()
+    client.set("kept", "1")
+    grown = int(client.info("persistence")["aof_current_size"])
+    assert grown > 200_000
+    assert lua_server.compact_aof(above_bytes=100_000) is True
+    assert int(client.info("persistence")["aof_current_size"]) < 1_000  # one key left to write
+    assert lua_server.compact_aof(above_bytes=100_000) is False  # small now: nothing to do
+    lua_server.restart()
+    assert lua_server.client.get("kept") == b"1" and lua_server.client.dbsize() == 1

@@ -95,7 +95,7 @@ class DockerServer(SocketClients):
         args = [
             "--dir", "/data", "--unixsocket", "/data/valkey.sock", "--unixsocketperm", "777",
             "--port", "0", "--logfile", "/data/valkey.log", "--appendonly", "yes",
-            "--appendfsync", "always", "--save", "", "--daemonize", "no",
+            "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--save", "", "--daemonize", "no",
             "--enable-debug-command", "yes", "--enable-module-command", "yes",
             *self.extra_config,
         ]  # fmt: skip

@@ -146,6 +146,7 @@ class EmbeddedServer(SocketClients):
             "--logfile", str(self.logfile),
             "--appendonly", "yes",
             "--appendfsync", "always",
+            "--auto-aof-rewrite-percentage", "0",  # rewrites only between histories (compact_aof)
             "--save", "",
             "--daemonize", "no",
             "--enable-debug-command", "yes",
