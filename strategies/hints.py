@@ -20,6 +20,7 @@ class QueueHints:
     attempts: dict[bytes, int] = field(default_factory=dict)
     stalled: dict[bytes, int] = field(default_factory=dict)
     rows: set[bytes] = field(default_factory=set)
+    broken: set[bytes] = field(default_factory=set)  # the queue's sets a corruption made wrong-typed
     paused: bool = False
 
     def enqueue(self, job: bytes, now: int, delay: int) -> None:
@@ -34,6 +35,10 @@ class QueueHints:
     def head(self) -> bytes:
         """The pending id the next CLAIM takes (lowest score, then lowest id)."""
         return min(self.pending, key=lambda j: (self.pending[j], j))
+
+    def first_to_expire(self) -> bytes:
+        """The active id whose lease ends first: the one a SWEEP selects first."""
+        return min(self.active, key=lambda j: (self.active[j], j))
 
     def claim(self, now: int, lease: int) -> None:
         if self.paused or not self.pending:

@@ -164,7 +164,7 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
     elif verb == "FAIL":
         job, token = _held(draw, hints)
         max_attempts, backoff = draw.integer(1, 3), draw.pick((0, *DURATIONS))
-        if 1 <= token <= 3 and draw.chance(3):
+        if 1 <= token <= 3 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
             max_attempts = token  # exactly exhausted: the dead-letter path and its boundary
         args = (job, token, _pick(draw, ERRORS), max_attempts, backoff)
         hints.fail(job, token, max_attempts, now, backoff)
@@ -206,8 +206,9 @@ def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
     weights = (
         ("ENQUEUE", 20),
         ("CLAIM", 6 + 24 * bool(hints.pending and not hints.paused)),
-        ("COMPLETE", 3 + 15 * bool(hints.active)),
-        ("FAIL", 3 + 10 * bool(hints.active)),
+        ("COMPLETE", 3 + 15 * bool(hints.active) + 12 * bool(hints.active and b"done" in hints.broken)),
+        # a corrupt set draws the transition that meets it (dead: FAIL's dead-letter path; done: COMPLETE)
+        ("FAIL", 3 + 10 * bool(hints.active) + 12 * bool(hints.active and b"dead" in hints.broken)),
         ("EXTEND", 2 + 8 * bool(hints.active)),
         ("SWEEP", 4 + 24 * expired),
         ("PROMOTE", 4 + 24 * due),
@@ -249,10 +250,14 @@ def _malformed(draw: Chooser, call: Call) -> Call:
     return Call(call.verb, call.numkeys, (*keys, *rest[transition.numkeys :]))
 
 
+# "group" twice: SWEEP meets it only on a lease that expires before it ends (D8), the rarest of them;
+# it is aimed at pending rows too, which keep it when claimed
+# "lease-end-set": with a lease held, a set the lease's end writes (FAIL, COMPLETE, SWEEP, a retry's
+# delay) made wrong-typed: the check that must come before the first write is then exercised
 CORRUPTIONS = ("set-wrong-type", "row-counter", "metrics-counter", "group", "ghost", "drop-row",
-               "foreign-epoch")  # fmt: skip
+               "foreign-epoch", "group", "lease-end-set")  # fmt: skip
 # which hinted ids each corruption is aimed at, so that it lands where a transition will read
-AIMS = {"row-counter": ("pending", "active"), "group": ("active",), "foreign-epoch": ("active",),
+AIMS = {"row-counter": ("pending", "active"), "group": ("active", "pending"), "foreign-epoch": ("active",),
         "drop-row": ("active", "pending", "delayed"), "set-wrong-type": ("active", "delayed", "pending")}  # fmt: skip
 
 
@@ -261,15 +266,17 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     kind = draw.pick(CORRUPTIONS)
     aimed = sorted({j for where in AIMS.get(kind, ()) for j in getattr(hints, where)})
     job = draw.pick(aimed) if draw.aim(4) and aimed else _pick(draw, IDS)
+    if kind in ("group", "foreign-epoch") and hints.active and draw.chance(2):
+        job = hints.first_to_expire()  # the lease the next SWEEP selects first (D7, D8)
     row = base + b"job:" + job
-    if kind == "set-wrong-type":
-        if hints.active and draw.chance(2):
-            # with a lease held, often a set the lease's end writes (FAIL, COMPLETE, SWEEP, or a
-            # retry's delay): the check that must come before the first write is then exercised
+    if kind in ("set-wrong-type", "lease-end-set"):
+        if kind == "lease-end-set" and hints.active:
             key = base + draw.pick((b"dead", b"done", b"delayed", b"dead"))  # dead: FAIL's and SWEEP's
         else:
             sets = (b"pending", b"active", b"delayed", b"dead", b"done", b"meta")
             key = row if draw.chance(2) else draw.pick(tuple(base + name for name in sets))
+        if key != row:
+            hints.broken.add(key[len(base) :])
         return RawWrite((b"SET", key, b"junk"))
     if kind == "row-counter":
         if hints.pending and draw.chance(2):
