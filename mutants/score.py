@@ -18,8 +18,8 @@ class Budget:
     wall-clock limit past which an unfinished campaign is a timeout."""
 
     seed: int = 20261202
-    examples: int = 1000
-    timeout_s: float = 300.0  # the campaign stops (between batches) past this: status "timeout"
+    examples: int = 3000  # rare kills (a corrupt key met by the one transition that reads it) come at ~1 in 500
+    timeout_s: float = 600.0  # the campaign stops (between batches) past this: status "timeout"
     max_steps: int = 40
     shrink_s: float = 5.0
     restarts: bool = True  # histories may restart and crash the servers (False: neither)

@@ -133,7 +133,7 @@ def test_the_four_report_forms(tmp_path: Path) -> None:
     # the pictures: outcomes as one stacked bar, histories to kill against the budget (one bar each)
     assert 'aria-label="outcomes"' in page and "<title>caught: 1</title>" in page
     kills = page.split('aria-label="histories to kill"')[1].split("</svg>")[0]
-    assert kills.count("<rect") == len(STATUSES) and "the budget: 1000 histories" in kills
+    assert kills.count("<rect") == len(STATUSES) and f"the budget: {Budget().examples} histories" in kills
     assert '<td class="caught">clean</td>' in page  # the null run's "no divergence" reads as a pass
 
 
