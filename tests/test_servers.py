@@ -158,3 +158,17 @@ def test_a_grown_aof_is_rewritten_between_histories_and_the_data_survives(lua_se
     assert lua_server.compact_aof(above_bytes=100_000) is False  # small now: nothing to do
     lua_server.restart()
     assert lua_server.client.get("kept") == b"1" and lua_server.client.dbsize() == 1
+
+
+def test_no_clock_memory_is_left_in_dev_shm_by_a_crash_a_restart_or_the_end() -> None:
+    pids = []
+    with ServerGroup() as group:
+        server = group.add("lua")
+        pids.append(server.pid)
+        server.crash()  # SIGKILL: libfaketime's own clean-up never runs
+        pids.append(server.pid)
+        group.restart_all(crash=False)
+        pids.append(server.pid)
+    leftovers = [name for pid in pids for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}")
+                 if (Path("/dev/shm") / name).exists()]  # fmt: skip
+    assert len(set(pids)) == 3 and leftovers == []
