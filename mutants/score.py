@@ -60,6 +60,21 @@ class Outcome:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
+def _explain(exc: BaseException) -> str:
+    """The error, and first what lies under it (a Hypothesis FlakyFailure holds the exceptions it saw,
+    with where they were raised): the part that says what went wrong, ahead of a long history."""
+    import traceback
+
+    causes = [
+        f"{type(sub).__name__}: {str(sub)[:400]} at "
+        + " <- ".join(
+            f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}" for f in traceback.extract_tb(sub.__traceback__)[::-1][:6]
+        )
+        for sub in getattr(exc, "exceptions", ())
+    ]
+    return (f"under it: {' | '.join(causes)}; " if causes else "") + f"{type(exc).__name__}: {exc}"
+
+
 def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budget) -> Outcome:
     """Runs the campaign (one worker, in this process, unpinned: the caller pins it) and classifies
     it; the Outcome's id and executor are blank."""
@@ -72,7 +87,7 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
     try:
         result = run_campaign(config)
     except Exception as exc:  # a server that died under the mutant, a harness failure: reported as such
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = _explain(exc)
         return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=reason, restarts=budget.restarts)
     reached = {k: v for k, v in sorted(result.labels.items()) if k.startswith("contract:")}
     outcome = Outcome("", "", MISSED, campaign_s=result.elapsed_s, histories=result.histories,

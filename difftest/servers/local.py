@@ -187,11 +187,21 @@ class EmbeddedServer(SocketClients):
         process = self._process
         assert process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
+        retries = 0
         while True:
             code = process.poll()
             if code is not None:
                 self._process = None
                 stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                if CLOCK_MEMORY_TAKEN in stderr and retries < CLOCK_MEMORY_RETRIES:
+                    # a pid reused from a process that died without removing its clock memory (killed
+                    # with its parent, say): that file is stale, as its pid is now this dead server's
+                    _forget_clock_memory(process.pid)
+                    retries += 1  # the next pid may be stale too: a burst of killed servers
+                    self._spawn(port)
+                    process = self._process
+                    assert process is not None
+                    continue
                 raise self._start_failure(code, stderr, log_offset, port)
             if self.socket_path.exists() and self._ping():
                 break
@@ -298,6 +308,8 @@ class _PortTaken(Exception):
 
 
 SHARED_MEMORY = Path("/dev/shm")
+CLOCK_MEMORY_TAKEN = "ft_shm_create(), shm_open failed"  # libfaketime, when its pid's file is there already
+CLOCK_MEMORY_RETRIES = 100  # a failed start of that kind takes a millisecond
 
 
 def _forget_clock_memory(pid: int) -> None:
