@@ -236,8 +236,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     from strategies.histories import HistoryShape, histories
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
-    failing: list[Any] = []  # every failing replay, in order
-    known: dict[str, Any] = {}  # each failing history's replay, by the history's repr
+    known: dict[str, Any] = {}  # each failing history's replay, by the history's repr, in the order found
     deadline: list[float] = []  # the shrink's time guard, set at the first failure
     tries: list[int] = []  # replays since the first failure
     database = open_database(config.database) if config.database else None
@@ -254,7 +253,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         key = repr(history)  # a history holds a dict: not hashable itself
         result = known.get(key)
         if result is None:
-            if failing:
+            if known:
                 if len(tries) >= config.shrink_tries or time.monotonic() > deadline[0]:
                     # the shrink budget is spent (the tries, or the time guard): stop Hypothesis at
                     # once, hill-climbing and shrinking alike; the smallest failure so far is the result
@@ -264,7 +263,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
             result = replayer.replay(history)
             report.replay_s += time.perf_counter() - started
             reached = coverage.labels(result)
-            if not failing:  # shrinking replays do not count as coverage
+            if not known:  # shrinking replays do not count as coverage
                 report.histories += 1
                 report.steps += len(history.steps)
                 report.labels.update(reached)
@@ -272,9 +271,8 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
                 event(label)
             target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
             if result.divergence is not None:
-                if not failing:
+                if not known:
                     deadline.append(time.monotonic() + config.shrink_seconds)
-                failing.append(result)
                 known[key] = result
         if result.divergence is not None:
             raise _Diverged(result.divergence.reason)
@@ -283,7 +281,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         campaign_history()
     except (_Diverged, _ShrinkSpent):
         # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
-        smallest = min(reversed(failing), key=lambda replayed: len(replayed.history.steps))
+        smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
         minimal = _last_pass(replayer, smallest)
         directory = config.reports / "failures" / f"batch-{batch}"
         save_divergence(minimal, directory)
