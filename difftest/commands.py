@@ -1,18 +1,35 @@
-"""The one declarative table of EMQ transitions: keys, arguments and their types.
+"""The spec as one declarative table: per verb its keys, arguments, derived keys, counters and replies.
 
-The Lua host's guards, the native module's registration (checked by a test against
-`COMMAND INFO`), the adapters and the history generator all read this table.
+The Lua host's guards, the native module's registration (checked by a test against `COMMAND INFO`),
+the adapters, the history generator, the judge and the coverage labels all read this table; keys are
+spelled in one place, `Layout`. Outside this module no judge, replay or campaign code quotes a verb
+name or splices a key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 
 # Durations are capped so that now + duration stays below 2^53: exact as a zset score (a double)
 # and as a Lua number, and never an i64 overflow. See docs/decisions.md.
 MAX_DURATION_MS = 2**52
 I64_MAX = 2**63 - 1
+
+
+class Verb(StrEnum):
+    """The transitions by name (a StrEnum: equal to, and hashed as, the plain string)."""
+
+    ENQUEUE = "ENQUEUE"
+    CLAIM = "CLAIM"
+    EXTEND = "EXTEND"
+    COMPLETE = "COMPLETE"
+    FAIL = "FAIL"
+    PROMOTE = "PROMOTE"
+    SWEEP = "SWEEP"
+    REVIVE = "REVIVE"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
 
 
 class ArgKind(Enum):
@@ -30,14 +47,62 @@ class Arg:
     maximum: int = I64_MAX
 
 
+class Rows(Enum):
+    """Which job rows a transition reaches besides its declared keys (they are derived keys: the
+    native module checks the caller's ACL on them itself)."""
+
+    NONE = "none"
+    JOB_ARG = "job-arg"  # the row of the id in its first argument
+    PENDING_HEAD = "pending-head"  # CLAIM: the row of the id it pops
+    DUE_DELAYED = "due-delayed"  # PROMOTE: the rows of the due members of delayed
+    EXPIRED_ACTIVE = "expired-active"  # SWEEP: the rows of the expired members of active
+
+
+@dataclass(frozen=True)
+class Increment:
+    """A counter a transition increments with HINCRBY (contract row D4): a row field, or a metrics
+    hash's `count`."""
+
+    field: bytes
+    metrics: str | None = None  # the metrics hash (`failed`, `completed`); None: the rows' field
+
+
+class Stamp(Enum):
+    """N1: which row a successful call stamps with `lease_epoch` on the native side."""
+
+    NONE = "none"
+    CLAIMED = "claimed"  # the row of the id in the reply (CLAIM)
+    JOB_ARG = "job-arg"  # the row of the id argument, when the reply is 1 (EXTEND)
+
+
+class Moves(Enum):
+    """What a successful reply tells the invariants' ledger."""
+
+    NONE = "none"
+    ENQUEUED = "enqueued"  # reply 1: the id is a job of the queue
+    COMPLETED = "completed"  # reply 1: into done, metrics:completed + 1
+    DEAD_LETTERED = "dead-lettered"  # reply `dead`: metrics:failed + 1
+    SWEPT = "swept"  # reply [recovered, dead, ghosts, exempt]: metrics:failed + dead
+
+
 @dataclass(frozen=True)
 class Transition:
-    """One EMQ transition: its verb, the key suffixes in order, and its arguments."""
+    """One EMQ transition: its verb, its declared keys in order, its arguments, and what it reaches."""
 
-    verb: str
+    verb: Verb
     keys: tuple[str, ...]  # suffixes after the base `emq:{q}:`; "" is the base itself
     args: tuple[Arg, ...]
+    reply_kinds: tuple[str, ...]  # the kinds of a reply that is not an error (coverage labels)
     scripted: bool = True  # False: the Lua host sends a plain command instead of a script
+    rows: Rows = Rows.NONE
+    reads_meta: bool = False  # CLAIM: the paused? read (the Lua host's own round trip)
+    increments: tuple[Increment, ...] = ()
+    metrics: tuple[str, ...] = ()  # the metrics hashes it may write
+    stamps: Stamp = Stamp.NONE
+    fenced: bool = False  # proves the lease by (id in active, attempts == token)
+    moves: Moves = Moves.NONE
+    splittable: bool = False  # the Lua host's two round trips may be split by other workers (D1)
+    host_command: tuple[bytes, ...] = ()  # not scripted: the host's plain command after the meta key
 
     @property
     def numkeys(self) -> int:
@@ -64,60 +129,221 @@ def _duration(name: str, minimum: int) -> Arg:
     return Arg(name, ArgKind.INT, minimum, MAX_DURATION_MS)
 
 
+ATTEMPTS, STALLED, COUNT = b"attempts", b"stalled", b"count"
+FAILED, COMPLETED = "failed", "completed"
+
 TRANSITIONS: dict[str, Transition] = {
     t.verb: t
     for t in (
         Transition(
-            "ENQUEUE",
+            Verb.ENQUEUE,
             ("pending", "delayed", ""),
             (_id(), Arg("payload", ArgKind.BYTES), _duration("delay_ms", 0)),
+            ("added", "duplicate"),
+            rows=Rows.JOB_ARG,
+            moves=Moves.ENQUEUED,
         ),
-        Transition("CLAIM", ("pending", "active", ""), (_duration("lease_ms", 1),)),
-        Transition("EXTEND", ("active", ""), (_id(), _int("token", 0), _duration("lease_ms", 1))),
-        Transition("COMPLETE", ("active", "done", ""), (_id(), _int("token", 0))),
         Transition(
-            "FAIL",
+            Verb.CLAIM,
+            ("pending", "active", ""),
+            (_duration("lease_ms", 1),),
+            ("claimed", "empty"),
+            rows=Rows.PENDING_HEAD,
+            reads_meta=True,
+            increments=(Increment(ATTEMPTS),),
+            stamps=Stamp.CLAIMED,
+            splittable=True,
+        ),
+        Transition(
+            Verb.EXTEND,
+            ("active", ""),
+            (_id(), _int("token", 0), _duration("lease_ms", 1)),
+            ("extended", "fenced"),
+            rows=Rows.JOB_ARG,
+            stamps=Stamp.JOB_ARG,
+            fenced=True,
+        ),
+        Transition(
+            Verb.COMPLETE,
+            ("active", "done", ""),
+            (_id(), _int("token", 0)),
+            ("completed", "fenced"),
+            rows=Rows.JOB_ARG,
+            increments=(Increment(COUNT, COMPLETED),),
+            metrics=(COMPLETED,),
+            fenced=True,
+            moves=Moves.COMPLETED,
+        ),
+        Transition(
+            Verb.FAIL,
             ("active", "delayed", "dead", ""),
-            (
-                _id(),
-                _int("token", 0),
-                Arg("error", ArgKind.BYTES),
-                _int("max_attempts", 1),
-                _duration("backoff_ms", 0),
-            ),
+            (_id(), _int("token", 0), Arg("error", ArgKind.BYTES), _int("max_attempts", 1), _duration("backoff_ms", 0)),
+            ("dead", "retry", "fenced"),
+            rows=Rows.JOB_ARG,
+            increments=(Increment(COUNT, FAILED),),
+            metrics=(FAILED,),
+            fenced=True,
+            moves=Moves.DEAD_LETTERED,
         ),
-        Transition("PROMOTE", ("delayed", "pending", ""), (_int("limit", 1),)),
         Transition(
-            "SWEEP",
+            Verb.PROMOTE, ("delayed", "pending", ""), (_int("limit", 1),), ("promoted", "none-due"), rows=Rows.DUE_DELAYED
+        ),
+        Transition(
+            Verb.SWEEP,
             ("active", "pending", "dead", ""),
             (_int("max_stalled", 1), _int("limit", 1)),
+            ("swept", "none-expired"),
+            rows=Rows.EXPIRED_ACTIVE,
+            increments=(Increment(STALLED), Increment(COUNT, FAILED)),
+            metrics=(FAILED,),
+            moves=Moves.SWEPT,
         ),
-        Transition("REVIVE", ("dead", "pending", ""), (_id(),)),
-        Transition("PAUSE", ("meta",), (), scripted=False),
-        Transition("RESUME", ("meta",), (), scripted=False),
+        Transition(Verb.REVIVE, ("dead", "pending", ""), (_id(),), ("revived", "not-dead"), rows=Rows.JOB_ARG),
+        Transition(
+            Verb.PAUSE, ("meta",), (), ("paused", "already"), scripted=False, host_command=(b"HSET", b"paused", b"1")
+        ),
+        Transition(Verb.RESUME, ("meta",), (), ("resumed", "already"), scripted=False, host_command=(b"HDEL", b"paused")),
     )
 }
 
 VERBS: tuple[str, ...] = tuple(TRANSITIONS)
+SETS: tuple[str, ...] = ("pending", "active", "delayed", "dead", "done")  # a job's homes, by its `state`
+SWEEP_VERDICTS: tuple[str, ...] = ("recover", "die", "ghost", "exempt")  # SWEEP's reply, in order
+
+
+def reply_kind(verb: str, reply: object) -> str:
+    """The kind of a reply that is not an error or a refusal (coverage labels; the ledger).
+
+    Each verb's kinds are `TRANSITIONS[verb].reply_kinds`: the first is the one that moved
+    something, the last the one that moved nothing."""
+    transition = TRANSITIONS[verb]
+    moved, unmoved = transition.reply_kinds[0], transition.reply_kinds[-1]
+    match transition.verb:
+        case Verb.CLAIM:
+            return moved if reply else unmoved
+        case Verb.FAIL:
+            if isinstance(reply, bytes) and reply.decode(errors="replace") in transition.reply_kinds[:2]:
+                return reply.decode()
+            return unmoved
+        case Verb.PROMOTE:
+            return moved if isinstance(reply, int) and not isinstance(reply, bool) and reply > 0 else unmoved
+        case Verb.SWEEP:
+            return moved if isinstance(reply, list) and any(reply) else unmoved
+        case _:
+            return moved if reply == 1 else unmoved
+
+
+# -- keys ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every key of one queue: the base `emq:{q}:` and what derives from it."""
+
+    queue: bytes
+
+    @property
+    def base(self) -> bytes:
+        return b"emq:{" + self.queue + b"}:"
+
+    def key(self, suffix: str) -> bytes:
+        """A declared key by its suffix in the table ("" is the base)."""
+        return self.base + suffix.encode()
+
+    @property
+    def pending(self) -> bytes:
+        return self.key("pending")
+
+    @property
+    def active(self) -> bytes:
+        return self.key("active")
+
+    @property
+    def delayed(self) -> bytes:
+        return self.key("delayed")
+
+    @property
+    def dead(self) -> bytes:
+        return self.key("dead")
+
+    @property
+    def done(self) -> bytes:
+        return self.key("done")
+
+    @property
+    def meta(self) -> bytes:
+        return self.key("meta")
+
+    @property
+    def row_prefix(self) -> bytes:
+        return self.base + b"job:"
+
+    def row(self, job_id: bytes) -> bytes:
+        return self.row_prefix + job_id
+
+    def metrics(self, which: str) -> bytes:
+        return self.base + b"metrics:" + which.encode()
+
+    def declared(self, transition: Transition) -> list[bytes]:
+        """The keys a transition declares for this queue, in the table's order."""
+        return [self.key(suffix) for suffix in transition.keys]
+
+    def derived(self) -> list[bytes]:
+        """The queue-wide derived keys (meta and both metrics hashes)."""
+        return [self.meta, self.metrics(FAILED), self.metrics(COMPLETED)]
+
+
+@dataclass(frozen=True)
+class KeyName:
+    """A key read back into its queue and its part: a set's name, `meta`, `job:<id>` or
+    `metrics:<which>` (whatever follows the base)."""
+
+    queue: bytes
+    rest: bytes
+
+    @property
+    def job(self) -> bytes | None:
+        return self.rest[4:] if self.rest.startswith(b"job:") else None
+
+    @property
+    def metrics(self) -> str | None:
+        return self.rest[8:].decode(errors="replace") if self.rest.startswith(b"metrics:") else None
+
+    @property
+    def set_name(self) -> str | None:
+        name = self.rest.decode(errors="replace")
+        return name if name in SETS else None
+
+
+def parse_key(key: bytes) -> KeyName | None:
+    """`emq:{q}:<rest>` read back; None for a key of no queue (a q with braces is none either)."""
+    if not key.startswith(b"emq:{"):
+        return None
+    close = key.find(b"}:", 5)
+    if close <= 5:
+        return None
+    queue = key[5:close]
+    if b"{" in queue or b"}" in queue:
+        return None
+    return KeyName(queue, key[close + 2 :])
 
 
 def base_key(queue: bytes) -> bytes:
-    return b"emq:{" + queue + b"}:"
+    return Layout(queue).base
 
 
 def queue_keys(transition: Transition, queue: bytes) -> list[bytes]:
     """The keys a transition declares for one queue, in the table's order."""
-    base = base_key(queue)
-    return [base + suffix.encode() for suffix in transition.keys]
+    return Layout(queue).declared(transition)
 
 
 def row_key(queue: bytes, job_id: bytes) -> bytes:
-    return base_key(queue) + b"job:" + job_id
+    return Layout(queue).row(job_id)
 
 
 def meta_key(queue: bytes) -> bytes:
-    return base_key(queue) + b"meta"
+    return Layout(queue).meta
 
 
 def metrics_key(queue: bytes, which: str) -> bytes:
-    return base_key(queue) + b"metrics:" + which.encode()
+    return Layout(queue).metrics(which)

@@ -8,7 +8,7 @@ the line and the field.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -250,27 +250,35 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)")
 
 
-def _check_workers(steps: Iterable[tuple[int, Step]], name: str) -> None:
+def pairing_problems(steps: Sequence[Step], where: Callable[[int], str] = "step {}".format) -> Iterator[tuple[int, str]]:
+    """The one pairing rule for split claims, used by the loader, the shrinker and the replay: where
+    they do not pair up, as (step index, what is wrong): a begin while the worker's claim is open, an
+    end with no open begin, a restart while a claim is open. A claim still open at the end is
+    allowed: its second round trip never happens (a worker that died, or an artifact cut at its
+    failing step). `where` names a step in the messages."""
     open_claims: dict[str, int] = {}
-    for line, step in steps:
+    for index, step in enumerate(steps):
         if isinstance(step, BeginClaim):
             if step.worker in open_claims:
-                raise HistoryError(
-                    f"{name}:{line}: worker {step.worker!r} begins a CLAIM while its CLAIM from "
-                    f"line {open_claims[step.worker]} is open: add its 'end' first"
-                )
-            open_claims[step.worker] = line
+                yield index, (f"worker {step.worker!r} begins a CLAIM while its CLAIM from "
+                              f"{where(open_claims[step.worker])} is open: add its 'end' first")  # fmt: skip
+            open_claims[step.worker] = index
         elif isinstance(step, EndClaim):
             if open_claims.pop(step.worker, None) is None:
-                raise HistoryError(f"{name}:{line}: 'end' for worker {step.worker!r}, which has no open 'begin'")
+                yield index, f"'end' for worker {step.worker!r}, which has no open 'begin'"
         elif isinstance(step, Restart) and open_claims:
             worker, begun = next(iter(open_claims.items()))
-            raise HistoryError(
-                f"{name}:{line}: a restart while worker {worker!r}'s CLAIM from line {begun} is open: "
-                "end it first (a restart drops every connection)"
-            )
-    # a claim still open at the end is allowed: its second round trip never happens (a worker
-    # that died, or an artifact cut at its failing step)
+            yield index, (f"a restart while worker {worker!r}'s CLAIM from {where(begun)} is open: end it first "
+                          "(a restart drops every connection)")  # fmt: skip
+
+
+def well_paired(steps: Sequence[Step]) -> bool:
+    return next(pairing_problems(steps), None) is None
+
+
+def _check_workers(steps: list[tuple[int, Step]], name: str) -> None:
+    for index, problem in pairing_problems([step for _, step in steps], lambda i: f"line {steps[i][0]}"):
+        raise HistoryError(f"{name}:{steps[index][0]}: {problem}")
 
 
 def loads(text: str, name: str = "<history>") -> History:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from difftest.history import BeginClaim, EndClaim, History, Restart, Step
+from difftest.history import BeginClaim, EndClaim, History, Step, well_paired
 
 Predicate = Callable[[History], bool]
 
@@ -27,26 +27,6 @@ def _without(steps: tuple[Step, ...], start: int, stop: int) -> tuple[Step, ...]
         lonely = begun ^ ended
         kept = tuple(s for s in kept if not (isinstance(s, BeginClaim | EndClaim) and s.worker in lonely))
     return kept if kept != steps and well_paired(kept) else None
-
-
-def well_paired(steps: tuple[Step, ...]) -> bool:
-    """Whether every split claim still pairs up as a history must (difftest/history.py): no end
-    without its begin, no begin while the worker's claim is open, no restart while one is open.
-    Matching the workers begun and ended in a chunk is not enough: a chunk holding a whole pair
-    and the next pair's begin leaves that pair's end without its begin (its replay then fails)."""
-    open_claims: set[str] = set()
-    for step in steps:
-        if isinstance(step, BeginClaim):
-            if step.worker in open_claims:
-                return False
-            open_claims.add(step.worker)
-        elif isinstance(step, EndClaim):
-            if step.worker not in open_claims:
-                return False
-            open_claims.discard(step.worker)
-        elif isinstance(step, Restart) and open_claims:
-            return False
-    return True  # a claim still open at the end is allowed, as in a history file
 
 
 def minimise(history: History, still_fails: Predicate, max_tries: int = 200) -> History:

@@ -6,7 +6,8 @@ import json
 
 from difftest import history as hist
 from difftest.history import History
-from difftest.shrink import _without, minimise, well_paired
+from difftest.history import well_paired
+from difftest.shrink import _without, minimise
 
 HEADER = {"format": "difftest-history", "version": 1, "start_ms": 1000, "users": {}}
 STEPS = [
