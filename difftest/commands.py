@@ -83,6 +83,7 @@ class Moves(Enum):
     COMPLETED = "completed"  # reply 1: into done, metrics:completed + 1
     DEAD_LETTERED = "dead-lettered"  # reply `dead`: metrics:failed + 1
     SWEPT = "swept"  # reply [recovered, dead, ghosts, exempt]: metrics:failed + dead
+    REVIVED = "revived"  # reply 1: out of dead, back to pending
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,11 @@ TRANSITIONS: dict[str, Transition] = {
             moves=Moves.DEAD_LETTERED,
         ),
         Transition(
-            Verb.PROMOTE, ("delayed", "pending", ""), (_int("limit", 1),), ("promoted", "none-due"), rows=Rows.DUE_DELAYED
+            Verb.PROMOTE,
+            ("delayed", "pending", ""),
+            (_int("limit", 1),),
+            ("promoted", "none-due"),
+            rows=Rows.DUE_DELAYED,
         ),
         Transition(
             Verb.SWEEP,
@@ -198,11 +203,20 @@ TRANSITIONS: dict[str, Transition] = {
             metrics=(FAILED,),
             moves=Moves.SWEPT,
         ),
-        Transition(Verb.REVIVE, ("dead", "pending", ""), (_id(),), ("revived", "not-dead"), rows=Rows.JOB_ARG),
+        Transition(
+            Verb.REVIVE,
+            ("dead", "pending", ""),
+            (_id(),),
+            ("revived", "not-dead"),
+            rows=Rows.JOB_ARG,
+            moves=Moves.REVIVED,
+        ),
         Transition(
             Verb.PAUSE, ("meta",), (), ("paused", "already"), scripted=False, host_command=(b"HSET", b"paused", b"1")
         ),
-        Transition(Verb.RESUME, ("meta",), (), ("resumed", "already"), scripted=False, host_command=(b"HDEL", b"paused")),
+        Transition(
+            Verb.RESUME, ("meta",), (), ("resumed", "already"), scripted=False, host_command=(b"HDEL", b"paused")
+        ),
     )
 }
 

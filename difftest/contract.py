@@ -1,8 +1,8 @@
-"""The parity contract as data: one rule per row of the spec, each a precondition and an outcome.
+"""The parity contract as data: one `Rule` per row of the spec, each a precondition and an exact outcome.
 
-`judge` is pure: it takes everything observed at one step and returns a verdict. A step matches
-exactly, or matches the expected outcome of one rule (D1–D9; N1 is handled by setting epochs
-aside and checking them), or is a divergence with the reason spelled out.
+Every rule is a pure function over a `StepView` (everything observed at one step, with the state
+before it) answering None when its precondition does not hold, else whether its exact outcome is
+met. The fold in `difftest/judge.py` applies them; nothing here reads a server.
 """
 
 from __future__ import annotations
@@ -10,11 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from difftest import errors
-from difftest.calls import Call
-from difftest.commands import TRANSITIONS, base_key
-from difftest.guards import GuardError, check_call
-from difftest.history import BeginClaim, EndClaim, RawWrite, Step
+from difftest.commands import SETS, Layout, Rows, Transition, Verb
 from difftest.model import (
     OVERFLOW,
     Outcome,
@@ -27,6 +23,7 @@ from difftest.model import (
     zset,
 )
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.resolve import Guarded, Resolved
 from difftest.snapshot import Epochs, Snapshot
 
 LUA_COUNTER_ERRORS = {
@@ -35,6 +32,42 @@ LUA_COUNTER_ERRORS = {
 }
 NATIVE_ERROR_CODES = {"WRONGTYPE": "WRONGTYPE", "NOTINT": "EMQ NOTINT", "OVERFLOW": "EMQ OVERFLOW",
                       "LANE": "EMQ LANE", "NOPERM": "NOPERM"}  # fmt: skip
+READ, WRITE = "read", "write"
+Denied = frozenset[tuple[bytes, str]]  # (key, read|write) the step's user may not touch
+
+
+@dataclass(frozen=True)
+class StepView:
+    """Everything observed at one step, and the state before it (epochs set aside in snapshots)."""
+
+    resolved: Resolved
+    now_ms: int
+    run_id: bytes  # the native server's run_id at this step
+    before: Snapshot
+    before_epochs: Epochs
+    lua_reply: Reply
+    native_reply: Reply
+    lua_after: Snapshot
+    native_after: Snapshot
+    paused_read: Reply = None  # an end: what the Lua host's `paused?` read at its begin answered
+    denied: Denied = field(default_factory=frozenset)
+    native_epochs: Epochs = field(default_factory=dict)  # after the step
+    expected_epochs: Epochs = field(default_factory=dict)  # what N1 says they must be after it
+
+    @property
+    def guarded(self) -> Guarded | None:
+        return self.resolved.guarded
+
+    @property
+    def transition(self) -> Transition | None:
+        return self.resolved.transition
+
+    def verb_is(self, verb: Verb) -> bool:
+        return self.resolved.call is not None and self.resolved.call.verb == verb
+
+
+RuleResult = tuple[bool, str] | None  # None: the precondition does not hold; else (outcome met, why not)
+RuleCheck = Callable[[StepView], RuleResult]
 
 
 @dataclass(frozen=True)
@@ -46,106 +79,13 @@ class Rule:
     precondition: str
     lua: str
     native: str
-    resync: bool = True
-
-
-RULES: dict[str, Rule] = {
-    r.id: r
-    for r in (
-        Rule(
-            "D1",
-            "CLAIM",
-            "PAUSE or RESUME lands between the Lua host's paused? read and its script",
-            "decides on the stale read",
-            "decides atomically on the state at its single round trip",
-        ),
-        Rule(
-            "D2",
-            "CLAIM",
-            "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
-            "empty, nothing written",
-            "that error, nothing written",
-        ),
-        Rule(
-            "D3",
-            "any",
-            "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
-            "partial writes, then the error",
-            "the error, nothing written",
-        ),
-        Rule(
-            "D4",
-            "any",
-            "a counter the transition increments is not an integer or +1 overflows",
-            "partial writes, then the error",
-            "EMQ NOTINT / EMQ OVERFLOW, nothing written",
-        ),
-        Rule(
-            "D5",
-            "CLAIM",
-            "active is not a zset",
-            "pop, attempts+1, state active, then WRONGTYPE",
-            "WRONGTYPE, nothing written",
-        ),
-        Rule(
-            "D6",
-            "any",
-            "arguments out of shape, layout or range",
-            "refused by the host before sending",
-            "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written",
-            resync=False,
-        ),
-        Rule("N1", "CLAIM, EXTEND", "-", "no lease_epoch", "lease_epoch = the server's run_id", resync=False),
-        Rule(
-            "N2",
-            "EXTEND",
-            "the caller may read but not write the row (project decision, docs/decisions.md)",
-            "extends: the script never writes the row",
-            "NOPERM, nothing written: re-stamping lease_epoch writes the row",
-        ),
-        Rule(
-            "D7",
-            "SWEEP",
-            "an expired member's lease_epoch is missing or not the current run_id",
-            "counted: stalled+1, may dead-letter",
-            "exempt: back to pending at 0, counted in exempt",
-        ),
-        Rule(
-            "D8",
-            "SWEEP",
-            "a selected member's row is not a hash, has a group field, or a bad stalled",
-            "processes members in order, errors at the first bad one",
-            "refuses the whole sweep",
-        ),
-        Rule(
-            "D9",
-            "PROMOTE",
-            "a due member's row exists but is not a hash",
-            "processes members in order, errors at the first bad one",
-            "WRONGTYPE, nothing written",
-        ),
-    )
-}
-
-
-@dataclass(frozen=True)
-class StepView:
-    """Everything observed at one step (epochs set aside in the snapshots)."""
-
-    index: int
-    step: Step
-    call: Call | None  # the transition call this step sends (an EndClaim: its begun call)
-    user: str | None
-    now_ms: int
-    run_id: bytes
-    before: Snapshot
-    before_epochs: Epochs
-    lua_reply: Reply
-    native_reply: Reply
-    lua_after: Snapshot
-    native_after: Snapshot
-    paused_read: Reply = None  # an EndClaim: what the Lua host's read at the begin answered
-    denied: frozenset[tuple[bytes, str]] = field(default_factory=frozenset)  # (key, read|write)
+    check: RuleCheck
+    resync: bool = True  # after the step the Lua server takes the native's keyspace
+    # the Lua side may stop half-way (its writes before the error stay, and are not judged): the
+    # invariants are not held on that step
+    lua_partial_writes: bool = False
+    # held on every step beside the others (N1): its failure is a divergence, it allows nothing
+    always: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,18 +115,69 @@ def _error_code(reply: Reply) -> str | None:
     return reply.code if isinstance(reply, ErrorReply) else None
 
 
-# -- rules: each returns None when its precondition does not hold, else (outcome ok, detail) ------
-
-RuleCheck = Callable[[StepView], tuple[bool, str] | None]
+# -- what a call reaches -------------------------------------------------------------------------
 
 
-def _guarded(view: StepView) -> tuple[bytes, list[int | bytes]] | None:
-    if view.call is None:
+def pending_head(before: Snapshot, layout: Layout) -> bytes | None:
+    """The id CLAIM pops: pending's first member, in zset order."""
+    pending = zset(before, layout.pending)
+    if not pending:
         return None
-    try:
-        return check_call(view.call.verb, view.call.numkeys, view.call.rest)
-    except GuardError:
-        return None
+    return min(pending.items(), key=lambda item: (float(item[1]), item[0]))[0]
+
+
+def reached_rows(transition: Transition, guarded: Guarded, before: Snapshot, now_ms: int) -> list[bytes]:
+    """The job rows a call reaches besides its declared keys (every due or expired member's, past
+    the call's limit too: a ghost's row does not exist, yet reaching it needs the permission)."""
+    layout = guarded.layout
+    match transition.rows:
+        case Rows.JOB_ARG:
+            return [layout.row(guarded.job)]
+        case Rows.PENDING_HEAD:
+            head = pending_head(before, layout)
+            return [] if head is None else [layout.row(head)]
+        case Rows.DUE_DELAYED | Rows.EXPIRED_ACTIVE:
+            source = layout.delayed if transition.rows is Rows.DUE_DELAYED else layout.active
+            return [layout.row(member) for member, _ in select(zset(before, source) or {}, now_ms, 2**62)]
+    return []
+
+
+def touched_keys(view: StepView) -> list[tuple[bytes, str]]:
+    """Keys this call may touch, with the type each must have (zset, hash, or any)."""
+    transition, guarded = view.transition, view.guarded
+    assert transition is not None and guarded is not None
+    layout = guarded.layout
+    touched = [(layout.key(s), "hash" if s == "meta" else "zset") for s in transition.keys if s]
+    # ENQUEUE asks only whether its row exists: a row of any type is a duplicate
+    row_kind = "any" if transition.rows is Rows.JOB_ARG and transition.verb is Verb.ENQUEUE else "hash"
+    touched += [(layout.metrics(which), "hash") for which in transition.metrics]
+    if transition.reads_meta:
+        touched.append((layout.meta, "hash"))
+    touched += [(row, row_kind) for row in reached_rows(transition, guarded, view.before, view.now_ms)]
+    return touched
+
+
+def acl_probe_keys(resolved: Resolved, before: Snapshot) -> list[bytes]:
+    """The derived keys whose permissions the judge may ask about for this step's user: the queue's
+    meta and metrics, every row the keyspace holds for it, the rows of every member of its sets, and
+    the id argument's row. Replay asks the server (ACL DRYRUN) before judging."""
+    guarded = resolved.guarded
+    if guarded is None or resolved.user is None:
+        return []
+    layout = guarded.layout
+    keys = layout.derived()
+    keys += [k for k in before if k.startswith(layout.row_prefix)]
+    for name in SETS:
+        entry = before.get(layout.key(name))
+        if entry is not None and isinstance(entry.value, dict):
+            keys += [layout.row(member) for member in entry.value]
+    transition = resolved.transition
+    if transition is not None and transition.rows is Rows.JOB_ARG:
+        keys.append(layout.row(guarded.job))
+    return list(dict.fromkeys(keys))
+
+
+# -- outcome checks ------------------------------------------------------------------------------
 
 
 def _native_refused(view: StepView, code: str) -> tuple[bool, str]:
@@ -219,125 +210,17 @@ def _exact(side: str, reply: Reply, after: Snapshot, expected: Outcome) -> tuple
     return True, ""
 
 
-def rule_d6(view: StepView) -> tuple[bool, str] | None:
-    if view.call is None or isinstance(view.step, BeginClaim):
-        return None
-    try:
-        check_call(view.call.verb, view.call.numkeys, view.call.rest)
-        return None
-    except GuardError as refusal:
-        message = refusal.message
-    if view.lua_reply != Refused(message):
-        return False, f"the lua host should refuse with {message!r}, answered {view.lua_reply!r}"
-    if not (isinstance(view.native_reply, ErrorReply) and view.native_reply.message == message):
-        return False, f"native should answer {message!r}, answered {view.native_reply!r}"
-    if view.native_after != view.before or view.lua_after != view.before:
-        return False, "a refused call must write nothing"
-    return True, ""
-
-
-def _meta_problem(view: StepView, queue: bytes) -> str | None:
-    meta = base_key(queue) + b"meta"
-    if (meta, "read") in view.denied:
-        return "NOPERM"
-    if kind_of(view.before, meta) not in ("none", "hash"):
-        return "WRONGTYPE"
-    return None
-
-
-def _paused_now(view: StepView, queue: bytes) -> bool:
-    return b"paused" in (hash_fields(view.before, base_key(queue) + b"meta") or {})
-
-
-def rule_d2(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or view.call.verb != "CLAIM" or isinstance(view.step, BeginClaim):
-        return None
-    queue, (lease, *_) = guarded
-    problem = _meta_problem(view, queue)
-    if problem is None:
-        return None
-    if isinstance(view.step, EndClaim) and view.paused_read is None:
-        # the host read nil before meta went bad: it sends the script, which never reads meta
-        lua_ok = _exact("lua", view.lua_reply, view.lua_after, claim(view.before, queue, int(lease), view.now_ms))
-    else:
-        lua_ok = (
-            view.lua_reply == [] and view.lua_after == view.before,
-            f"lua should answer empty and write nothing, answered {view.lua_reply!r}",
-        )
-    return _both(lua_ok, _native_refused(view, problem))
-
-
-def rule_d1(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if not isinstance(view.step, EndClaim) or guarded is None or _meta_problem(view, guarded[0]):
-        return None
-    queue, (lease, *_) = guarded
-    stale, current = view.paused_read is not None, _paused_now(view, queue)
-    if stale == current:
-        return None
-    claimed = claim(view.before, queue, int(lease), view.now_ms)
-    empty = Outcome([], view.before)
-    if stale:  # the host read "paused": the Lua side answers empty; the native claims
-        lua_check = _exact("lua", view.lua_reply, view.lua_after, empty)
-        if claimed.error is not None:  # its claim meets a bad key: the native outcome of D3-D5
-            return _both(lua_check, _native_refused(view, NATIVE_ERROR_CODES[claimed.error]))
-        return _both(lua_check, _exact("native", view.native_reply, view.native_after, claimed))
-    # the host read "not paused" and sent the script; the native sees the pause and answers empty
-    native_check = _exact("native", view.native_reply, view.native_after, empty)
-    return _both(_lua_class_or_exact(view, claimed), native_check)
-
-
-def _claim_reaches_pop(view: StepView) -> bytes | None:
-    """The queue, when this CLAIM gets past the pause check on both sides."""
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or view.call.verb != "CLAIM" or isinstance(view.step, BeginClaim):
-        return None
-    queue = guarded[0]
-    if _meta_problem(view, queue) or _paused_now(view, queue):
-        return None
-    if isinstance(view.step, EndClaim) and view.paused_read is not None:
-        return None
-    return queue
-
-
-def _pending_head_row(before: Snapshot, queue: bytes) -> bytes | None:
-    pending = zset(before, base_key(queue) + b"pending")
-    if not pending:
-        return None
-    head = min(pending.items(), key=lambda item: (float(item[1]), item[0]))[0]
-    return base_key(queue) + b"job:" + head
-
-
-def rule_d5(view: StepView) -> tuple[bool, str] | None:
-    queue = _claim_reaches_pop(view)
-    if queue is None or kind_of(view.before, base_key(queue) + b"active") in ("none", "zset"):
-        return None
-    row = _pending_head_row(view.before, queue)
-    fields = hash_fields(view.before, row) if row else None
-    if fields is None or isinstance(next_counter(fields.get(b"attempts")), str):
-        return None
-    return _both(_lua_error_after_writes(view, "WRONGTYPE"), _native_refused(view, "WRONGTYPE"))
-
-
-def _sweep_args(view: StepView) -> tuple[bytes, int, int] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or view.call.verb != "SWEEP":
-        return None
-    queue, (max_stalled, limit) = guarded
-    return queue, int(max_stalled), int(limit)
-
-
 def _lua_refused_by_acl(view: StepView) -> bool:
     """The script stopped at a key the caller may not touch (its partial writes are not judged,
     as in D3): an ACL refusal, and a denied key among those this call may touch."""
-    guarded = _guarded(view)
-    if guarded is None or _error_code(view.lua_reply) != "NOPERM":
+    if view.guarded is None or _error_code(view.lua_reply) != "NOPERM":
         return False
-    return any((key, perm) in view.denied for key, _ in _touched_keys(view, guarded[0]) for perm in ("read", "write"))
+    return any((key, perm) in view.denied for key, _ in touched_keys(view) for perm in (READ, WRITE))
 
 
 def _lua_class_or_exact(view: StepView, expected: Outcome) -> tuple[bool, str]:
+    """The Lua side's outcome: exact when the reference script succeeds; when it fails, the error's
+    class only (its partial writes are the retired scripts' behaviour, not judged)."""
     if _lua_refused_by_acl(view):
         return True, ""
     if expected.error is None:
@@ -350,11 +233,150 @@ def _lua_class_or_exact(view: StepView, expected: Outcome) -> tuple[bool, str]:
     return _lua_error_after_writes(view, expected.error)
 
 
-def _has_exempt(view: StepView, queue: bytes, limit: int) -> bool:
+def _native_claims(view: StepView, expected: Outcome) -> tuple[bool, str]:
+    """The native side's CLAIM on the state at its round trip: exact, or the D3-D5 refusal."""
+    if expected.error is not None:
+        return _native_refused(view, NATIVE_ERROR_CODES[expected.error])
+    return _exact("native", view.native_reply, view.native_after, expected)
+
+
+# -- the CLAIM's pause decision, on each side ------------------------------------------------------
+
+
+def meta_problem(view: StepView) -> str | None:
+    """What a read of meta answers the caller with now, if it is an error: NOPERM, WRONGTYPE."""
+    assert view.guarded is not None
+    meta = view.guarded.layout.meta
+    if (meta, READ) in view.denied:
+        return "NOPERM"
+    if kind_of(view.before, meta) not in ("none", "hash"):
+        return "WRONGTYPE"
+    return None
+
+
+def _paused_now(view: StepView) -> bool:
+    assert view.guarded is not None
+    return b"paused" in (hash_fields(view.before, view.guarded.layout.meta) or {})
+
+
+def _claim_call(view: StepView) -> bool:
+    """A CLAIM that runs now on the native side (a whole call, or a split claim's end)."""
+    return view.guarded is not None and view.verb_is(Verb.CLAIM) and view.resolved.sends_transition
+
+
+def _lua_read(view: StepView) -> Reply:
+    """What the Lua host's `paused?` read answered: at the begin for a split claim; for a whole
+    call the read and the native's round trip see the same state (nil, or the flag, or the error)."""
+    if view.resolved.is_end:
+        return view.paused_read
+    problem = meta_problem(view)
+    if problem is not None:
+        return ErrorReply(problem)
+    return b"1" if _paused_now(view) else None
+
+
+def _native_decision(view: StepView) -> str:
+    """The native CLAIM's pause check on the state at its single round trip: error, paused or free."""
+    if meta_problem(view) is not None:
+        return "error"
+    return "paused" if _paused_now(view) else "free"
+
+
+# -- the rules ---------------------------------------------------------------------------------------
+
+
+def rule_d6(view: StepView) -> RuleResult:
+    resolved = view.resolved
+    if resolved.refusal is None or not resolved.sends_transition:
+        return None
+    message = resolved.refusal
+    if view.lua_reply != Refused(message):
+        return False, f"the lua host should refuse with {message!r}, answered {view.lua_reply!r}"
+    if not (isinstance(view.native_reply, ErrorReply) and view.native_reply.message == message):
+        return False, f"native should answer {message!r}, answered {view.native_reply!r}"
+    if view.native_after != view.before or view.lua_after != view.before:
+        return False, "a refused call must write nothing"
+    return True, ""
+
+
+def rule_d2(view: StepView) -> RuleResult:
+    """The Lua host's read itself answered an error (any non-nil reply reads as paused), and the
+    native meets the same error on its round trip."""
+    if not _claim_call(view):
+        return None
+    if not isinstance(_lua_read(view), ErrorReply):
+        return None
+    problem = meta_problem(view)
+    if problem is None:
+        return None  # a split claim whose meta was mended after the read: D1's case
+    lua_ok = (
+        view.lua_reply == [] and view.lua_after == view.before,
+        f"lua should answer empty and write nothing, answered {view.lua_reply!r}",
+    )
+    return _both(lua_ok, _native_refused(view, problem))
+
+
+def rule_d1(view: StepView) -> RuleResult:
+    """A split claim whose Lua read (at its begin) decided otherwise than the native decides on the
+    state at its end: a PAUSE, a RESUME or a write to meta landed between."""
+    if not _claim_call(view) or not view.resolved.is_end:
+        return None
+    stale_paused = view.paused_read is not None
+    native = _native_decision(view)
+    if (stale_paused and native == "paused") or (not stale_paused and native == "free"):
+        return None  # both decide alike: no interleaving mattered
+    if isinstance(view.paused_read, ErrorReply) and native == "error":
+        return None  # D2's case
+    assert view.guarded is not None
+    (lease, *_) = view.guarded.args
+    claimed = claim(view.before, view.guarded.layout, int(lease), view.now_ms)
+    empty = Outcome([], view.before)
+    lua_check = (
+        _exact("lua", view.lua_reply, view.lua_after, empty) if stale_paused else _lua_class_or_exact(view, claimed)
+    )
+    if native == "error":
+        problem = meta_problem(view)
+        assert problem is not None
+        native_check = _native_refused(view, problem)
+    elif native == "paused":
+        native_check = _exact("native", view.native_reply, view.native_after, empty)
+    else:
+        native_check = _native_claims(view, claimed)
+    return _both(lua_check, native_check)
+
+
+def _claim_reaches_pop(view: StepView) -> bool:
+    """This CLAIM gets past the pause check on both sides."""
+    if not _claim_call(view) or meta_problem(view) or _paused_now(view):
+        return False
+    return not (view.resolved.is_end and view.paused_read is not None)
+
+
+def rule_d5(view: StepView) -> RuleResult:
+    if not _claim_reaches_pop(view):
+        return None
+    assert view.guarded is not None
+    layout = view.guarded.layout
+    if kind_of(view.before, layout.active) in ("none", "zset"):
+        return None
+    head = pending_head(view.before, layout)
+    fields = hash_fields(view.before, layout.row(head)) if head is not None else None
+    if fields is None or isinstance(next_counter(fields.get(b"attempts")), str):
+        return None
+    return _both(_lua_error_after_writes(view, "WRONGTYPE"), _native_refused(view, "WRONGTYPE"))
+
+
+def _sweep_args(view: StepView) -> tuple[Layout, int, int] | None:
+    if view.guarded is None or not view.verb_is(Verb.SWEEP):
+        return None
+    max_stalled, limit = view.guarded.args
+    return view.guarded.layout, int(max_stalled), int(limit)
+
+
+def _has_exempt(view: StepView, layout: Layout, limit: int) -> bool:
     """Whether the native's verdicts, in member order, reach an Exempt before any refusal."""
-    active = zset(view.before, base_key(queue) + b"active") or {}
-    for member, _ in select(active, view.now_ms, limit):
-        row = base_key(queue) + b"job:" + member
+    for member, _ in select(zset(view.before, layout.active) or {}, view.now_ms, limit):
+        row = layout.row(member)
         fields = hash_fields(view.before, row)
         if kind_of(view.before, row) == "none":
             continue
@@ -367,7 +389,7 @@ def _has_exempt(view: StepView, queue: bytes, limit: int) -> bool:
     return False
 
 
-def rule_d7(view: StepView) -> tuple[bool, str] | None:
+def rule_d7(view: StepView) -> RuleResult:
     args = _sweep_args(view)
     if args is None or not _has_exempt(view, args[0], args[2]):
         return None
@@ -382,15 +404,14 @@ def rule_d7(view: StepView) -> tuple[bool, str] | None:
     return _both(_lua_class_or_exact(view, lua), native_check)
 
 
-def rule_d8(view: StepView) -> tuple[bool, str] | None:
+def rule_d8(view: StepView) -> RuleResult:
     args = _sweep_args(view)
     if args is None:
         return None
-    queue, _, limit = args
-    active = zset(view.before, base_key(queue) + b"active") or {}
+    layout, _, limit = args
     bad_member = False
-    for member, _ in select(active, view.now_ms, limit):
-        row = base_key(queue) + b"job:" + member
+    for member, _ in select(zset(view.before, layout.active) or {}, view.now_ms, limit):
+        row = layout.row(member)
         fields = hash_fields(view.before, row)
         if kind_of(view.before, row) not in ("none", "hash") or (
             fields is not None and (b"group" in fields or isinstance(next_counter(fields.get(b"stalled")), str))
@@ -403,94 +424,68 @@ def rule_d8(view: StepView) -> tuple[bool, str] | None:
     return _both(_lua_class_or_exact(view, lua), _native_refused(view, NATIVE_ERROR_CODES[native.error]))
 
 
-def rule_d9(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or view.call.verb != "PROMOTE":
+def rule_d9(view: StepView) -> RuleResult:
+    if view.guarded is None or not view.verb_is(Verb.PROMOTE):
         return None
-    queue, (limit,) = guarded
-    delayed = zset(view.before, base_key(queue) + b"delayed") or {}
-    rows = [base_key(queue) + b"job:" + m for m, _ in select(delayed, view.now_ms, int(limit))]
+    layout = view.guarded.layout
+    (limit,) = view.guarded.args
+    rows = [layout.row(m) for m, _ in select(zset(view.before, layout.delayed) or {}, view.now_ms, int(limit))]
     if not any(kind_of(view.before, row) not in ("none", "hash") for row in rows):
         return None
     return _both(_lua_error_after_writes(view, "WRONGTYPE"), _native_refused(view, "WRONGTYPE"))
 
 
-def rule_n2(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or view.call.verb != "EXTEND":
+def rule_n2(view: StepView) -> RuleResult:
+    transition = view.transition
+    if view.guarded is None or transition is None or transition.verb is not Verb.EXTEND:
         return None
-    queue, (job, *_) = guarded
-    row = base_key(queue) + b"job:" + bytes(job)
-    if (row, "write") not in view.denied or (row, "read") in view.denied or view.lua_reply != 1:
+    row = view.guarded.layout.row(view.guarded.job)
+    if (row, WRITE) not in view.denied or (row, READ) in view.denied or view.lua_reply != 1:
         return None
     return _native_refused(view, "NOPERM")
 
 
-def _counters(view: StepView, queue: bytes) -> list[bytes | None]:
-    """The stored values of the counters this call would increment (before any write)."""
-    assert view.call is not None
-    base = base_key(queue)
-    verb = view.call.verb
-    if verb == "CLAIM":
-        row = _pending_head_row(view.before, queue)
-        fields = hash_fields(view.before, row) if row else None
-        return [fields.get(b"attempts")] if fields is not None else []
-    metrics = {"COMPLETE": b"metrics:completed", "FAIL": b"metrics:failed", "SWEEP": b"metrics:failed"}
-    if verb in metrics:
-        return [(hash_fields(view.before, base + metrics[verb]) or {}).get(b"count")]
-    return []
+def _counters(view: StepView) -> list[bytes | None]:
+    """The stored values of the counters this call would increment (before any write): each
+    metrics hash's count, and CLAIM's head row's attempts (a swept member's `stalled` is D8's)."""
+    transition, guarded = view.transition, view.guarded
+    assert transition is not None and guarded is not None
+    layout = guarded.layout
+    stored: list[bytes | None] = []
+    for increment in transition.increments:
+        if increment.metrics is not None:
+            stored.append((hash_fields(view.before, layout.metrics(increment.metrics)) or {}).get(increment.field))
+        elif transition.rows is Rows.PENDING_HEAD:
+            head = pending_head(view.before, layout)
+            fields = hash_fields(view.before, layout.row(head)) if head is not None else None
+            if fields is not None:
+                stored.append(fields.get(increment.field))
+    return stored
 
 
-def rule_d4(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or isinstance(view.step, BeginClaim):
+def rule_d4(view: StepView) -> RuleResult:
+    if view.guarded is None or not view.resolved.sends_transition:
         return None
-    if view.call.verb == "CLAIM" and _claim_reaches_pop(view) is None:
+    if view.verb_is(Verb.CLAIM) and not _claim_reaches_pop(view):
         return None
-    bad = [c for c in map(next_counter, _counters(view, guarded[0])) if isinstance(c, str)]
+    bad = [c for c in map(next_counter, _counters(view)) if isinstance(c, str)]
     if not bad:
         return None
-    error = bad[0]
-    text = LUA_COUNTER_ERRORS[error]
+    text = LUA_COUNTER_ERRORS[bad[0]]
     # the reference's reply tells whether its script got as far as the counter (past the fence)
     if not (isinstance(view.lua_reply, ErrorReply) and view.lua_reply.message.startswith(text)):
         return None
-    return _native_refused(view, "EMQ OVERFLOW" if error == OVERFLOW else "EMQ NOTINT")
+    return _native_refused(view, "EMQ OVERFLOW" if bad[0] == OVERFLOW else "EMQ NOTINT")
 
 
-def _touched_keys(view: StepView, queue: bytes) -> list[tuple[bytes, str]]:
-    """Keys this call may touch with the type each must have (zset or hash)."""
-    assert view.call is not None
-    transition = TRANSITIONS[view.call.verb]
-    base = base_key(queue)
-    touched = [(base + s.encode(), "hash" if s == "meta" else "zset") for s in transition.keys if s]
-    args = view.call.rest[transition.numkeys :]
-    verb = transition.verb
-    if verb in ("EXTEND", "COMPLETE", "FAIL", "REVIVE"):
-        touched.append((base + b"job:" + args[0], "hash"))
-    if verb in ("COMPLETE",):
-        touched.append((base + b"metrics:completed", "hash"))
-    if verb in ("FAIL", "SWEEP"):
-        touched.append((base + b"metrics:failed", "hash"))
-    if verb == "CLAIM":
-        touched.append((base + b"meta", "hash"))
-        row = _pending_head_row(view.before, queue)
-        if row:
-            touched.append((row, "hash"))
-    for verb_name, set_name in (("PROMOTE", b"delayed"), ("SWEEP", b"active")):
-        if verb == verb_name:
-            members = zset(view.before, base + set_name) or {}
-            touched += [(base + b"job:" + m, "hash") for m, _ in select(members, view.now_ms, 2**62)]
-    return touched
-
-
-def rule_d3(view: StepView) -> tuple[bool, str] | None:
-    guarded = _guarded(view)
-    if guarded is None or view.call is None or isinstance(view.step, BeginClaim):
+def rule_d3(view: StepView) -> RuleResult:
+    if view.guarded is None or not view.resolved.sends_transition:
         return None
-    touched = _touched_keys(view, guarded[0])
-    wrong = any(kind_of(view.before, key) not in ("none", kind) for key, kind in touched)
-    denied = any((key, perm) in view.denied for key, _ in touched for perm in ("read", "write"))
+    touched = touched_keys(view)
+    wrong = any(
+        kind not in ("any", "none") and kind_of(view.before, key) not in ("none", kind) for key, kind in touched
+    )
+    denied = any((key, perm) in view.denied for key, _ in touched for perm in (READ, WRITE))
     code = _error_code(view.lua_reply)
     if not ((wrong and code == "WRONGTYPE") or (denied and code == "NOPERM")):
         return None
@@ -500,34 +495,86 @@ def rule_d3(view: StepView) -> tuple[bool, str] | None:
     return _native_refused(view, code)
 
 
-RULE_CHECKS: tuple[tuple[str, RuleCheck], ...] = (
-    ("D6", rule_d6), ("D2", rule_d2), ("D1", rule_d1), ("D5", rule_d5), ("D7", rule_d7),
-    ("D8", rule_d8), ("D9", rule_d9), ("D4", rule_d4), ("D3", rule_d3), ("N2", rule_n2),
-)  # fmt: skip
+def rule_n1(view: StepView) -> RuleResult:
+    """Every lease_epoch is the run_id of the native's last CLAIM or EXTEND of that row."""
+    if view.native_epochs == view.expected_epochs:
+        return True, ""
+    wrong = sorted(set(view.native_epochs.items()) ^ set(view.expected_epochs.items()))
+    return False, (f"lease_epoch fields {dict(view.native_epochs)!r} differ from the expected "
+                   f"{dict(view.expected_epochs)!r} ({wrong!r})")  # fmt: skip
 
 
-def judge(view: StepView) -> Verdict:
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule("D6", "any", "arguments out of shape, layout or range", "refused by the host before sending",
+             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False),
+        Rule("D2", "CLAIM", "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
+             "empty, nothing written", "that error, nothing written", rule_d2),
+        Rule("D1", "CLAIM", "PAUSE or RESUME (or a write to meta) lands between the Lua host's paused? read and "
+             "its script", "decides on the stale read", "decides atomically on the state at its single round trip",
+             rule_d1),
+        Rule("D5", "CLAIM", "active is not a zset", "pop, attempts+1, state active, then WRONGTYPE",
+             "WRONGTYPE, nothing written", rule_d5, lua_partial_writes=True),
+        Rule("D7", "SWEEP", "an expired member's lease_epoch is missing or not the current run_id",
+             "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt", rule_d7),
+        Rule("D8", "SWEEP", "a selected member's row is not a hash, has a group field, or a bad stalled",
+             "processes members in order, errors at the first bad one", "refuses the whole sweep", rule_d8,
+             lua_partial_writes=True),
+        Rule("D9", "PROMOTE", "a due member's row exists but is not a hash",
+             "processes members in order, errors at the first bad one", "WRONGTYPE, nothing written", rule_d9,
+             lua_partial_writes=True),
+        Rule("D4", "any", "a counter the transition increments is not an integer or +1 overflows",
+             "partial writes, then the error", "EMQ NOTINT / EMQ OVERFLOW, nothing written", rule_d4,
+             lua_partial_writes=True),
+        Rule("D3", "any",
+             "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
+             "partial writes, then the error", "the error, nothing written", rule_d3, lua_partial_writes=True),
+        Rule("N2", "EXTEND", "the caller may read but not write the row (project decision, docs/decisions.md)",
+             "extends: the script never writes the row",
+             "NOPERM, nothing written: re-stamping lease_epoch writes the row", rule_n2),
+        Rule("N1", "CLAIM, EXTEND", "-", "no lease_epoch", "lease_epoch = the server's run_id", rule_n1,
+             resync=False, always=True),
+    )
+}  # fmt: skip
+# the order the alternatives are tried in (the first whose outcome is met allows the step)
+ALTERNATIVES: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if not rule.always)
+ALWAYS: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if rule.always)
+
+
+def verdict_of(view: StepView) -> Verdict:
     """A rule whose precondition holds and whose exact outcome is met allows the step; rules whose
     preconditions hold but whose outcomes are not met make it a divergence; where no rule's
-    precondition holds, the two executors must match exactly. Pure.
+    precondition holds, the two executors must match exactly. Then the rules held always (N1).
 
     A rule is checked even when both sides agree: a native that quietly does what the scripts
     do where the contract demands its own outcome is a defect too.
     """
-    if isinstance(view.step, RawWrite):
+    verdict = _alternatives(view)
+    if not verdict.ok:
+        return verdict
+    for rule in ALWAYS:
+        result = rule.check(view)
+        if result is not None and not result[0]:
+            return Verdict("divergence", rule.id, f"{rule.id}: {result[1]}")
+    return verdict
+
+
+def _alternatives(view: StepView) -> Verdict:
+    if view.resolved.is_raw:
         # the harness's own write: its reply is not executor behaviour (a lease_epoch field the
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
         same = view.lua_after == view.native_after
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
     failures = []
-    for rule_id, check in RULE_CHECKS:
-        result = check(view)
+    for rule in ALTERNATIVES:
+        result = rule.check(view)
         if result is None:
             continue
         ok, detail = result
         if ok:  # preconditions can overlap (an ACL refusal inside an exempting sweep): one must hold
-            return Verdict("allowed", rule_id)
-        failures.append((rule_id, f"{rule_id} applies but {detail}"))
+            return Verdict("allowed", rule.id)
+        failures.append((rule.id, f"{rule.id} applies but {detail}"))
     if failures:
         return Verdict("divergence", failures[0][0], "; ".join(reason for _, reason in failures))
     same_reply = isinstance(view.native_reply, NotSent) or replies_equal(view.lua_reply, view.native_reply)
@@ -537,29 +584,4 @@ def judge(view: StepView) -> Verdict:
     return Verdict("divergence", reason=f"{what} and no contract row allows it")
 
 
-@dataclass
-class Exposure:
-    """What a history has done so far that lets a contract row apply (cheap flags)."""
-
-    corrupted: bool = False  # a raw write happened
-    restarted: bool = False  # a restart or crash happened
-    users: bool = False  # steps run as restricted users
-
-
-def may_need_rules(step: Step, call: Call | None, exposure: Exposure) -> bool:
-    """False when no rule's precondition can hold: the step must then simply match (fast path)."""
-    if call is None:
-        return False
-    if isinstance(step, EndClaim) or exposure.corrupted or exposure.users:
-        return True
-    if exposure.restarted and call.verb == "SWEEP":
-        return True
-    try:
-        check_call(call.verb, call.numkeys, call.rest)
-    except GuardError:
-        return True
-    return False
-
-
-def native_error_text(code: str) -> str:
-    return errors.BY_CODE.get(code, code)
+__all__ = ["ALTERNATIVES", "MATCH", "RULES", "Rule", "StepView", "Verdict", "acl_probe_keys", "verdict_of"]

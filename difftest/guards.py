@@ -6,7 +6,6 @@ and refuses before sending, as EchoMQ.Jobs guards do (contract row D6).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 
@@ -75,24 +74,9 @@ def layout_queue(transition: Transition, keys: Sequence[bytes]) -> bytes:
 
 
 def check_call(verb: str, numkeys: bytes, rest: Sequence[bytes]) -> tuple[bytes, list[int | bytes]]:
-    """Shape, layout, integers, in that order; returns the queue and the parsed arguments."""
-    outcome = _checked(verb, numkeys, tuple(rest))
-    if isinstance(outcome, GuardError):
-        raise GuardError(outcome.message)
-    return outcome[0], list(outcome[1])
+    """Shape, layout, integers, in that order; returns the queue and the parsed arguments.
 
-
-@functools.lru_cache(maxsize=8192)
-def _checked(verb: str, numkeys: bytes, rest: tuple[bytes, ...]) -> tuple[bytes, tuple[int | bytes, ...]] | GuardError:
-    """The checks, cached: the replay asks about the same call several times (pure, so safe)."""
-    try:
-        queue, parsed = _check_call(verb, numkeys, rest)
-    except GuardError as refusal:
-        return refusal
-    return queue, tuple(parsed)
-
-
-def _check_call(verb: str, numkeys: bytes, rest: Sequence[bytes]) -> tuple[bytes, list[int | bytes]]:
+    A replay runs it once per step (difftest/resolve.py) and hands the outcome on."""
     transition = TRANSITIONS[verb]
     declared = parse_numkeys(numkeys)
     if declared != transition.numkeys or len(rest) != transition.numkeys + len(transition.args):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from difftest.commands import base_key
+from difftest.commands import ATTEMPTS, FAILED, STALLED, SWEEP_VERDICTS, Layout
 from difftest.guards import GuardError, parse_integer
 from difftest.snapshot import Entry, Epochs, Snapshot
 
@@ -100,31 +100,30 @@ class _Writer:
         self.state[key] = Entry("hash", current, self.state[key].pttl if key in self.state else -1)
 
 
-def claim(before: Snapshot, queue: bytes, lease_ms: int, now_ms: int) -> Outcome:
+def claim(before: Snapshot, layout: Layout, lease_ms: int, now_ms: int) -> Outcome:
     """CLAIM past the pause check, as both executors do it when nothing is wrong-typed."""
-    base = base_key(queue)
-    pending = zset(before, base + b"pending")
+    pending = zset(before, layout.pending)
     if pending is None:
         return Outcome(error=WRONGTYPE)
     if not pending:
         return Outcome([], before)
     head, _ = ordered(pending)[0]
-    row = base + b"job:" + head
+    row = layout.row(head)
     writer = _Writer(before)
     if kind_of(before, row) == "none":
-        writer.zrem(base + b"pending", head)
+        writer.zrem(layout.pending, head)
         return Outcome([], writer.state)
     fields = hash_fields(before, row)
     if fields is None:
         return Outcome(error=WRONGTYPE)
-    attempts = next_counter(fields.get(b"attempts"))
+    attempts = next_counter(fields.get(ATTEMPTS))
     if isinstance(attempts, str):
         return Outcome(error=attempts)
-    if zset(before, base + b"active") is None:
+    if zset(before, layout.active) is None:
         return Outcome(error=WRONGTYPE)
-    writer.zrem(base + b"pending", head)
+    writer.zrem(layout.pending, head)
     writer.hset(row, attempts=str(attempts).encode(), state=b"active")
-    writer.zadd(base + b"active", head, _score(now_ms + lease_ms))
+    writer.zadd(layout.active, head, _score(now_ms + lease_ms))
     return Outcome([head, fields.get(b"payload"), attempts], writer.state)
 
 
@@ -138,7 +137,7 @@ class SweepVerdict:
 def sweep(
     before: Snapshot,
     epochs: Epochs,
-    queue: bytes,
+    layout: Layout,
     max_stalled: int,
     limit: int,
     now_ms: int,
@@ -148,13 +147,12 @@ def sweep(
 
     The Lua outcome on an error is its error class only (its partial writes are not predicted).
     """
-    base = base_key(queue)
-    active = zset(before, base + b"active")
+    active = zset(before, layout.active)
     if active is None:
         return Outcome(error=WRONGTYPE)
     verdicts: list[SweepVerdict] = []
     for member, _ in select(active, now_ms, limit):
-        row = base + b"job:" + member
+        row = layout.row(member)
         kind = kind_of(before, row)
         if kind == "none":
             verdicts.append(SweepVerdict(member, "ghost"))
@@ -168,37 +166,37 @@ def sweep(
             if epochs.get(row) != run_id:
                 verdicts.append(SweepVerdict(member, "exempt"))
                 continue
-        stalled = next_counter(fields.get(b"stalled"))
+        stalled = next_counter(fields.get(STALLED))
         if isinstance(stalled, str):
             return Outcome(error=stalled)
         verdicts.append(SweepVerdict(member, "die" if stalled >= max_stalled else "recover", stalled))
-    return _apply_sweep(before, base, verdicts)
+    return _apply_sweep(before, layout, verdicts)
 
 
-def _apply_sweep(before: Snapshot, base: bytes, verdicts: list[SweepVerdict]) -> Outcome:
+def _apply_sweep(before: Snapshot, layout: Layout, verdicts: list[SweepVerdict]) -> Outcome:
     writer = _Writer(before)
-    counts = {"recover": 0, "die": 0, "ghost": 0, "exempt": 0}
-    metrics = base + b"metrics:failed"
+    counts = dict.fromkeys(SWEEP_VERDICTS, 0)
+    metrics = layout.metrics(FAILED)
     for v in verdicts:
         counts[v.verdict] += 1
-        writer.zrem(base + b"active", v.member)
-        row = base + b"job:" + v.member
+        writer.zrem(layout.active, v.member)
+        row = layout.row(v.member)
         if v.verdict in ("exempt", "recover"):
-            if zset(before, base + b"pending") is None:
+            if zset(before, layout.pending) is None:
                 return Outcome(error=WRONGTYPE)
-            writer.zadd(base + b"pending", v.member, b"0")
+            writer.zadd(layout.pending, v.member, b"0")
             if v.verdict == "recover":
                 writer.hset(row, stalled=str(v.stalled).encode(), state=b"pending")
             else:
                 writer.hset(row, state=b"pending")
         elif v.verdict == "die":
-            if zset(before, base + b"dead") is None or kind_of(before, metrics) not in ("none", "hash"):
+            if zset(before, layout.dead) is None or kind_of(before, metrics) not in ("none", "hash"):
                 return Outcome(error=WRONGTYPE)
             writer.hset(row, stalled=str(v.stalled).encode(), state=b"dead", last_error=b"stalled")
-            writer.zadd(base + b"dead", v.member, b"0")
+            writer.zadd(layout.dead, v.member, b"0")
             count = next_counter((hash_fields(writer.state, metrics) or {}).get(b"count"))
             if isinstance(count, str):
                 return Outcome(error=count)
             writer.hset(metrics, count=str(count).encode())
-    reply = [counts["recover"], counts["die"], counts["ghost"], counts["exempt"]]
+    reply = [counts[verdict] for verdict in SWEEP_VERDICTS]
     return Outcome(reply, writer.state)

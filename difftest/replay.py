@@ -1,33 +1,32 @@
-"""Replay one history on a Lua server and a native server side by side, judging every step.
+"""Replay one history on a Lua server and a native server side by side, recording what each did.
 
 Steps between clock advances and restarts form a segment: each side gets the whole segment as one
 pipeline (the Lua host breaks it only where it must read a reply before deciding), with a
-canonical keyspace walk after every step. Then each step is judged; an allowed difference
-re-synchronises the Lua server from the native's keyspace and re-runs the rest of the segment.
+canonical keyspace walk after every step. Each step's observation (replies, snapshots, epochs, the
+ACL facts of its user) is handed to the judge (difftest/judge.py), a pure fold that decides; replay
+only executes and records. After an allowed difference whose rule re-synchronises, the Lua server
+takes the native's keyspace and the rest of the segment runs again there.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.calls import Call
-from difftest.contract import MATCH, RULES, Exposure, StepView, Verdict, judge, may_need_rules
-from difftest.guards import GuardError, check_call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Restart, Step
-from difftest.invariants import Ledger, violations
-from difftest.replies import NotSent, Reply
+from difftest.contract import RULES, Verdict, acl_probe_keys
+from difftest.history import Advance, History, Restart, Step
+from difftest.judge import JudgeState, Observation, judge
+from difftest.replies import Reply
+from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side
 from difftest.snapshot import Epochs, Snapshot, parse_canonical, restore_commands, with_epochs
 from difftest.wire import Wire
 from executors.lua.adapter import load_scripts
 
-EPOCH_FIELD = b"lease_epoch"
 # past this, a server's AOF is rewritten between histories (an empty keyspace: a few ms), so that a
 # restart replays one history's writes, not the whole campaign's (measured: 200 histories took 4 s
 # at the start of a campaign and 11 s after 1,200 without it)
@@ -41,6 +40,7 @@ class StepRecord:
     verdict: Verdict
     lua_reply: Reply
     native_reply: Reply
+    resolved: Resolved
 
 
 @dataclass
@@ -62,6 +62,7 @@ class Divergence:
 class ReplayResult:
     history: History
     records: list[StepRecord] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)  # what the judge was given, step by step
     divergence: Divergence | None = None
     elapsed_s: float = 0.0
 
@@ -74,12 +75,12 @@ class ReplayResult:
         return Counter(r.verdict.rule for r in self.records if r.verdict.rule)
 
 
-def segments(steps: tuple[Step, ...]) -> list[list[Step]]:
+def segments(steps: tuple[Resolved, ...]) -> list[list[Resolved]]:
     """Runs of steps between clock advances and restarts; each of those stands alone."""
-    out: list[list[Step]] = []
-    current: list[Step] = []
+    out: list[list[Resolved]] = []
+    current: list[Resolved] = []
     for step in steps:
-        if isinstance(step, Advance | Restart):
+        if step.is_advance or step.is_restart:
             if current:
                 out.append(current)
             out.append([step])
@@ -91,13 +92,25 @@ def segments(steps: tuple[Step, ...]) -> list[list[Step]]:
     return out
 
 
-def _call_of(step: Step, begun: dict[str, BeginClaim]) -> tuple[Call | None, str | None]:
-    if isinstance(step, CallStep | BeginClaim):
-        return step.call, step.user
-    if isinstance(step, EndClaim):
-        claim = begun[step.worker]
-        return claim.call, claim.user
-    return None, None
+class _Walks:
+    """Raw keyspace walks parsed into snapshots, an unchanged walk reusing its snapshot (most steps
+    change nothing), and a Lua walk equal to the native's sharing the native's snapshot."""
+
+    def __init__(self) -> None:
+        self.native_raw: Any = None
+        self.native: tuple[Snapshot, Epochs] = ({}, {})
+        self.lua_raw: Any = None
+        self.lua: Snapshot = {}
+
+    def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
+        if native_walk != self.native_raw:
+            self.native_raw, self.native = native_walk, parse_canonical(native_walk)
+        native_after, epochs = self.native
+        if lua_walk[0] == native_walk[0]:
+            return native_after, native_after, epochs
+        if lua_walk[0] != self.lua_raw:
+            self.lua_raw, self.lua = lua_walk[0], parse_canonical([lua_walk[0], []])[0]
+        return self.lua, native_after, epochs
 
 
 class Replayer:
@@ -147,7 +160,6 @@ class Replayer:
         else:
             self.lua.prepare(history.users)
             self.native.prepare(history.users)
-            self.native.begun.clear()
             self.lua.open_claims.clear()
         for side in (self.lua, self.native):
             side.wires[None].call(b"FLUSHALL")
@@ -158,14 +170,14 @@ class Replayer:
         # always confirmed: the clock may have been written ahead at the end of the last replay
         self.group.confirm_clock()
 
-    def replay(self, history: History, stop_at_divergence: bool = True) -> ReplayResult:
+    def replay(self, history: History) -> ReplayResult:
         started = time.perf_counter()
         self._reset(history)
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history)
-        state = _State()
-        index = 0
-        runs = segments(history.steps)
+        state = JudgeState()
+        walks = _Walks()
+        runs = segments(resolve(history.steps))
         moved_early = False
         for number, segment in enumerate(runs):
             self._boundary(segment[0], moved_early)
@@ -175,58 +187,63 @@ class Replayer:
             lua_results = self.lua.finish(lua_out)
             native_results = self.native.finish(native_out)
             now_ms = self.group.clock.now_ms
+            run_id = self.native.run_id.encode()
             # A server sees a rewritten clock about 1 ms later: when an advance comes next, write it
             # now and let the judging below overlap the wait; the boundary then only confirms it.
             following = runs[number + 1][0] if number + 1 < len(runs) else None
-            moved_early = isinstance(following, Advance)
-            if isinstance(following, Advance):
-                self.group.clock.set(now_ms + following.ms)
-            position = 0
-            while position < len(segment):
-                step = segment[position]
+            moved_early = following is not None and following.is_advance
+            if following is not None and isinstance(following.step, Advance):
+                self.group.clock.set(now_ms + following.step.ms)
+            for position, resolved in enumerate(segment):
                 lua_reply, lua_walk = lua_results[position]
                 native_reply, native_walk = native_results[position]
-                verdict, divergence = self._judge(state, index, step, now_ms, lua_reply, native_reply,
-                                                  lua_walk, native_walk)  # fmt: skip
-                result.records.append(StepRecord(index, step, verdict, lua_reply, native_reply))
-                if divergence is not None:
-                    result.divergence = divergence
-                    if stop_at_divergence:
-                        result.elapsed_s = time.perf_counter() - started
-                        return result
+                lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+                observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
+                                          epochs, self._denied(resolved, state.before))  # fmt: skip
+                after_state, verdict = judge(state, observation)
+                result.observations.append(observation)
+                result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,
+                                                 resolved))  # fmt: skip
+                if not verdict.ok:
+                    result.divergence = Divergence(
+                        resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
+                        state.before, lua_after, native_after, epochs,
+                    )  # fmt: skip
+                    result.elapsed_s = time.perf_counter() - started
+                    return result
+                state = after_state
                 if verdict.rule and RULES[verdict.rule].resync:
-                    rerun = segment[position + 1 :]
-                    if moved_early:
+                    rest = segment[position + 1 :]
+                    if rest and moved_early:
                         self.group.set_time(now_ms)  # the re-run belongs to this segment's time
                     self._resync(state)
-                    self.lua.restore_workers(lua_out[position].workers)
-                    again = self.lua.run_steps(rerun)
-                    lua_results[position + 1 :] = self.lua.finish(again)
-                    lua_out[position + 1 :] = again
-                    if isinstance(following, Advance):
-                        self.group.clock.set(now_ms + following.ms)
-                index += 1
-                position += 1
+                    if rest:
+                        self.lua.restore_workers(lua_out[position].workers)
+                        again = self.lua.run_steps(rest)
+                        lua_results[position + 1 :] = self.lua.finish(again)
+                        lua_out[position + 1 :] = again
+                        if following is not None and isinstance(following.step, Advance):
+                            self.group.clock.set(now_ms + following.step.ms)
         result.elapsed_s = time.perf_counter() - started
         # the next history most likely starts where this one did: write the clock back now, so
         # the servers' ~1 ms until they read it passes before the next reset confirms it
         self.group.clock.set(history.start_ms)
         return result
 
-    def _boundary(self, step: Step, moved_early: bool) -> None:
+    def _boundary(self, step: Resolved, moved_early: bool) -> None:
         assert self.lua is not None and self.native is not None
-        if isinstance(step, Advance):
+        if isinstance(step.step, Advance):
             if moved_early:
                 self.group.confirm_clock()
             else:
-                self.group.advance(step.ms)
-        elif isinstance(step, Restart):
-            self.group.restart_all(crash=step.crash)
+                self.group.advance(step.step.ms)
+        elif isinstance(step.step, Restart):
+            self.group.restart_all(crash=step.step.crash)
             self.group.confirm_clock()
             self.lua.reconnect()
             self.native.reconnect()
 
-    def _resync(self, state: _State) -> None:
+    def _resync(self, state: JudgeState) -> None:
         """The Lua server's keyspace becomes the native's (epochs included): equal ground again."""
         assert self.lua is not None
         admin: Wire = self.lua.wires[None]
@@ -235,141 +252,13 @@ class Replayer:
         for _ in commands:
             admin.read()
 
-    def _judge(
-        self,
-        state: _State,
-        index: int,
-        step: Step,
-        now_ms: int,
-        lua_reply: Reply,
-        native_reply: Reply,
-        lua_walk: Any,
-        native_walk: Any,
-    ) -> tuple[Verdict, Divergence | None]:
-        assert self.native is not None
-        call, user = _call_of(step, state.begun)
-        if isinstance(step, BeginClaim):
-            state.begun[step.worker] = step
-            state.paused_reads[step.worker] = lua_reply  # the Lua host's read (or its refusal)
-        unchanged = native_walk == state.last_walk
-        if unchanged:  # most steps change nothing: keep the parsed state
-            native_after, native_epochs = state.before, state.before_epochs
-        else:
-            native_after, native_epochs = parse_canonical(native_walk)
-            state.last_walk = native_walk
-        if isinstance(step, RawWrite):
-            state.exposure.corrupted = True
-        elif isinstance(step, Restart):
-            state.exposure.restarted = True
-        elif user is not None:
-            state.exposure.users = True
-        fast = (
-            lua_walk[0] == native_walk[0]
-            and (
-                isinstance(native_reply, NotSent)
-                or isinstance(step, RawWrite)
-                or _same_reply_fast(lua_reply, native_reply)
-            )
-            and not may_need_rules(step, call, state.exposure)
-        )
-        verdict = MATCH
-        lua_after = native_after
-        if not fast:
-            lua_after, _ = parse_canonical(lua_walk)
-            paused_read = state.paused_reads.get(step.worker) if isinstance(step, EndClaim) else None
-            view = StepView(
-                index, step, call, user, now_ms, self.native.run_id.encode(),
-                state.before, state.before_epochs, lua_reply, native_reply, lua_after, native_after,
-                paused_read, self._denied(call, user, state.before),
-            )  # fmt: skip
-            verdict = judge(view)
-        if isinstance(step, EndClaim):
-            state.begun.pop(step.worker, None)
-            state.paused_reads.pop(step.worker, None)
-        reason = verdict.reason
-        if verdict.ok:
-            reason = self._check_epochs(state, step, call, native_reply, native_after, native_epochs)
-            if not reason:
-                reason = self._check_invariants(state, step, call, verdict, lua_reply, native_reply,
-                                                lua_after, native_after)  # fmt: skip
-        if reason:
-            verdict = Verdict("divergence", verdict.rule, reason)
-            divergence = Divergence(index, step, reason, lua_reply, native_reply, state.before,
-                                    lua_after, native_after, native_epochs)  # fmt: skip
-            return verdict, divergence
-        state.before, state.before_epochs = native_after, native_epochs
-        if verdict.rule and RULES[verdict.rule].resync:
-            state.lua_ledger = copy.deepcopy(state.ledger)  # the Lua server takes the native's ground
-        return verdict, None
-
-    def _check_invariants(
-        self,
-        state: _State,
-        step: Step,
-        call: Call | None,
-        verdict: Verdict,
-        lua_reply: Reply,
-        native_reply: Reply,
-        lua_after: Snapshot,
-        native_after: Snapshot,
-    ) -> str:
-        """Each side's ledger takes the step, then each side's keyspace is held to the invariants
-        (not on D3-D5, D8, D9, where the Lua side is allowed its partial writes)."""
-        differ = lua_after is not native_after
-        sides = [
-            (state.ledger, native_reply, native_after, "native", True),
-            (state.lua_ledger, lua_reply, lua_after, "lua", differ),
-        ]
-        broken: list[str] = []
-        for ledger, reply, after, name, check in sides:
-            if isinstance(step, RawWrite):
-                ledger.taint(step.command)
-            elif call is not None and not isinstance(step, BeginClaim):
-                ledger.record(call, reply, after)
-            if check and verdict.rule not in ("D3", "D4", "D5", "D8", "D9"):
-                held = after is state.before and ledger.settled  # nothing moved since the last check
-                broken += [f"{name}: {v}" for v in violations(ledger, call, state.before, reply, after, held)]
-        return "; ".join(broken)
-
-    def _check_epochs(
-        self, state: _State, step: Step, call: Call | None, reply: Reply, after: Snapshot, epochs: Epochs
-    ) -> str:
-        """N1: every lease_epoch is the run_id of the native's last CLAIM or EXTEND of that row."""
-        assert self.native is not None
-        if isinstance(step, RawWrite):
-            state.expected_epochs = dict(epochs)  # corruption may plant any epoch
-            return ""
-        expected = dict(state.expected_epochs)
-        stamped = _stamped_row(call, reply) if not isinstance(step, BeginClaim) else None
-        if stamped is not None:
-            expected[stamped] = self.native.run_id.encode()
-        expected = {k: v for k, v in expected.items() if k in after and after[k].kind == "hash"}
-        state.expected_epochs = expected
-        if epochs != expected:
-            wrong = sorted(set(epochs.items()) ^ set(expected.items()))
-            return f"N1: lease_epoch fields {dict(epochs)!r} differ from the expected {expected!r} ({wrong!r})"
-        return ""
-
-    def _denied(self, call: Call | None, user: str | None, before: Snapshot) -> frozenset[tuple[bytes, str]]:
-        """Which derived keys the step's user may not read or write (asked of the server)."""
-        if call is None or user is None:
+    def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:
+        """Which derived keys the step's user may not read or write: asked of the server (ACL
+        DRYRUN) before judging, remembered for the rest of the history."""
+        user = resolved.user
+        keys = acl_probe_keys(resolved, before)
+        if user is None or not keys:
             return frozenset()
-        try:
-            queue, args = check_call(call.verb, call.numkeys, call.rest)
-        except GuardError:
-            return frozenset()
-        base = b"emq:{" + queue + b"}:"
-        keys = [base + b"meta", base + b"metrics:failed", base + b"metrics:completed"]
-        keys += [k for k in before if k.startswith(base + b"job:")]
-        # rows of every member of the queue's sets too: a ghost's row does not exist, yet a
-        # transition reaching it (EXISTS) needs the permission
-        for suffix in (b"pending", b"active", b"delayed", b"dead", b"done"):
-            entry = before.get(base + suffix)
-            if entry is not None and isinstance(entry.value, dict):
-                keys += [base + b"job:" + member for member in entry.value]
-        keys = list(dict.fromkeys(keys))
-        if call.verb in ("EXTEND", "COMPLETE", "FAIL", "REVIVE", "ENQUEUE"):
-            keys.append(base + b"job:" + bytes(args[0]))
         unknown = [(key, perm) for key in keys for perm in ("read", "write") if (user, key, perm) not in self._acl]
         if unknown:
             pipe = self.native_server.client.pipeline(transaction=False)
@@ -378,43 +267,7 @@ class Replayer:
                 pipe.execute_command(b"ACL", b"DRYRUN", user.encode(), *probe)
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 self._acl[(user, key, perm)] = answer not in (b"OK", "OK")
-        denied = {(key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)]}
-        return frozenset(denied)
-
-
-@dataclass
-class _State:
-    before: Snapshot = field(default_factory=dict)
-    before_epochs: Epochs = field(default_factory=dict)
-    expected_epochs: Epochs = field(default_factory=dict)
-    begun: dict[str, BeginClaim] = field(default_factory=dict)
-    paused_reads: dict[str, Reply] = field(default_factory=dict)
-    last_walk: Any = None  # the native's raw walk that `before` was parsed from
-    exposure: Exposure = field(default_factory=Exposure)
-    ledger: Ledger = field(default_factory=Ledger)  # the native side's
-    lua_ledger: Ledger = field(default_factory=Ledger)
-
-
-def _same_reply_fast(left: Reply, right: Reply) -> bool:
-    from difftest.contract import replies_equal
-
-    return left == right or replies_equal(left, right)
-
-
-def _stamped_row(call: Call | None, reply: Reply) -> bytes | None:
-    """The row a successful CLAIM or EXTEND stamps with the run_id."""
-    if call is None:
-        return None
-    try:
-        queue, args = check_call(call.verb, call.numkeys, call.rest)
-    except GuardError:
-        return None
-    base = b"emq:{" + queue + b"}:job:"
-    if call.verb == "CLAIM" and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
-        return base + reply[0]
-    if call.verb == "EXTEND" and reply == 1:
-        return base + bytes(args[0])
-    return None
+        return frozenset((key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)])
 
 
 def replay_once(history: History, module: Path, lua_scripts: Path | None = None) -> ReplayResult:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition
 from difftest.guards import GuardError, check_call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step, pairing_problems, well_paired
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
 
 
 @dataclass(frozen=True)

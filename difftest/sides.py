@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from difftest.calls import Call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
+from difftest.history import RawWrite
 from difftest.problems import SetupProblem
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.resolve import Resolved
 from difftest.servers.local import EmbeddedServer
 from difftest.snapshot import CANONICAL_WALK_SCRIPT
 from difftest.wire import Future, Pipe, Wire
@@ -36,7 +37,7 @@ class StepOutcome:
 
     reply: Reply | Future
     walk: Future
-    workers: dict[str, Any]  # the side's open split claims after this step (a shallow copy)
+    workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
 
 
 class Side:
@@ -111,7 +112,7 @@ class Side:
     def walk(self) -> Future:
         return self.pipe.add(self.wires[None], (b"EVALSHA", WALK_SHA.encode(), b"0"), raw=True)
 
-    def run_steps(self, steps: list[Step]) -> list[StepOutcome]:
+    def run_steps(self, steps: list[Resolved]) -> list[StepOutcome]:
         """Queue every step and its walk; replies resolve at `finish` (or earlier, when needed)."""
         outcomes = []
         for step in steps:
@@ -129,37 +130,30 @@ class Side:
     def send(self) -> None:
         self.pipe.send()
 
-    def step(self, step: Step) -> Reply | Future:
-        if isinstance(step, RawWrite):
-            return self.pipe.add(self.wires[None], step.command)
-        if isinstance(step, Advance | Restart):
+    def step(self, step: Resolved) -> Reply | Future:
+        if isinstance(step.step, RawWrite):
+            return self.pipe.add(self.wires[None], step.step.command)
+        if step.call is None:
             return NotSent("clock or restart step")
         return self.transition(step)
 
-    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
+    def transition(self, step: Resolved) -> Reply | Future:
         raise NotImplementedError
 
-    def capture_workers(self) -> dict[str, Any]:
+    def capture_workers(self) -> dict[int, Any]:
         return {}
 
-    def restore_workers(self, saved: dict[str, Any]) -> None:
+    def restore_workers(self, saved: dict[int, Any]) -> None:
         pass
 
 
 class NativeSide(Side):
     name = "native"
 
-    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]]) -> None:
-        self.begun: dict[str, BeginClaim] = {}
-        super().__init__(server, users)
-
-    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
-        if isinstance(step, BeginClaim):
-            self.begun[step.worker] = step
+    def transition(self, step: Resolved) -> Reply | Future:
+        if step.is_begin:
             return NotSent("the native CLAIM is one round trip, sent at its end")
-        if isinstance(step, EndClaim):
-            begun = self.begun.pop(step.worker)
-            return self.pipe.add(self.wires[begun.user], begun.call.command())
+        assert step.call is not None
         return self.pipe.add(self.wires[step.user], step.call.command())
 
 
@@ -178,43 +172,46 @@ class LuaSide(Side):
     ) -> None:
         self.scripts = load_scripts() if scripts is None else scripts
         self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
-        self.open_claims: dict[str, _OpenClaim] = {}
+        self.open_claims: dict[int, _OpenClaim] = {}  # by the begin's step index
         super().__init__(server, users)
 
     def scripts_to_load(self) -> list[bytes]:
         return list(self.scripts.values())
 
-    def transition(self, step: CallStep | BeginClaim | EndClaim) -> Reply | Future:
-        if isinstance(step, EndClaim):
-            claim = self.open_claims.pop(step.worker)
+    def transition(self, step: Resolved) -> Reply | Future:
+        call = step.call
+        assert call is not None
+        if step.is_end:
+            assert step.begun_at is not None
+            claim = self.open_claims.pop(step.begun_at)
             if isinstance(claim.paused_read, Refused):
                 return claim.paused_read
             return self._finish_claim(claim.call, claim.user, self.pipe.get(claim.paused_read))
-        plan = host_plan(step.call)
+        plan = host_plan(call, step.guarded.layout if step.guarded else step.refusal or "")
         if isinstance(plan, Refused):
-            if isinstance(step, BeginClaim):
-                self.open_claims[step.worker] = _OpenClaim(step.call, step.user, plan)
+            if step.is_begin:
+                self.open_claims[step.index] = _OpenClaim(call, step.user, plan)
             return plan
         wire = self.wires[step.user]
         if isinstance(plan, PlainCommand):
             return self.pipe.add(wire, plan.command)
         if isinstance(plan, PausedThenClaim):
             paused = self.pipe.add(wire, plan.paused_read)
-            if isinstance(step, BeginClaim):
-                self.open_claims[step.worker] = _OpenClaim(step.call, step.user, paused)
+            if step.is_begin:
+                self.open_claims[step.index] = _OpenClaim(call, step.user, paused)
                 return paused
             # the host needs the read's answer before it decides: a round trip of its own
-            return self._finish_claim(step.call, step.user, self.pipe.get(paused))
-        return self.pipe.add(wire, evalsha_command(self.shas[plan.verb], step.call))
+            return self._finish_claim(call, step.user, self.pipe.get(paused))
+        return self.pipe.add(wire, evalsha_command(self.shas[plan.verb], call))
 
     def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
         if reads_as_paused(paused_read):
             return []
         return self.pipe.add(self.wires[user], evalsha_command(self.shas["CLAIM"], call))
 
-    def capture_workers(self) -> dict[str, Any]:
+    def capture_workers(self) -> dict[int, Any]:
         return dict(self.open_claims)
 
-    def restore_workers(self, saved: dict[str, Any]) -> None:
+    def restore_workers(self, saved: dict[int, Any]) -> None:
         """Back to the open claims as they were after an earlier step (a re-run after re-sync)."""
         self.open_claims = dict(saved)

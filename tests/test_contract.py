@@ -6,8 +6,9 @@ from typing import Any
 
 from difftest import errors
 from difftest.calls import Call
-from difftest.contract import RULES, StepView, judge
+from difftest.contract import RULES, StepView, Verdict, verdict_of
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
+from difftest.resolve import resolve
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.snapshot import Snapshot
 from tests.helpers import H, S, Z
@@ -31,13 +32,21 @@ def view(
     paused_read: Reply = None,
     call: Call | None = None,
 ) -> StepView:
-    if call is None and isinstance(step, CallStep | BeginClaim):
-        call = step.call
+    """One step's view; an end is resolved against a begin of `call` just before it."""
+    if isinstance(step, EndClaim):
+        assert call is not None
+        resolved = resolve((BeginClaim(step.worker, call), step))[1]
+    else:
+        resolved = resolve((step,))[0]
     return StepView(
-        0, step, call, None, NOW, RUN_ID, before, epochs or {}, lua_reply, native_reply,
+        resolved, NOW, RUN_ID, before, epochs or {}, lua_reply, native_reply,
         before if lua_after is None else lua_after, before if native_after is None else native_after,
         paused_read,
     )  # fmt: skip
+
+
+def judge(view: StepView) -> Verdict:
+    return verdict_of(view)
 
 
 def step(verb: str, *args: object) -> CallStep:

@@ -12,7 +12,7 @@ import valkey
 from valkey.exceptions import ResponseError
 
 from difftest.calls import Call
-from difftest.commands import TRANSITIONS, meta_key
+from difftest.commands import TRANSITIONS, Layout, meta_key
 from difftest.guards import GuardError, check_call
 from difftest.problems import SetupProblem
 from difftest.replies import ErrorReply, Refused, Reply, as_reply
@@ -62,18 +62,22 @@ class PausedThenClaim:
 HostPlan = Refused | PlainCommand | Script | PausedThenClaim
 
 
-def host_plan(call: Call) -> HostPlan:
-    """What the host does with a call, decided before anything is sent (pure)."""
-    try:
-        queue, _ = check_call(call.verb, call.numkeys, call.rest)
-    except GuardError as refusal:
-        return Refused(refusal.message)
-    if call.verb == "CLAIM":
-        return PausedThenClaim((b"HGET", meta_key(queue), b"paused"))
-    if call.verb == "PAUSE":
-        return PlainCommand((b"HSET", call.rest[0], b"paused", b"1"))
-    if call.verb == "RESUME":
-        return PlainCommand((b"HDEL", call.rest[0], b"paused"))
+def host_plan(call: Call, guarded: Layout | str | None = None) -> HostPlan:
+    """What the host does with a call, decided before anything is sent (pure). `guarded` is the
+    guards' outcome when the caller has it already (the call's layout, or the refusal's text)."""
+    if guarded is None:
+        try:
+            guarded = Layout(check_call(call.verb, call.numkeys, call.rest)[0])
+        except GuardError as refusal:
+            guarded = refusal.message
+    if isinstance(guarded, str):
+        return Refused(guarded)
+    transition = TRANSITIONS[call.verb]
+    if transition.reads_meta:
+        return PausedThenClaim((b"HGET", guarded.meta, b"paused"))
+    if not transition.scripted:
+        first, *rest = transition.host_command
+        return PlainCommand((first, guarded.meta, *rest))
     return Script(call.verb)
 
 

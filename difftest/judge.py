@@ -1,0 +1,185 @@
+"""The judge: a pure fold over what a replay observed, one verdict per step.
+
+`judge(state, observation) -> (state, verdict)`: the state is plain data (the keyspace before the
+step, the epochs N1 expects, the Lua host's open `paused?` reads, both sides' ledgers); an
+observation is what replay recorded at one step on both servers (replies, snapshots, epochs, the
+ACL facts it gathered before judging). Nothing here reads a server: the same observations give the
+same verdicts, which is how the judge's tests run without servers (tests/observations/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from difftest.commands import Rows, Stamp
+from difftest.contract import ALTERNATIVES, MATCH, RULES, Denied, StepView, Verdict, replies_equal, verdict_of
+from difftest.invariants import Ledger, violations
+from difftest.replies import NotSent, Reply
+from difftest.resolve import Resolved
+from difftest.snapshot import Epochs, Snapshot
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What replay recorded at one step, on both servers (epochs set aside in the snapshots)."""
+
+    resolved: Resolved
+    now_ms: int  # the frozen clock at the step
+    run_id: bytes  # the native server's run_id at the step
+    lua_reply: Reply
+    native_reply: Reply
+    lua_after: Snapshot
+    native_after: Snapshot
+    native_epochs: Epochs
+    denied: Denied = field(default_factory=frozenset)  # (key, read|write) the step's user may not touch
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What a history has done so far that lets a contract row apply (cheap flags)."""
+
+    corrupted: bool = False  # a raw write happened
+    restarted: bool = False  # a restart or crash happened
+    users: bool = False  # steps run as restricted users
+
+
+@dataclass(frozen=True)
+class JudgeState:
+    """Everything the judge carries from one step to the next."""
+
+    before: Snapshot = field(default_factory=dict)  # both keyspaces agree on it (the native's, after a re-sync)
+    before_epochs: Epochs = field(default_factory=dict)
+    expected_epochs: Epochs = field(default_factory=dict)  # N1: the run_id of each row's last stamp
+    paused_reads: tuple[tuple[int, Reply], ...] = ()  # each open split claim: (its begin's index, its read's answer)
+    exposure: Exposure = field(default_factory=Exposure)
+    ledger: Ledger = field(default_factory=Ledger)  # the native side's
+    lua_ledger: Ledger = field(default_factory=Ledger)
+
+
+def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
+    """False when no alternative rule's precondition can hold: the step must then simply match."""
+    if resolved.call is None:
+        return False
+    if resolved.is_end or exposure.corrupted or exposure.users:
+        return True
+    transition = resolved.transition
+    if exposure.restarted and transition is not None and transition.rows is Rows.EXPIRED_ACTIVE:
+        return True  # a lease that outlived a restart is met by the transition that reads expired leases: D7
+    return resolved.refusal is not None
+
+
+def _stamped_row(resolved: Resolved, reply: Reply) -> bytes | None:
+    """The row a successful CLAIM or EXTEND stamps with the run_id (N1)."""
+    transition, guarded = resolved.transition, resolved.guarded
+    if transition is None or guarded is None or not resolved.sends_transition:
+        return None
+    if transition.stamps is Stamp.CLAIMED and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
+        return guarded.layout.row(reply[0])
+    if transition.stamps is Stamp.JOB_ARG and reply == 1:
+        return guarded.layout.row(guarded.job)
+    return None
+
+
+def expected_epochs(state: JudgeState, observation: Observation) -> Epochs:
+    """N1's expectation after the step: a raw write may plant any epoch; a stamp sets the run_id;
+    a row that is no longer a hash holds none."""
+    if observation.resolved.is_raw:
+        return dict(observation.native_epochs)
+    expected = dict(state.expected_epochs)
+    stamped = _stamped_row(observation.resolved, observation.native_reply)
+    if stamped is not None:
+        expected[stamped] = observation.run_id
+    after = observation.native_after
+    return {k: v for k, v in expected.items() if k in after and after[k].kind == "hash"}
+
+
+def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
+    if resolved.is_raw and not exposure.corrupted:
+        return replace(exposure, corrupted=True)
+    if resolved.is_restart and not exposure.restarted:
+        return replace(exposure, restarted=True)
+    if resolved.user is not None and not exposure.users:
+        return replace(exposure, users=True)
+    return exposure
+
+
+def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
+    """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
+    state is returned as it was (the history stops there)."""
+    resolved = observation.resolved
+    exposure = _exposure(state.exposure, resolved)
+    paused_reads = state.paused_reads
+    paused_read: Reply = None
+    if resolved.is_begin:
+        paused_reads = (*paused_reads, (resolved.index, observation.lua_reply))
+    elif resolved.is_end:
+        paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
+        paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
+    epochs = expected_epochs(state, observation)
+    lua_after, native_after = observation.lua_after, observation.native_after
+    same_reply = (
+        isinstance(observation.native_reply, NotSent)
+        or resolved.is_raw
+        or observation.lua_reply == observation.native_reply
+        or replies_equal(observation.lua_reply, observation.native_reply)
+    )
+    if (
+        same_reply
+        and (lua_after is native_after or lua_after == native_after)
+        and observation.native_epochs == epochs
+        and not may_need_rules(resolved, exposure)
+    ):
+        verdict = MATCH  # the common step: equal on both sides and no rule can apply
+    else:
+        view = StepView(resolved, observation.now_ms, observation.run_id, state.before, state.before_epochs,
+                        observation.lua_reply, observation.native_reply, lua_after, native_after, paused_read,
+                        observation.denied, observation.native_epochs, epochs)  # fmt: skip
+        verdict = verdict_of(view)
+    rule = RULES[verdict.rule] if verdict.rule else None
+    ledger, lua_ledger = state.ledger, state.lua_ledger
+    if verdict.ok:
+        broken: list[str] = []
+        sides = [("native", observation.native_reply, native_after), ("lua", observation.lua_reply, lua_after)]
+        ledgers = []
+        for (name, reply, after), side_ledger in zip(sides, (ledger, lua_ledger), strict=True):
+            if resolved.is_raw:
+                assert resolved.step is not None
+                side_ledger = side_ledger.taint(resolved.step.command)  # type: ignore[union-attr]
+            elif resolved.sends_transition:
+                side_ledger = side_ledger.record(resolved, reply, after)
+            # the Lua side is checked only where it differs; neither where it may stop half-way
+            check = (name == "native" or lua_after is not native_after) and not (rule and rule.lua_partial_writes)
+            if check:
+                held = after is state.before and side_ledger.settled  # nothing moved since the last check
+                found = violations(side_ledger, resolved, state.before, reply, after, held)
+                broken += [f"{name}: {v}" for v in found]
+                if not found and not held:
+                    side_ledger = side_ledger.checked()
+            ledgers.append(side_ledger)
+        ledger, lua_ledger = ledgers
+        if broken:
+            verdict = Verdict("divergence", verdict.rule, "; ".join(broken))
+    if not verdict.ok:
+        return state, verdict
+    if rule is not None and rule.resync:
+        lua_ledger = ledger  # the Lua server takes the native's ground
+    return (
+        JudgeState(native_after, observation.native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger),
+        verdict,
+    )
+
+
+def judge_all(observations: Iterable[Observation], state: JudgeState | None = None) -> list[Verdict]:
+    """Every step's verdict, stopping after the first divergence (as a replay does)."""
+    state = JudgeState() if state is None else state
+    verdicts = []
+    for observation in observations:
+        state, verdict = judge(state, observation)
+        verdicts.append(verdict)
+        if not verdict.ok:
+            break
+    return verdicts
+
+
+__all__ = ["ALTERNATIVES", "Exposure", "JudgeState", "Observation", "expected_epochs", "judge", "judge_all"]
