@@ -75,7 +75,7 @@ class Rule:
     """One row of the contract: where the native executor may differ, and how exactly."""
 
     id: str
-    transitions: str
+    verbs: tuple[Verb, ...]  # the transitions it concerns; empty: any
     precondition: str
     lua: str
     native: str
@@ -86,6 +86,10 @@ class Rule:
     lua_partial_writes: bool = False
     # held on every step beside the others (N1): its failure is a divergence, it allows nothing
     always: bool = False
+
+    @property
+    def transitions(self) -> str:
+        return ", ".join(self.verbs) if self.verbs else "any"
 
 
 @dataclass(frozen=True)
@@ -507,33 +511,33 @@ def rule_n1(view: StepView) -> RuleResult:
 RULES: dict[str, Rule] = {
     r.id: r
     for r in (
-        Rule("D6", "any", "arguments out of shape, layout or range", "refused by the host before sending",
+        Rule("D6", (), "arguments out of shape, layout or range", "refused by the host before sending",
              "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False),
-        Rule("D2", "CLAIM", "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
+        Rule("D2", (Verb.CLAIM,), "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
              "empty, nothing written", "that error, nothing written", rule_d2),
-        Rule("D1", "CLAIM", "PAUSE or RESUME (or a write to meta) lands between the Lua host's paused? read and "
+        Rule("D1", (Verb.CLAIM,), "PAUSE or RESUME (or a write to meta) lands between the Lua host's paused? read and "
              "its script", "decides on the stale read", "decides atomically on the state at its single round trip",
              rule_d1),
-        Rule("D5", "CLAIM", "active is not a zset", "pop, attempts+1, state active, then WRONGTYPE",
+        Rule("D5", (Verb.CLAIM,), "active is not a zset", "pop, attempts+1, state active, then WRONGTYPE",
              "WRONGTYPE, nothing written", rule_d5, lua_partial_writes=True),
-        Rule("D7", "SWEEP", "an expired member's lease_epoch is missing or not the current run_id",
+        Rule("D7", (Verb.SWEEP,), "an expired member's lease_epoch is missing or not the current run_id",
              "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt", rule_d7),
-        Rule("D8", "SWEEP", "a selected member's row is not a hash, has a group field, or a bad stalled",
+        Rule("D8", (Verb.SWEEP,), "a selected member's row is not a hash, has a group field, or a bad stalled",
              "processes members in order, errors at the first bad one", "refuses the whole sweep", rule_d8,
              lua_partial_writes=True),
-        Rule("D9", "PROMOTE", "a due member's row exists but is not a hash",
+        Rule("D9", (Verb.PROMOTE,), "a due member's row exists but is not a hash",
              "processes members in order, errors at the first bad one", "WRONGTYPE, nothing written", rule_d9,
              lua_partial_writes=True),
-        Rule("D4", "any", "a counter the transition increments is not an integer or +1 overflows",
+        Rule("D4", (), "a counter the transition increments is not an integer or +1 overflows",
              "partial writes, then the error", "EMQ NOTINT / EMQ OVERFLOW, nothing written", rule_d4,
              lua_partial_writes=True),
-        Rule("D3", "any",
+        Rule("D3", (),
              "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
              "partial writes, then the error", "the error, nothing written", rule_d3, lua_partial_writes=True),
-        Rule("N2", "EXTEND", "the caller may read but not write the row (project decision, docs/decisions.md)",
+        Rule("N2", (Verb.EXTEND,), "the caller may read but not write the row (project decision, docs/decisions.md)",
              "extends: the script never writes the row",
              "NOPERM, nothing written: re-stamping lease_epoch writes the row", rule_n2),
-        Rule("N1", "CLAIM, EXTEND", "-", "no lease_epoch", "lease_epoch = the server's run_id", rule_n1,
+        Rule("N1", (Verb.CLAIM, Verb.EXTEND), "-", "no lease_epoch", "lease_epoch = the server's run_id", rule_n1,
              resync=False, always=True),
     )
 }  # fmt: skip

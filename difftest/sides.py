@@ -207,7 +207,7 @@ class LuaSide(Side):
     def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
         if reads_as_paused(paused_read):
             return []
-        return self.pipe.add(self.wires[user], evalsha_command(self.shas["CLAIM"], call))
+        return self.pipe.add(self.wires[user], evalsha_command(self.shas[call.verb], call))
 
     def capture_workers(self) -> dict[int, Any]:
         return dict(self.open_claims)

@@ -7,9 +7,10 @@ script walks the keyspace and returns every key's type, logical value and TTL in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import valkey
+if TYPE_CHECKING:  # the judge reads snapshots and must not need a client library
+    import valkey
 
 Value: TypeAlias = bytes | dict[bytes, bytes] | frozenset[bytes] | tuple[bytes, ...] | None
 

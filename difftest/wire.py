@@ -9,14 +9,42 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from valkey.connection import DefaultParser
 from valkey.exceptions import ResponseError
 
-from difftest.replies import ErrorReply, Reply, as_reply
+from difftest.replies import ErrorReply, Reply
 
 if TYPE_CHECKING:
     from difftest.servers.clients import Address
 
 Command = Sequence[bytes | str | int]
+
+
+class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]
+    """valkey-py's parser, except that every error reply keeps its full text, code included.
+
+    The stock parser strips known codes (NOPERM, NOSCRIPT, ...) into exception classes; difftest
+    compares error codes, so it needs them verbatim.
+    """
+
+    @classmethod
+    def parse_error(cls, response: str) -> ResponseError:
+        return ResponseError(response)
+
+
+def as_reply(value: Any) -> Reply:
+    """Normalise what valkey-py returned into a Reply (errors inside arrays included)."""
+    if isinstance(value, ResponseError):
+        return ErrorReply(str(value))
+    if isinstance(value, list | tuple):
+        return [as_reply(item) for item in value]
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | bytes) or value is None:
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(f"unexpected reply type {type(value).__name__}: {value!r}")
 
 
 class Wire:

@@ -20,8 +20,9 @@ from valkey.exceptions import ResponseError
 from difftest import errors
 from difftest.calls import Call
 from difftest.commands import I64_MAX, TRANSITIONS, VERBS, base_key
-from difftest.replies import ErrorReply, Reply, as_reply
+from difftest.replies import ErrorReply, Reply
 from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.wire import as_reply
 from executors.native.adapter import DEFAULT_MODULE, NativeModule
 from tests.helpers import T0
 

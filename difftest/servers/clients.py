@@ -10,7 +10,7 @@ from typing import Any
 import valkey
 from valkey.connection import AbstractConnection, Connection, UnixDomainSocketConnection
 
-from difftest.replies import WholeErrorParser
+from difftest.wire import WholeErrorParser
 
 # where a server is reached: the path of its unix socket, or (host, port) over TCP
 Address = Path | str | tuple[str, int]

@@ -15,7 +15,8 @@ from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, meta_key
 from difftest.guards import GuardError, check_call
 from difftest.problems import SetupProblem
-from difftest.replies import ErrorReply, Refused, Reply, as_reply
+from difftest.replies import ErrorReply, Refused, Reply
+from difftest.wire import as_reply
 
 
 def load_scripts(directory: Path | None = None) -> dict[str, bytes]:

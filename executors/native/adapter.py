@@ -8,7 +8,8 @@ import valkey
 from valkey.exceptions import ResponseError
 
 from difftest.calls import Call
-from difftest.replies import ErrorReply, Reply, as_reply
+from difftest.replies import ErrorReply, Reply
+from difftest.wire import as_reply
 
 CRATE_DIR = Path(__file__).resolve().parent
 DEFAULT_MODULE = CRATE_DIR / "target" / "release" / "libemq_native.so"

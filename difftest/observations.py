@@ -1,0 +1,192 @@
+"""Observations as files: what a replay recorded at every step, to judge again without servers.
+
+A file holds the history, each step's observation (replies, snapshots, epochs, ACL facts) and the
+verdict the judge gave it when it was recorded. The native server's run_ids are random, so they are
+written as `run-1`, `run-2`, ... in order of first appearance: the judge only compares them with
+each other. `tests/observations/` holds one file per contract row and per tricky interleaving.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from difftest import history as hist
+from difftest.contract import Verdict
+from difftest.history import History, encode_bytes
+from difftest.judge import Observation
+from difftest.replay import ReplayResult
+from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.resolve import resolve
+from difftest.snapshot import Entry, Epochs, Snapshot
+
+FORMAT = "difftest-observations"
+VERSION = 1
+
+
+class ObservationError(ValueError):
+    """A malformed observation file."""
+
+
+def _b(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, dict) and set(value) == {"hex"}:
+        return bytes.fromhex(value["hex"])
+    raise ObservationError(f"expected a string or {{'hex': ...}}, got {value!r}")
+
+
+def reply_to_json(reply: Reply) -> Any:
+    if reply is None or (isinstance(reply, int) and not isinstance(reply, bool)):
+        return reply
+    if isinstance(reply, bytes):
+        return {"bulk": encode_bytes(reply)}
+    if isinstance(reply, list):
+        return [reply_to_json(item) for item in reply]
+    if isinstance(reply, ErrorReply):
+        return {"error": reply.message}
+    if isinstance(reply, Refused):
+        return {"refused": reply.message}
+    if isinstance(reply, NotSent):
+        return {"not_sent": reply.why}
+    raise ObservationError(f"cannot write reply {reply!r}")
+
+
+def reply_from_json(value: Any) -> Reply:
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, list):
+        return [reply_from_json(item) for item in value]
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, inner), *_ = value.items()
+        if kind == "bulk":
+            return _b(inner)
+        if kind == "error":
+            return ErrorReply(str(inner))
+        if kind == "refused":
+            return Refused(str(inner))
+        if kind == "not_sent":
+            return NotSent(str(inner))
+    raise ObservationError(f"not a reply: {value!r}")
+
+
+def snapshot_to_json(snapshot: Snapshot) -> list[Any]:
+    rows = []
+    for key, entry in sorted(snapshot.items()):
+        value: Any
+        if isinstance(entry.value, bytes):
+            value = encode_bytes(entry.value)
+        elif isinstance(entry.value, dict):
+            value = [[encode_bytes(k), encode_bytes(v)] for k, v in sorted(entry.value.items())]
+        elif isinstance(entry.value, frozenset | tuple):
+            items = sorted(entry.value) if isinstance(entry.value, frozenset) else list(entry.value)
+            value = [encode_bytes(item) for item in items]
+        else:
+            value = None
+        rows.append([encode_bytes(key), entry.kind, value, entry.pttl])
+    return rows
+
+
+def snapshot_from_json(rows: list[Any]) -> Snapshot:
+    snapshot: Snapshot = {}
+    for key, kind, value, pttl in rows:
+        logical: Any
+        if kind == "string":
+            logical = _b(value)
+        elif kind in ("hash", "zset"):
+            logical = {_b(k): _b(v) for k, v in value}
+        elif kind == "set":
+            logical = frozenset(_b(v) for v in value)
+        elif kind == "list":
+            logical = tuple(_b(v) for v in value)
+        else:
+            logical = None
+        snapshot[_b(key)] = Entry(kind, logical, int(pttl))
+    return snapshot
+
+
+class _RunIds:
+    """Random run_ids as `run-N`, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.names: dict[bytes, bytes] = {}
+
+    def __call__(self, run_id: bytes) -> bytes:
+        if run_id not in self.names:
+            self.names[run_id] = f"run-{len(self.names) + 1}".encode()
+        return self.names[run_id]
+
+    def epochs(self, epochs: Epochs) -> Epochs:
+        return {key: self.names.get(value, value) for key, value in epochs.items()}
+
+
+def _snapshots(observation: Observation) -> dict[str, Any]:
+    native = snapshot_to_json(observation.native_after)
+    lua = "same" if observation.lua_after == observation.native_after else snapshot_to_json(observation.lua_after)
+    return {"native_after": native, "lua_after": lua}
+
+
+def dumps(result: ReplayResult) -> str:
+    """A replay's observations and verdicts, one JSON document (a line per step)."""
+    names = _RunIds()
+    lines = [
+        json.dumps({"format": FORMAT, "version": VERSION, "history": hist.dumps(result.history)}, ensure_ascii=False)
+    ]
+    for observation, record in zip(result.observations, result.records, strict=True):
+        row = {
+            "step": observation.resolved.index,
+            "now_ms": observation.now_ms,
+            "run_id": encode_bytes(names(observation.run_id)),
+            "lua_reply": reply_to_json(observation.lua_reply),
+            "native_reply": reply_to_json(observation.native_reply),
+            **_snapshots(observation),
+            "native_epochs": [
+                [encode_bytes(k), encode_bytes(v)] for k, v in sorted(names.epochs(observation.native_epochs).items())
+            ],
+            "denied": [[encode_bytes(key), perm] for key, perm in sorted(observation.denied)],
+            "verdict": {"kind": record.verdict.kind, "rule": record.verdict.rule, "reason": record.verdict.reason},
+        }
+        lines.append(json.dumps(row, ensure_ascii=False, sort_keys=True))
+    return "\n".join(lines) + "\n"
+
+
+def loads(text: str, name: str = "<observations>") -> tuple[History, list[Observation], list[Verdict]]:
+    """The history, its observations and the verdicts recorded with them."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ObservationError(f"{name}: empty file")
+    header = json.loads(lines[0])
+    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise ObservationError(f"{name}: the first line must be a header with format {FORMAT!r}, version {VERSION}")
+    history = hist.loads(header["history"], f"{name} (its history)")
+    resolved = resolve(history.steps)
+    observations, verdicts = [], []
+    for line in lines[1:]:
+        row = json.loads(line)
+        native_after = snapshot_from_json(row["native_after"])
+        lua_after = native_after if row["lua_after"] == "same" else snapshot_from_json(row["lua_after"])
+        observations.append(
+            Observation(
+                resolved[row["step"]],
+                row["now_ms"],
+                _b(row["run_id"]),
+                reply_from_json(row["lua_reply"]),
+                reply_from_json(row["native_reply"]),
+                lua_after,
+                native_after,
+                {_b(k): _b(v) for k, v in row["native_epochs"]},
+                frozenset((_b(k), perm) for k, perm in row["denied"]),
+            )
+        )
+        verdict = row["verdict"]
+        verdicts.append(Verdict(verdict["kind"], verdict["rule"], verdict["reason"]))
+    return history, observations, verdicts
+
+
+def save(result: ReplayResult, path: Path) -> None:
+    path.write_text(dumps(result), encoding="utf-8")
+
+
+def load(path: Path) -> tuple[History, list[Observation], list[Verdict]]:
+    return loads(path.read_text(encoding="utf-8"), str(path))
