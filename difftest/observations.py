@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from difftest import history as hist
 from difftest.contract import Verdict
 from difftest.history import History, encode_bytes
 from difftest.judge import Observation
-from difftest.replay import ReplayResult
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import resolve
 from difftest.snapshot import Entry, Epochs, Snapshot
+
+if TYPE_CHECKING:  # reading and judging observations needs no server: replay is only named here
+    from difftest.replay import ReplayResult
 
 FORMAT = "difftest-observations"
 VERSION = 1

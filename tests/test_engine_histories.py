@@ -15,7 +15,11 @@ HISTORIES = Path(__file__).parent / "histories"
 
 EXPECTED_RULES = {
     "d1_pause_lands_between.jsonl": {"D1": 2},
+    "d1_meta_corrupted_between.jsonl": {"D1": 1},
+    "d1_meta_mended_between.jsonl": {"D1": 1},
+    "d1_paused_then_meta_corrupted.jsonl": {"D1": 1},
     "d2_meta_error.jsonl": {"D2": 2},
+    "d2_split_claim_meta_error.jsonl": {"D2": 1},
     "d3_wrong_type_after_write.jsonl": {"D3": 2},
     "d4_bad_counters.jsonl": {"D4": 3},
     "d5_active_not_a_zset.jsonl": {"D5": 1},
@@ -24,6 +28,7 @@ EXPECTED_RULES = {
     "d8_sweep_refusals.jsonl": {"D8": 3},
     "d9_promote_row_not_a_hash.jsonl": {"D9": 1},
     "n1_d7_restart_is_not_a_stall.jsonl": {"D7": 1},
+    "n2_extend_row_read_only.jsonl": {"N2": 1},
 }
 
 
@@ -47,7 +52,7 @@ def test_history_matches_under_the_contract(replayer: Replayer, name: str) -> No
 
 def test_every_contract_row_is_exercised() -> None:
     reached = set().union(*EXPECTED_RULES.values())
-    assert reached == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9"}
+    assert reached == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N2"}
 
 
 def test_worked_example_d7_replies(replayer: Replayer) -> None:
