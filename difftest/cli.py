@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
+import math
 import os
 import sys
+import tempfile
 import textwrap
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from difftest import history as hist
 from difftest.history import HistoryError
@@ -20,9 +25,128 @@ EXIT_OK = 0  # the executors agree (and, with --require-coverage, every label wa
 EXIT_DIVERGENCE = 1  # a divergence: its artifact is under reports/
 EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to fix it
 EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
+EXIT_VOID = 4  # the budget ended before any history was compared: nothing was tested
+EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
 EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
 
 DEFAULT_REPORTS = Path("reports")
+DEFAULT_EXAMPLES = 2000  # a run's budget when neither --examples nor --seconds is given
+# Upper bounds that catch typos, not limits of the design: a budget's batches are listed up front,
+# and each worker starts a server pair
+MAX_EXAMPLES = 100_000_000
+MAX_WORKERS = 256
+INTERNAL_LOG = "internal-error.log"
+
+
+# -- the parser's checks: each a one-line error, exit 2 ------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (argparse's own print the usage first), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_SETUP, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _whole(text: str, what: str, fix: str) -> int:
+    try:
+        return int(text.strip().replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {what}; {fix}") from None
+
+
+def bounded_count(what: str, minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [minimum, maximum], else one line saying which range."""
+    fix = f"give {minimum} to {maximum:,}"
+
+    def parse(text: str) -> int:
+        value = _whole(text, what, fix)
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{value} {what} is out of range; {fix}")
+        return value
+
+    parse.__name__ = what  # argparse names the type by it in its own messages
+    return parse
+
+
+histories_count = bounded_count("histories", 1, MAX_EXAMPLES)
+workers_count = bounded_count("workers", 1, MAX_WORKERS)
+
+
+def seconds_budget(text: str) -> float:
+    """An argparse type: a time budget, a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; give e.g. 60 or 0.5") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} seconds is no budget; give a number of seconds above 0, e.g. 60")
+    return value
+
+
+def shard_spec(text: str) -> str:
+    """An argparse type: K/N with 1 <= K <= N (kept as written, for the reproduce line)."""
+    from difftest.shards import parse_shard
+
+    try:
+        parse_shard(text)
+    except ValueError as problem:
+        raise argparse.ArgumentTypeError(str(problem).removeprefix("--shard ")) from None
+    return text.strip()
+
+
+def module_file(text: str) -> Path:
+    """An argparse type: an existing file, made absolute (the server runs in its own directory)."""
+    path = Path(text).expanduser().absolute()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file; build the module with 'make setup' "
+                                         "(or cargo build --release) and pass its libemq_native.so")  # fmt: skip
+    return path
+
+
+def scripts_directory(text: str) -> Path:
+    """An argparse type: an existing directory of <verb>.lua scripts, made absolute."""
+    path = Path(text).expanduser().absolute()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such directory; pass a directory of <verb>.lua scripts "
+                                         "such as executors/lua")  # fmt: skip
+    return path
+
+
+def _check_module(path: Path) -> None:
+    """The default module (a type function only sees what is typed) must exist too."""
+    if not path.is_file():
+        raise SetupProblem(f"module {path} does not exist: build it with 'make setup' or pass --module PATH")
+
+
+def _writable_parent(path: Path) -> Path | None:
+    """The nearest existing ancestor of `path` (itself included) when it is a writable directory."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            ok = candidate.is_dir() and os.access(candidate, os.W_OK | os.X_OK)
+            return candidate if ok else None
+    return None
+
+
+def _check_reports(reports: Path) -> None:
+    """One line now for a --reports that cannot hold a run directory, before any server starts."""
+    if _writable_parent(reports.absolute()) is None:
+        raise SetupProblem(f"--reports {reports}: cannot create directories there (not a writable directory); "
+                           "pass a directory you can write, e.g. --reports reports")  # fmt: skip
+
+
+def _make_run_dir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True)
+    except OSError as problem:
+        raise SetupProblem(f"cannot create the run directory {directory} ({problem.strerror}): "
+                           "pass a --reports directory you can write") from None  # fmt: skip
+
+
+def _remove_if_empty(directory: Path) -> None:
+    """A run that wrote nothing leaves no directory behind (a non-empty one is never touched)."""
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only succeeds on an empty directory
 
 
 def new_run_dir(reports: Path, label: str) -> Path:
@@ -53,6 +177,8 @@ def print_result(result: ReplayResult) -> None:
 def replay_and_report(history: hist.History, args: argparse.Namespace, label: str) -> tuple[int, ReplayResult]:
     from difftest.artifacts import save_divergence
 
+    _check_module(args.module)
+    _check_reports(args.reports)
     with Replayer(args.module, lua_scripts=args.lua_scripts, backend=backend_of(args)) as replayer:
         result = replayer.replay(history)
     print_result(result)
@@ -72,24 +198,65 @@ def command_scenario(args: argparse.Namespace) -> int:
     return code
 
 
+def _database_of(args: argparse.Namespace) -> str | None:
+    """--database, else $DIFFTEST_DATABASE, else the local directory; --no-database: none at all.
+    Checked here, naming where the spec came from, so a typo is one line and not a silent default."""
+    from difftest.exampledb import DEFAULT_DIRECTORY, ENVIRONMENT, check_spec
+
+    if args.no_database:
+        return None
+    if args.database:
+        return check_spec(args.database, "--database")
+    if os.environ.get(ENVIRONMENT):
+        return check_spec(os.environ[ENVIRONMENT], ENVIRONMENT)
+    return check_spec(str(DEFAULT_DIRECTORY), "the default example database")
+
+
+def _check_budget(examples: int | None, shard: tuple[int, int]) -> None:
+    """A shard that owns no batch of an example budget would compare nothing: refused up front."""
+    from difftest.campaign import BATCH
+
+    if examples is None:
+        return
+    batches = -(-examples // BATCH)
+    index, count = shard
+    if index > batches:
+        raise SetupProblem(f"--shard {index}/{count} gets no batch of --examples {examples} ({batches} batch(es) of "
+                           f"up to {BATCH}): use at most {batches} shard(s), or a larger --examples")  # fmt: skip
+
+
 def command_run(args: argparse.Namespace) -> int:
     import random
 
-    from difftest import coverage, reports
-    from difftest.campaign import CampaignConfig, run_campaign
-    from difftest.exampledb import DEFAULT_DIRECTORY, ENVIRONMENT, describe
-    from difftest.progress import CampaignProgress, print_table, summary_table
-
-    if not args.module.is_file():
-        raise SetupProblem(f"module {args.module} does not exist: build it with 'make setup' or pass --module PATH")
+    _check_module(args.module)
     if args.attach is not None:
         args.workers = 1  # an attached pair is one pair: one worker replays on it
+    if args.backend == "local" and args.attach is None:
+        from difftest.clock import find_libfaketime
+
+        find_libfaketime()  # a bad DIFFTEST_LIBFAKETIME is one line now, not one per worker
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     shard = _shard(args.shard)
+    examples = None if args.seconds is not None and args.examples is None else (args.examples or DEFAULT_EXAMPLES)
+    _check_budget(examples, shard)
+    database = _database_of(args)
+    _check_reports(args.reports)
     directory = new_run_dir(args.reports, "run")
-    examples = None if args.seconds is not None and args.examples is None else (args.examples or 2000)
-    # --database, else $DIFFTEST_DATABASE, else the local directory; --no-database: none at all
-    database = None if args.no_database else (args.database or os.environ.get(ENVIRONMENT) or str(DEFAULT_DIRECTORY))
+    _make_run_dir(directory)
+    args.run_dir = directory  # where main() writes the traceback, should the tool itself fail
+    try:
+        return _campaign(args, seed, shard, examples, database, directory)
+    finally:
+        _remove_if_empty(directory)  # a start that failed leaves no empty run directory
+
+
+def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examples: int | None,
+              database: str | None, directory: Path) -> int:  # fmt: skip
+    from difftest import coverage, html_report, reports
+    from difftest.campaign import BATCH, CampaignConfig, run_campaign
+    from difftest.exampledb import describe
+    from difftest.progress import CampaignProgress, print_table, summary_table
+
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
@@ -102,7 +269,8 @@ def command_run(args: argparse.Namespace) -> int:
     # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
     with CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
         result = run_campaign(config, on_progress=progress)
-    reports.write(result, directory)
+    document = reports.summary(result)
+    reports.write_document(document, directory)
     print()
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
     print()
@@ -110,16 +278,18 @@ def command_run(args: argparse.Namespace) -> int:
     for failure in result.failures:
         print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
         print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
-    print(
-        f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
-        f"reproduce: difftest run --seed {seed}"
-        + (f" --examples {examples}" if examples is not None else "")
-        + (f" --shard {args.shard}" if args.shard else "")
-    )
+    # the same line report.html shows: every option that changes the histories or which is found first
+    print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
+          f"reproduce: {html_report.reproduce_command(document)}")  # fmt: skip
     if result.interrupted:
         return EXIT_INTERRUPTED
     if result.failures:
         return EXIT_DIVERGENCE
+    if document["verdict"] == "void":
+        budget = f"--seconds {args.seconds:g}" if examples is None else f"--examples {examples}"
+        print(f"difftest: void: no history was compared ({budget} ran out before the first batch of {BATCH} "
+              "histories began: the servers' start took longer); give a larger budget", file=sys.stderr)  # fmt: skip
+        return EXIT_VOID
     if args.require_coverage and coverage.missing(result.labels):
         print(f"coverage incomplete: {', '.join(coverage.missing(result.labels))}", file=sys.stderr)
         return EXIT_COVERAGE
@@ -130,7 +300,7 @@ def command_replay(args: argparse.Namespace) -> int:
     from difftest.artifacts import expected_verdict, history_path
 
     path = history_path(args.file)
-    history = hist.load(path)
+    history = hist.load(path)  # a malformed history is one line (HistoryError) before any server starts
     code, result = replay_and_report(history, args, "replay")
     expect = expected_verdict(path)
     if expect is not None:
@@ -163,10 +333,23 @@ def _summary_of(directory: Path) -> dict[str, object]:
     if not path.is_file():
         raise SetupProblem(f"{directory} has no {SUMMARY}: pass run directories that difftest run wrote")
     try:
-        document: dict[str, object] = json.loads(path.read_text())
+        document = json.loads(path.read_text())
     except (OSError, ValueError) as problem:
         raise SetupProblem(f"{path} cannot be read: {problem}") from None
+    if not isinstance(document, dict):
+        raise SetupProblem(f"{path} holds a JSON {type(document).__name__}, not the object difftest run writes: "
+                           "pass a run directory, or run the campaign again")  # fmt: skip
     return document
+
+
+# what a hand-edited or foreign summary raises where a field has the wrong shape
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _malformed(path: Path, problem: Exception) -> SetupProblem:
+    what = f"{type(problem).__name__}: {problem}" if str(problem) else type(problem).__name__
+    return SetupProblem(f"{path} is not in the shape difftest writes ({what}): "
+                        "run the campaign again, or restore the file from its run")  # fmt: skip
 
 
 def command_merge(args: argparse.Namespace) -> int:
@@ -174,6 +357,8 @@ def command_merge(args: argparse.Namespace) -> int:
     from difftest import reports
     from difftest.shards import ShardMismatch, merge
 
+    if args.out.exists() and not args.out.is_dir():
+        raise SetupProblem(f"{args.out} is a file: merge into a new directory")
     if args.out.exists() and any(args.out.iterdir()):
         raise SetupProblem(f"{args.out} is not empty: merge into a new directory (no report is overwritten)")
     parts = [(directory, _summary_of(directory)) for directory in args.dirs]
@@ -181,6 +366,14 @@ def command_merge(args: argparse.Namespace) -> int:
         document = merge(parts, args.out)
     except ShardMismatch as problem:
         raise SetupProblem(str(problem)) from None
+    except MALFORMED as problem:
+        raise _malformed(Path("a shard's summary.json"), problem) from None
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise SetupProblem(
+            f"cannot create {args.out} ({problem.strerror}): merge into a directory you can write"
+        ) from None
     reports.write_document(document, args.out)
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
@@ -192,6 +385,9 @@ def command_merge(args: argparse.Namespace) -> int:
         return EXIT_DIVERGENCE
     if document["verdict"] == "interrupted":
         return EXIT_INTERRUPTED
+    if document["verdict"] == "void":
+        print("difftest: void: the shards compared no history; run them with a larger budget", file=sys.stderr)
+        return EXIT_VOID
     if args.require_coverage and document["coverage_missing"]:
         print(f"coverage incomplete: {', '.join(document['coverage_missing'])}", file=sys.stderr)
         return EXIT_COVERAGE
@@ -212,17 +408,38 @@ def command_report(args: argparse.Namespace) -> int:
             mutation_report = importlib.import_module("mutants.report")
         except ImportError as missing:
             raise SetupProblem(f"{directory} is a mutation run, but mutants/report.py cannot load: {missing}") from None
+        outcomes = directory / mutation_report.OUTCOMES
         try:
-            document = json.loads((directory / mutation_report.OUTCOMES).read_text())
-        except ValueError as problem:
-            raise SetupProblem(f"{directory / mutation_report.OUTCOMES} cannot be read: {problem}") from None
+            document = json.loads(outcomes.read_text())
+        except (OSError, ValueError) as problem:
+            raise SetupProblem(f"{outcomes} cannot be read: {problem}") from None
+        try:
+            text = mutation_report.html_page(document)
+        except MALFORMED as problem:
+            raise _malformed(outcomes, problem) from None
         page = directory / mutation_report.HTML
-        page.write_text(mutation_report.html_page(document), encoding="utf-8")
+        _write_page(page, text)
     else:
-        _summary_of(directory)  # one clear line if it is missing or broken
-        page = reports.rerender(directory)
+        from difftest import html_report
+
+        summary = _summary_of(directory)  # one clear line if it is missing or broken
+        try:
+            text = html_report.render(summary)
+        except MALFORMED as problem:
+            raise _malformed(directory / reports.SUMMARY, problem) from None
+        page = directory / reports.HTML
+        _write_page(page, text)
     print(f"report: {page}")
     return EXIT_OK
+
+
+def _write_page(page: Path, text: str) -> None:
+    try:
+        page.write_text(text, encoding="utf-8")
+    except OSError as problem:
+        raise SetupProblem(
+            f"cannot write {page} ({problem.strerror}): render it in a directory you can write"
+        ) from None
 
 
 def command_servers(args: argparse.Namespace) -> int:
@@ -280,6 +497,8 @@ EXIT_MEANINGS = {
     EXIT_DIVERGENCE: "a divergence: its artifact is under reports/",
     EXIT_SETUP: "bad set-up or input: one line on stderr says what and how to fix it",
     EXIT_COVERAGE: "--require-coverage and a behaviour label was not reached",
+    EXIT_VOID: "void: the budget ended before any history was compared (verdict void)",
+    EXIT_INTERNAL: "difftest itself failed: one line on stderr, the traceback in a log it names",
     EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
 }
 MUTANTS_EXITS = {  # mutants/README.md: the runner's own codes, passed through unchanged
@@ -298,7 +517,7 @@ def _epilog(examples: Sequence[str], codes: dict[int, str]) -> str:
 
 
 def _subcommand(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: argparse._SubParsersAction[_Parser],
     name: str,
     summary: str,
     description: str,
@@ -332,13 +551,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--module",
-        type=Path,
+        type=module_file,
         default=DEFAULT_MODULE,
         help="the native module to load (default: this checkout's release build)",
     )
     parser.add_argument(
         "--lua-scripts",
-        type=Path,
+        type=scripts_directory,
         default=None,
         help="a directory of <verb>.lua scripts to use instead of executors/lua",
     )
@@ -362,7 +581,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="difftest",
         description=_paragraph(
             """Differential testing of the EMQ job queue's two executors: the retired Lua scripts and the
@@ -407,11 +626,14 @@ def build_parser() -> argparse.ArgumentParser:
         EXIT_MEANINGS,
     )  # fmt: skip
     _common(run)
-    run.add_argument("--examples", type=int, default=None, help="histories to run (default 2000)")
-    run.add_argument("--seconds", type=float, default=None, help="run for this long instead of a count")
+    run.add_argument("--examples", type=histories_count, default=None,
+                     help=f"histories to run, 1 to {MAX_EXAMPLES:,} (default {DEFAULT_EXAMPLES})")  # fmt: skip
+    run.add_argument("--seconds", type=seconds_budget, default=None,
+                     help="run for this long (seconds above 0) instead of a count")  # fmt: skip
     run.add_argument("--seed", type=int, default=None, help="reproduce a run exactly (default: random, printed)")
-    run.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
-                     help="worker processes, each with its own server pair pinned to a core")  # fmt: skip
+    run.add_argument("--workers", type=workers_count, default=min(len(os.sched_getaffinity(0)), MAX_WORKERS),
+                     help=f"worker processes (1 to {MAX_WORKERS}), each with its own server pair pinned to a core "
+                     "(default: one per core)")  # fmt: skip
     run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
     database = run.add_mutually_exclusive_group()
     database.add_argument("--database", metavar="SPEC", default=None,
@@ -421,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     database.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
     run.add_argument("--require-coverage", action="store_true",
                      help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
-    run.add_argument("--shard", metavar="K/N", default=None,
+    run.add_argument("--shard", metavar="K/N", type=shard_spec, default=None,
                      help="run only shard K of N of the seed's batches (batches b with b %% N == K-1); "
                      "join the shards' run directories with difftest merge")  # fmt: skip
     scenario = _subcommand(
@@ -430,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
         and the decided differences D1, D6 and D7, on a fresh server pair, and print each step's verdict.
         A divergence is saved as an artifact under reports/.""",
         ["difftest scenario", "difftest scenario --backend docker", "difftest scenario --lua-scripts my-scripts/"],
-        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERRUPTED)},
+        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_INTERRUPTED)},
     )  # fmt: skip
     _common(scenario)
     replay = _subcommand(
@@ -444,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
             "difftest replay reports/<run>/failures/batch-3",
             "difftest replay reports/<run>/failures/batch-3 --lua-scripts fixed-scripts/   # is it fixed?",
         ],
-        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERRUPTED)},
+        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_INTERRUPTED)},
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
@@ -463,7 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
         ],
         {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence: the first divergent batch's artifact, "
          "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
-         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
+         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_VOID: "void: the shards compared no history",
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
     )  # fmt: skip
     merge.add_argument("out", type=Path, help="a new directory for the merged report")
     merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
@@ -475,7 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
         from before report.html existed. For a mutation run's directory (it holds outcomes.json), the
         mutation report's page is rendered instead. Nothing else in DIR changes.""",
         ["difftest report reports/<run>", "difftest report reports/mutants-<time>"],
-        {EXIT_OK: "report.html written", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP]},
+        {EXIT_OK: "report.html written", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL]},
     )  # fmt: skip
     report.add_argument("dir", type=Path, help="a run directory (summary.json) or a mutation run's (outcomes.json)")
     from executors.native.adapter import DEFAULT_MODULE
@@ -496,11 +720,11 @@ def build_parser() -> argparse.ArgumentParser:
             "DIFFTEST_LUA_PORT=8801 DIFFTEST_NATIVE_PORT=8802 difftest servers up --project mine",
             "difftest servers down",
         ],
-        {EXIT_OK: "done", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
+        {EXIT_OK: "done", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP], EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL],
          EXIT_INTERRUPTED: "interrupted: a half-made pair removed"},
     )  # fmt: skip
     servers.add_argument("action", choices=("up", "down", "build"), help="what to do with the pair")
-    servers.add_argument("--module", type=Path, default=DEFAULT_MODULE,
+    servers.add_argument("--module", type=module_file, default=DEFAULT_MODULE,
                          help="the native image's module (default: this checkout's release build)")  # fmt: skip
     servers.add_argument("--project", default=None,
                          help="the compose project (default: $COMPOSE_PROJECT_NAME, else difftest)")  # fmt: skip
@@ -528,19 +752,69 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(problem: BaseException) -> str:
+    text = " ".join(str(problem).split())
+    return f"{type(problem).__name__}: {text}" if text else type(problem).__name__
+
+
+def write_traceback(problem: BaseException, run_dir: Path | None, reports: Path | None) -> Path:
+    """The traceback, in the run's directory, else under the reports directory, else in the
+    temporary directory (whichever first takes it); returns the log's path."""
+    text = "".join(traceback.format_exception(problem))
+    stamp = dt.datetime.now(tz=dt.UTC).strftime("%Y%m%dT%H%M%S")
+    elsewhere = f"internal-error-{stamp}-{os.getpid()}.log"  # beside other runs: named apart
+    places = [(run_dir, INTERNAL_LOG), (reports, elsewhere), (DEFAULT_REPORTS, elsewhere)]
+    for place, name in places:
+        if place is None:
+            continue
+        try:
+            place.mkdir(parents=True, exist_ok=True)
+            (place / name).write_text(text)
+            return place / name
+        except OSError:
+            continue
+    handle, name = tempfile.mkstemp(prefix="difftest-internal-error-", suffix=".log")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    return Path(name)
+
+
+def _lost_connection(problem: Exception) -> bool:
+    """A server closed its connection mid-replay: it crashed, or something stopped it."""
+    try:
+        from valkey.exceptions import ConnectionError as ValkeyConnectionError
+    except ImportError:
+        return False
+    return isinstance(problem, ValkeyConnectionError | ConnectionResetError | BrokenPipeError)
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": command_run, "scenario": command_scenario, "replay": command_replay, "servers": command_servers,
+    "merge": command_merge, "report": command_report,
+}  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["mutants"]:
         return command_mutants(argv[1:])  # the runner parses its own arguments and has its own codes
-    args = build_parser().parse_args(argv)
+    args: Any = None
     try:
-        handler = {"run": command_run, "scenario": command_scenario, "replay": command_replay,
-                   "servers": command_servers, "merge": command_merge,
-                   "report": command_report}[args.command]  # fmt: skip
-        return handler(args)
+        try:
+            args = build_parser().parse_args(argv)  # bad options: one line from _Parser.error
+        except SystemExit as leaving:  # --help (0) or a bad option (2): a code, like every other way out
+            return leaving.code if isinstance(leaving.code, int) else EXIT_SETUP
+        return HANDLERS[args.command](args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
         return EXIT_SETUP
     except KeyboardInterrupt:
         print("difftest: interrupted; servers and temporary files removed", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as problem:  # the tool itself failed: never exit 1, which means a divergence
+        log = write_traceback(problem, getattr(args, "run_dir", None), getattr(args, "reports", None))
+        what = _one_line(problem)
+        if _lost_connection(problem):
+            what = f"a server closed its connection mid-replay ({what}): it crashed, or something else stopped it"
+        print(f"difftest: internal error: {what}; the traceback is in {log}", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -22,17 +22,41 @@ LIBFAKETIME_CANDIDATES = (
 
 # 2026-01-01T00:00:00Z: a fixed origin so that every run's scores are reproducible.
 DEFAULT_START_MS = 1_767_225_600_000
+# 9999-12-31T23:59:59.999Z: the last moment libfaketime's timestamp file (a four-digit year, written
+# through datetime) can hold; a history's clock must stay within [0, MAX_MS]
+MAX_MS = 253_402_300_799_999
+LIBFAKETIME_VARIABLE = "DIFFTEST_LIBFAKETIME"
+ELF_MAGIC = b"\x7fELF"
 
 
 def find_libfaketime() -> Path:
-    override = os.environ.get("DIFFTEST_LIBFAKETIME")
-    for candidate in ([override] if override else []) + list(LIBFAKETIME_CANDIDATES):
+    override = os.environ.get(LIBFAKETIME_VARIABLE)
+    if override:
+        # named on purpose: a wrong path must not fall back to another library (or preload nothing,
+        # which the dynamic loader only warns about, leaving the servers on the real clock)
+        return _checked_override(override)
+    for candidate in LIBFAKETIME_CANDIDATES:
         if Path(candidate).is_file():
             return Path(candidate)
     raise SetupProblem(
         "libfaketime not found (needed to freeze the servers' clock): "
         "run 'apt-get install -y libfaketime' or set DIFFTEST_LIBFAKETIME to its path"
     )
+
+
+def _checked_override(value: str) -> Path:
+    path = Path(value)
+    fix = f"point {LIBFAKETIME_VARIABLE} at libfaketime.so.1, or unset it to use Debian's (apt-get install libfaketime)"
+    if not path.is_file():
+        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: no such file; {fix}")
+    try:
+        with path.open("rb") as library:
+            magic = library.read(len(ELF_MAGIC))
+    except OSError as problem:
+        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: cannot be read ({problem.strerror}); {fix}") from None
+    if magic != ELF_MAGIC:
+        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: not a shared library (no ELF header); {fix}")
+    return path.absolute()
 
 
 def format_timestamp(ms: int) -> str:

@@ -97,14 +97,24 @@ def missing(reached: Counter[str]) -> list[str]:
     return [label for label in REQUIRED if reached[label] == 0]
 
 
+TABLE_LABEL_WIDTH = 90
+
+
 def table(reached: Counter[str]) -> str:
-    """The coverage table: every required label with its count, then anything else reached."""
-    width = max(len(label) for label in REQUIRED)
-    lines = [f"{'behaviour':<{width}}  {'count':>7}"]
-    for label in REQUIRED:
-        count = reached[label]
-        lines.append(f"{label:<{width}}  {count:>7}" + ("  MISSING" if count == 0 else ""))
+    """The coverage table: every required label with its count, then, as a second section, every
+    other label reached (error replies, refusals), one a row: a table that fits a terminal and a
+    diff, rather than one line of thousands of characters."""
     extra = sorted(label for label in reached if label not in REQUIRED)
+    # labels past TABLE_LABEL_WIDTH are cut (with "…") so that no row is longer than ~100 characters
+    width = min(max(len(label) for label in (*REQUIRED, *extra)), TABLE_LABEL_WIDTH)
+
+    def row(label: str, count: int) -> str:
+        shown = label if len(label) <= width else label[: width - 1] + "…"
+        return f"{shown:<{width}}  {count:>7}"
+
+    lines = [f"{'behaviour':<{width}}  {'count':>7}"]
+    lines += [row(label, reached[label]) + ("  MISSING" if reached[label] == 0 else "") for label in REQUIRED]
     if extra:
-        lines.append("also reached: " + ", ".join(f"{label}×{reached[label]}" for label in extra))
+        lines += ["", f"{'also reached (outside the required set)':<{width}}  {'count':>7}"]
+        lines += [row(label, reached[label]) for label in extra]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -30,6 +31,28 @@ def describe(spec: str | Path) -> str:
     parts = urlsplit(str(spec))
     host = parts.hostname or "localhost"
     return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
+
+
+def check_spec(spec: str, origin: str) -> str:
+    """The spec when it names a usable database, else a one-line SetupProblem naming `origin` (the
+    option or variable it came from): an unknown URL scheme (which would be taken for a directory
+    named `http:/...`), or a directory that cannot be made or written (Hypothesis would then save
+    nothing, silently). A directory is made here if it is missing."""
+    scheme = urlsplit(spec).scheme
+    if "://" in spec and scheme not in _SCHEMES:
+        raise SetupProblem(f"{origin} {spec!r}: unknown scheme {scheme + '://'!r}; the example database is a "
+                           "directory or valkey://HOST:PORT[/DB] (valkeys:// for TLS)")  # fmt: skip
+    if is_server(spec):
+        return spec
+    directory = Path(spec)
+    fix = "name a directory you can write, or pass --no-database"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise SetupProblem(f"{origin} {spec}: cannot make that directory ({problem.strerror}); {fix}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise SetupProblem(f"{origin} {spec}: that directory is not writable; {fix}")
+    return spec
 
 
 def _client(spec: str) -> Redis:

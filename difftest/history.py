@@ -14,12 +14,54 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from difftest.calls import Call, as_bytes
-from difftest.clock import DEFAULT_START_MS
+from difftest.clock import DEFAULT_START_MS, MAX_MS
 from difftest.commands import TRANSITIONS, queue_keys
 from difftest.guards import queue_of_base
 
 FORMAT = "difftest-history"
 VERSION = 1
+
+# Raw steps corrupt the keyspace; these commands would instead stop, block, re-point or reconfigure
+# the server or the harness's own connection, and a replay would end in a lost connection or a
+# hang rather than a verdict. Restarts and crashes have their own steps. (FLUSHALL and the like
+# stay allowed: they only write data.)
+REFUSED_RAW: dict[str, str] = {
+    "SHUTDOWN": "stops the server (use a 'restart' or 'crash' step)",
+    "DEBUG": "can crash, pause or reload the server (use a 'crash' step)",
+    "MONITOR": "turns the connection into a feed of every command",
+    "SUBSCRIBE": "turns the connection into a subscriber",
+    "PSUBSCRIBE": "turns the connection into a subscriber",
+    "SSUBSCRIBE": "turns the connection into a subscriber",
+    "REPLICAOF": "makes the server a replica of another",
+    "SLAVEOF": "makes the server a replica of another",
+    "FAILOVER": "hands the server's role to a replica",
+    "SYNC": "turns the connection into a replication stream",
+    "PSYNC": "turns the connection into a replication stream",
+    "MODULE": "loads or unloads modules (the native side's executor is one)",
+    "QUIT": "closes the harness's connection",
+    "RESET": "resets the harness's connection",
+    "HELLO": "changes the protocol or identity of the harness's connection",
+    "AUTH": "changes the identity of the harness's connection",
+    "SELECT": "moves the harness's connection off database 0, which every step is judged on",
+    "MULTI": "would queue the harness's own commands in a transaction",
+    "BLPOP": "blocks the connection",
+    "BRPOP": "blocks the connection",
+    "BRPOPLPUSH": "blocks the connection",
+    "BLMOVE": "blocks the connection",
+    "BLMPOP": "blocks the connection",
+    "BZPOPMIN": "blocks the connection",
+    "BZPOPMAX": "blocks the connection",
+    "BZMPOP": "blocks the connection",
+    "WAIT": "blocks the connection",
+    "WAITAOF": "blocks the connection",
+}
+# commands refused only with these subcommands (the rest of the family only reads)
+REFUSED_RAW_SUBCOMMANDS: dict[str, dict[str, str]] = {
+    "CLIENT": {sub: "kills, pauses or silences connections" for sub in ("KILL", "PAUSE", "REPLY", "UNPAUSE")},
+    "CONFIG": {sub: "reconfigures the server" for sub in ("SET", "REWRITE", "RESETSTAT")},
+    "ACL": {sub: "changes the users the history's calls run as (declare them in the header)"
+            for sub in ("SETUSER", "DELUSER", "LOAD", "SAVE")},
+}  # fmt: skip
 
 
 class HistoryError(ValueError):
@@ -200,6 +242,29 @@ def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True
     return value
 
 
+def _queue_field(value: Any, where: str) -> bytes:
+    """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
+    `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise HistoryError(f'{where}: a queue name is a string or {{"hex": ...}}, got the number {value!r}; '
+                           f'write "{value}" if the queue is named so')  # fmt: skip
+    return _decode_bytes(value, where)
+
+
+def _refusal(command: Sequence[bytes]) -> str | None:
+    """Why a raw command may not run in a history, or None when it may."""
+    name = command[0].decode("utf-8", "replace").upper()
+    if name in REFUSED_RAW:
+        return f"{name} {REFUSED_RAW[name]}"
+    sub = command[1].decode("utf-8", "replace").upper() if len(command) > 1 else ""
+    why = REFUSED_RAW_SUBCOMMANDS.get(name, {}).get(sub)
+    if why is not None:
+        return f"{name} {sub} {why}"
+    if name in ("XREAD", "XREADGROUP") and any(part.upper() == b"BLOCK" for part in command[1:]):
+        return f"{name} BLOCK blocks the connection"
+    return None
+
+
 def _parse_call(obj: dict[str, Any], where: str) -> Call:
     verb = _require(obj, "verb", where)
     if verb not in TRANSITIONS:
@@ -208,7 +273,7 @@ def _parse_call(obj: dict[str, Any], where: str) -> Call:
         args = obj.get("args", [])
         if not isinstance(args, list):
             raise HistoryError(f"{where} field 'args': expected a list, got {args!r}")
-        queue = _decode_bytes(obj["queue"], f"{where} field 'queue'")
+        queue = _queue_field(obj["queue"], f"{where} field 'queue'")
         decoded = [_decode_bytes(a, f"{where} field 'args'[{i}]") for i, a in enumerate(args)]
         return Call.of(verb, queue, *decoded)
     if "rest" in obj:
@@ -246,7 +311,12 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         command = _require(obj, "command", where)
         if not isinstance(command, list) or not command:
             raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
-        return RawWrite(tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command)))
+        parts = tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command))
+        refused = _refusal(parts)
+        if refused is not None:
+            raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
+                               "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
+        return RawWrite(parts)
     raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)")
 
 
@@ -281,6 +351,18 @@ def _check_workers(steps: list[tuple[int, Step]], name: str) -> None:
         raise HistoryError(f"{name}:{steps[index][0]}: {problem}")
 
 
+def _check_clock(steps: Sequence[tuple[int, Step]], start_ms: int, name: str) -> None:
+    """The clock a history moves must stay showable: refused at load, not as a traceback mid-replay."""
+    now = start_ms
+    for line, step in steps:
+        if isinstance(step, Advance):
+            now += step.ms
+            if now > MAX_MS:
+                raise HistoryError(f"{name}:{line} field 'ms': advancing by {step.ms} takes the clock to {now} ms, "
+                                   f"past the last moment the frozen clock can show ({MAX_MS} ms, "
+                                   "9999-12-31T23:59:59.999Z); advance by less")  # fmt: skip
+
+
 def loads(text: str, name: str = "<history>") -> History:
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     if not lines:
@@ -301,6 +383,9 @@ def loads(text: str, name: str = "<history>") -> History:
     if version != VERSION:
         raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")
     start_ms = _int_field(header, "start_ms", where) if "start_ms" in header else DEFAULT_START_MS
+    if start_ms > MAX_MS:
+        raise HistoryError(f"{where} field 'start_ms': {start_ms} is past the last moment the frozen clock can show "
+                           f"({MAX_MS} ms, 9999-12-31T23:59:59.999Z); use a smaller start")  # fmt: skip
     users_raw = header.get("users", {})
     if not isinstance(users_raw, dict):
         raise HistoryError(f"{where} field 'users': expected an object of name -> list of ACL rules")
@@ -316,6 +401,7 @@ def loads(text: str, name: str = "<history>") -> History:
         raise HistoryError(f"{where} field 'seed': expected an integer, got {seed!r}")
     parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
     _check_workers(parsed, name)
+    _check_clock(parsed, start_ms, name)
     return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")))
 
 

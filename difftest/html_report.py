@@ -19,6 +19,7 @@ VERDICTS = {
     "agree": ("ok", "the two executors agree under the parity contract"),
     "divergence": ("bad", "DIVERGENCE: the executors differ outside the contract"),
     "interrupted": ("warn", "interrupted: the campaign did not finish"),
+    "void": ("warn", "void: no history was compared, so nothing was tested (the budget ended first)"),
 }
 
 _CSS = """
@@ -170,19 +171,33 @@ def budget_text(budget: dict[str, Any]) -> str:
     return "unknown"
 
 
+def _typed(value: Any) -> str:
+    """A budget as typed back: 20, not 20.0; 1234567.5, not :g's 1.23457e+06."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def reproduce_command(summary: dict[str, Any]) -> str:
-    """The command line that runs this campaign again (the same seed and budget, and shard)."""
+    """The command line that runs this campaign again: every option that changes the histories (seed,
+    budget, shard, restarts, the example database, which replays its stored failures first) or which
+    divergence is found first (workers; with --seconds also how many batches finish in time). The
+    `difftest run` line printed at the end of a run is this one."""
     budget = summary.get("budget", {})
     words = ["difftest", "run", "--seed", str(summary.get("seed"))]
     if budget.get("examples") is not None:
-        words += ["--examples", str(budget["examples"])]
-    elif budget.get("seconds") is not None:
-        words += ["--seconds", f"{budget['seconds']:g}"]
+        words += ["--examples", _typed(budget["examples"])]
+    if budget.get("seconds") is not None:
+        words += ["--seconds", _typed(budget["seconds"])]
+    # a merge stands for the unsharded one-worker run it equals (README, "Sharding")
+    workers = 1 if summary.get("shards") else summary.get("workers")
+    if workers:
+        words += ["--workers", str(workers)]
     shard = summary.get("shard")
     if shard:
         words += ["--shard", f"{shard['index']}/{shard['count']}"]
     if summary.get("restarts") is False:
         words.append("--no-restarts")
+    if "database" in summary:  # summaries from before it was recorded say nothing of it
+        words += ["--database", str(summary["database"])] if summary["database"] else ["--no-database"]
     if summary.get("lua_scripts"):
         words += ["--lua-scripts", str(summary["lua_scripts"])]
     return shlex.join(words)

@@ -18,15 +18,19 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from difftest import coverage, html_report
 from difftest.campaign import BatchRecord, CampaignResult
+from difftest.exampledb import describe
 
 SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "report.html"
 
 
-def verdict(divergences: list[Any], interrupted: bool) -> str:
-    """The campaign's verdict as `difftest run` exits on it: a divergence outranks an interruption."""
+def verdict(divergences: list[Any], interrupted: bool, histories: int | None = None) -> str:
+    """The campaign's verdict as `difftest run` exits on it: a divergence outranks an interruption;
+    a campaign that compared no history is void, not "agree" (it tested nothing)."""
     if divergences:
         return "divergence"
-    return "interrupted" if interrupted else "agree"
+    if interrupted:
+        return "interrupted"
+    return "void" if histories == 0 else "agree"
 
 
 def batch_entry(record: BatchRecord, started_at: float) -> dict[str, Any]:
@@ -68,13 +72,15 @@ def summary(result: CampaignResult) -> dict[str, Any]:
         divergences.append(entry)
     index, count = config.shard
     return {
-        "verdict": verdict(divergences, result.interrupted),
+        "verdict": verdict(divergences, result.interrupted, result.histories),
         "seed": config.seed,
         "budget": {"examples": config.examples, "seconds": config.seconds},
         "shard": {"index": index, "count": count} if count > 1 else None,
         "restarts": config.restarts,
         "max_steps": config.max_steps,
         "workers": config.workers,
+        # the example database replays stored failures first: part of what reproduces a run
+        "database": describe(config.database) if config.database else None,
         "module": str(config.module),
         "lua_scripts": str(config.lua_scripts) if config.lua_scripts else None,
         "histories": result.histories,

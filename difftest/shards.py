@@ -142,7 +142,7 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
 
     first_doc = parts[0][1]
     return {
-        "verdict": verdict(divergences, interrupted),
+        "verdict": verdict(divergences, interrupted, histories),
         "seed": first_doc.get("seed"),
         "budget": budget,
         "shard": None,
@@ -150,6 +150,7 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "restarts": first_doc.get("restarts"),
         "max_steps": first_doc.get("max_steps"),
         "workers": sum(int(d.get("workers", 1)) for _, d in parts),
+        "database": joined("database"),
         "module": joined("module"),
         "lua_scripts": joined("lua_scripts"),
         "histories": histories,

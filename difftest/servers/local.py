@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,6 +66,14 @@ def pin_to_core(core: int) -> int:
     chosen = cores[core % len(cores)]
     os.sched_setaffinity(0, {chosen})
     return chosen
+
+
+_LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d{2} \w{3} \d{4} [\d:.]+ [.*#-] ")
+
+
+def _log_message(line: str) -> str:
+    """A server log line without its "pid:role date time level" prefix."""
+    return _LOG_PREFIX.sub("", line.strip())
 
 
 class EmbeddedServer(SocketClients):
@@ -202,6 +211,7 @@ class EmbeddedServer(SocketClients):
                     process = self._process
                     assert process is not None
                     continue
+                _forget_clock_memory(process.pid)  # it died at start: whatever it made in /dev/shm goes too
                 raise self._start_failure(code, stderr, log_offset, port)
             if self.socket_path.exists() and self._ping():
                 break
@@ -230,17 +240,18 @@ class EmbeddedServer(SocketClients):
         text = stderr + "\n" + log
         if "Address already in use" in text and port:
             return _PortTaken()
+        lines = [_log_message(ln) for ln in text.splitlines() if ln.strip()]
         if "Module" in text and ("failed" in text or "Can't load" in text or "Error" in text):
-            line = next(
-                (ln for ln in text.splitlines() if "odule" in ln and ("fail" in ln or "rror" in ln)),
-                "",
-            )
+            # the server's own words about the module (e.g. "does not export ValkeyModule_OnLoad()"),
+            # never an empty reason: else the last lines it wrote
+            said = [ln for ln in lines if "odule" in ln] or lines[-2:] or ["(no output)"]
             return SetupProblem(
                 f"{self.name}: valkey-server could not load module {self.module}: "
-                f"{line.strip()[-200:]}; rebuild it with 'make setup' or check its arguments"
+                f"{' / '.join(said[-2:])[-300:]}; pass the libemq_native.so that cargo build --release "
+                "makes (make setup builds this checkout's)"
             )
-        last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
-        return SetupProblem(f"{self.name}: valkey-server exited with code {code} at start: {last[0].strip()[-240:]}")
+        last = lines[-1:] or ["(no output)"]
+        return SetupProblem(f"{self.name}: valkey-server exited with code {code} at start: {last[0][-240:]}")
 
     def request_shutdown(self) -> None:
         """Send SHUTDOWN without waiting for the process: `stop` waits."""

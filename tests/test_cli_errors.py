@@ -1,0 +1,339 @@
+"""Runs that end well: every bad budget, count or input is one line on stderr and exit 2 before
+anything starts; a budget that compared nothing is void (exit 4), never "agree"; difftest's own
+failures are exit 70 with the traceback in a log, never exit 1 (a divergence) and never a bare
+traceback. Each case runs the real command line (difftest.cli.main) on real servers where it needs
+them; no test mocks Valkey."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from difftest import cli, coverage
+from difftest import history as hist
+from difftest.cli import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
+from difftest.clock import DEFAULT_START_MS, MAX_MS
+from executors.native.adapter import DEFAULT_MODULE
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = '{"format": "difftest-history", "version": 1}'
+ENQUEUE = '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "payload", 0]}'
+
+
+def outcome(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
+    """(exit code, stdout, stderr's lines) of `difftest ARGV`, whether main returns or argparse exits."""
+    try:
+        code = main(argv)
+    except SystemExit as leaving:
+        code = leaving.code if isinstance(leaving.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err.splitlines()
+
+
+def one_line(lines: list[str], *needles: str) -> str:
+    """The single stderr line, which names the problem; no traceback anywhere."""
+    assert len(lines) == 1, lines
+    assert "Traceback" not in lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def history_file(tmp_path: Path, *lines: str, header: str = HEADER) -> Path:
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return path
+
+
+# -- budgets and counts: refused by the parser, one line, exit 2 ---------------------------------
+
+BAD_RUN_OPTIONS = [
+    (["--seconds", "0"], ["--seconds", "0 seconds"]),
+    (["--seconds", "-3"], ["--seconds", "-3 seconds"]),
+    (["--seconds", "nan"], ["--seconds", "nan"]),
+    (["--seconds", "soon"], ["--seconds", "'soon'"]),
+    (["--examples", "0"], ["--examples", "0 histories", "1 to"]),
+    (["--examples", "-5"], ["--examples", "-5 histories"]),
+    (["--examples", "many"], ["--examples", "'many'"]),
+    (["--examples", str(cli.MAX_EXAMPLES + 1)], ["--examples", "out of range"]),
+    (["--workers", "0"], ["--workers", "0 workers", "1 to"]),
+    (["--workers", "-1"], ["--workers", "-1 workers"]),
+    (["--shard", "3/2"], ["--shard", "3/2", "between 1 and N"]),
+    (["--shard", "0/2"], ["--shard", "0/2"]),
+    (["--shard", "two"], ["--shard", "'two'", "K/N"]),
+    (["--shard", "1/0"], ["--shard", "1/0"]),
+    (["--examples", "40", "--shard", "2/2"], ["--shard 2/2", "no batch", "--examples 40"]),
+    (["--seed", "x"], ["--seed", "'x'"]),
+    (["--database", "http://x"], ["--database", "http://x", "unknown scheme", "valkey://"]),
+    (["--database", "/proc/nope"], ["--database /proc/nope", "--no-database"]),
+    (["--module", "no/such/libemq_native.so"], ["--module", "no/such/libemq_native.so", "make setup"]),
+    (["--lua-scripts", "no/such/dir"], ["--lua-scripts", "no/such/dir", "<verb>.lua"]),
+]
+
+
+@pytest.mark.parametrize(("options", "needles"), BAD_RUN_OPTIONS, ids=lambda v: " ".join(v))
+def test_a_bad_run_option_is_one_line_and_exit_2(
+    options: list[str], needles: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "reports"
+    code, _, err = outcome(["run", *options, "--reports", str(reports)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, *needles)
+    assert not reports.exists(), "a run refused up front makes no run directory"
+
+
+def test_an_unknown_database_scheme_in_the_environment_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DIFFTEST_DATABASE", "http://db-host/0")
+    code, _, err = outcome(["run", "--examples", "2", "--reports", str(tmp_path)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, "DIFFTEST_DATABASE", "http://db-host/0", "unknown scheme")
+
+
+def test_an_unwritable_reports_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for command in (
+        ["run", "--examples", "2", "--no-database"],
+        ["replay", str(ROOT / "tests/histories/d2_meta_error.jsonl")],
+    ):
+        code, _, err = outcome([*command, "--reports", str(blocker / "reports")], capsys)
+        assert code == EXIT_SETUP, command
+        one_line(err, str(blocker / "reports"), "writ")
+
+
+def test_a_bad_libfaketime_variable_is_refused_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    not_a_library = tmp_path / "libfaketime.so.1"
+    not_a_library.write_text("not ELF")
+    for value, why in ((str(tmp_path / "missing.so"), "no such file"), (str(not_a_library), "not a shared library")):
+        monkeypatch.setenv("DIFFTEST_LIBFAKETIME", value)
+        code, _, err = outcome(["run", "--examples", "2", "--no-database", "--reports", str(tmp_path / "r")], capsys)
+        assert code == EXIT_SETUP
+        one_line(err, f"DIFFTEST_LIBFAKETIME={value}", why)
+        code, _, err = outcome(["scenario", "--reports", str(tmp_path / "r")], capsys)
+        assert code == EXIT_SETUP
+        one_line(err, "DIFFTEST_LIBFAKETIME", why)
+    assert not (tmp_path / "r").exists()
+
+
+# -- histories: refused at load, naming the line and the field ------------------------------------
+
+BAD_HISTORIES = [
+    ([ENQUEUE, '{"op": "advance", "ms": 999999999999999999}'], HEADER, [":3 field 'ms'", "past the last moment"]),
+    (
+        [ENQUEUE, '{"op": "advance", "ms": 2}'],
+        f'{{"format": "difftest-history", "version": 1, "start_ms": {MAX_MS - 1}}}',
+        [":3 field 'ms'", str(MAX_MS + 1)],
+    ),
+    ([ENQUEUE], f'{{"format": "difftest-history", "version": 1, "start_ms": {10**20}}}', [":1 field 'start_ms'"]),
+    (['{"op": "raw", "command": ["SHUTDOWN", "NOSAVE"]}'], HEADER, [":2 field 'command'", "SHUTDOWN", "'crash'"]),
+    (['{"op": "raw", "command": ["debug", "segfault"]}'], HEADER, [":2 field 'command'", "DEBUG"]),
+    (['{"op": "raw", "command": ["CLIENT", "KILL", "TYPE", "normal"]}'], HEADER, [":2 field 'command'", "CLIENT KILL"]),
+    (['{"op": "raw", "command": ["REPLICAOF", "10.0.0.1", "6379"]}'], HEADER, [":2 field 'command'", "REPLICAOF"]),
+    (['{"op": "raw", "command": ["MONITOR"]}'], HEADER, [":2 field 'command'", "MONITOR"]),
+    (['{"op": "raw", "command": ["SUBSCRIBE", "c"]}'], HEADER, [":2 field 'command'", "SUBSCRIBE"]),
+    (['{"op": "raw", "command": ["BLPOP", "k", 0]}'], HEADER, [":2 field 'command'", "blocks"]),
+    (['{"op": "raw", "command": ["CONFIG", "SET", "maxmemory", "1"]}'], HEADER, [":2 field 'command'", "CONFIG SET"]),
+    (
+        ['{"op": "call", "verb": "ENQUEUE", "queue": 5, "args": ["j1", "p", 0]}'],
+        HEADER,
+        [":2 field 'queue'", "number 5"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("steps", "header", "needles"), BAD_HISTORIES, ids=lambda v: str(v)[:40])
+def test_a_bad_history_is_one_line_naming_line_and_field(
+    steps: list[str], header: str, needles: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = history_file(tmp_path, *steps, header=header)
+    code, _, err = outcome(["replay", str(path), "--reports", str(tmp_path / "r")], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, str(path), *needles)
+
+
+def test_what_a_history_may_still_say() -> None:
+    # integers in args and raw commands are a documented convenience (README's example); FLUSHALL
+    # and the read-only members of a refused family are writes or reads, not a stop
+    loaded = hist.loads("\n".join([
+        f'{{"format": "difftest-history", "version": 1, "start_ms": {MAX_MS - 5}}}', ENQUEUE,
+        '{"op": "advance", "ms": 5}', '{"op": "raw", "command": ["FLUSHALL"]}',
+        '{"op": "raw", "command": ["CONFIG", "GET", "maxmemory"]}', '{"op": "raw", "command": ["ZADD", "k", 5, "m"]}',
+    ]))  # fmt: skip
+    assert loaded.start_ms == MAX_MS - 5 and len(loaded.steps) == 5
+    assert loaded.steps[-1] == hist.raw("ZADD", "k", "5", "m")
+
+
+def test_the_last_moment_of_the_clock_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = history_file(
+        tmp_path, ENQUEUE, '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1000]}',
+        '{"op": "advance", "ms": 1999}', '{"op": "call", "verb": "SWEEP", "queue": "q", "args": [10]}',
+        header=f'{{"format": "difftest-history", "version": 1, "start_ms": {MAX_MS - 1999}}}',
+    )  # fmt: skip
+    code, out, _ = outcome(["replay", str(path), "--reports", str(tmp_path / "r")], capsys)
+    assert code == EXIT_OK, out
+
+
+# -- modules: made absolute, checked, and a failed load always says why ---------------------------
+
+
+def test_replay_takes_a_relative_module_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    relative = os.path.relpath(DEFAULT_MODULE, ROOT)
+    history = "tests/histories/d2_meta_error.jsonl"
+    code, out, _ = outcome(["replay", history, "--module", relative, "--reports", str(tmp_path)], capsys)
+    assert code == EXIT_OK, out
+    code, _, err = outcome(["replay", history, "--module", "target/libemq_native.so"], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, "--module", "target/libemq_native.so: no such file")
+
+
+@pytest.fixture
+def not_a_module(tmp_path: Path) -> Path:
+    """A real shared library that is no Valkey module: it loads, and has no OnLoad."""
+    library = next(p for p in (Path("/lib/x86_64-linux-gnu/libm.so.6"), Path("/usr/lib/x86_64-linux-gnu/libm.so.6"),
+                               Path("/lib/aarch64-linux-gnu/libm.so.6")) if p.exists())  # fmt: skip
+    copy = tmp_path / "libnot_a_module.so"
+    shutil.copy(library, copy)
+    copy.chmod(0o755)
+    return copy
+
+
+def test_a_module_that_fails_to_load_says_why_and_leaves_no_run_directory(
+    not_a_module: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "earlier-run").mkdir()  # an earlier report is never touched
+    argv = ["run", "--examples", "2", "--workers", "1", "--no-database", "--module", str(not_a_module)]
+    code, _, err = outcome([*argv, "--reports", str(reports)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, str(not_a_module), "does not export", "cargo build --release")
+    assert [p.name for p in reports.iterdir()] == ["earlier-run"]
+    code, _, err = outcome(["scenario", "--module", str(not_a_module), "--reports", str(reports)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, "could not load module", "does not export")
+
+
+# -- a budget that compared nothing is void; the reproduce line carries every option ---------------
+
+
+def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--seconds", "0.001", "--seed", "3", "--workers", "1", "--no-database", "--reports", str(tmp_path)]
+    code, out, err = outcome(argv, capsys)
+    assert code == EXIT_VOID
+    said = [line for line in err if line.startswith("difftest:")]  # the rest is progress
+    one_line(said, "void", "no history was compared", "--seconds 0.001")
+    assert not any("Traceback" in line for line in err)
+    (run,) = tmp_path.iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["verdict"] == "void" and summary["histories"] == 0
+    assert "reproduce: difftest run --seed 3 --seconds 0.001 --workers 1 --no-database" in out
+
+
+def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "examples"
+    argv = ["run", "--examples", "2", "--seed", "11", "--workers", "1", "--no-restarts", "--shard", "1/1",
+            "--database", str(database), "--reports", str(tmp_path / "reports")]  # fmt: skip
+    code, out, _ = outcome(argv, capsys)
+    assert code == EXIT_OK, out
+    expected = f"difftest run --seed 11 --examples 2 --workers 1 --no-restarts --database {database}"
+    assert f"reproduce: {expected}" in out
+    (run,) = (tmp_path / "reports").iterdir()
+    assert html.escape(expected, quote=False) in (run / "report.html").read_text()
+    assert json.loads((run / "summary.json").read_text())["database"] == str(database)
+
+
+# -- the tool's own failures: exit 70, one line, the traceback in a log ---------------------------
+
+
+def test_a_lost_connection_is_the_tool_failure_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the loader refuses SHUTDOWN in a file; a history built in Python is not loaded, so it reaches
+    # the real servers, and one of them really goes away mid-replay
+    stopping = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0), hist.raw("SHUTDOWN", "NOSAVE"),
+                             hist.call_step("CLAIM", "q", 100)), DEFAULT_START_MS)  # fmt: skip
+    monkeypatch.setattr(cli.hist, "load", lambda path: stopping)
+    code, _, err = outcome(["replay", str(tmp_path / "any.jsonl"), "--reports", str(tmp_path / "r")], capsys)
+    assert code == EXIT_INTERNAL
+    line = one_line(err, "internal error", "closed its connection", "the traceback is in")
+    log = Path(line.rsplit("the traceback is in ", 1)[1])
+    assert log.parent == tmp_path / "r" and "ConnectionError" in log.read_text()
+
+
+def test_an_unexpected_exception_is_exit_70_with_its_traceback_in_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(args: object) -> int:
+        raise RuntimeError("a bug in difftest")
+
+    handlers: dict[str, Callable[..., int]] = {**cli.HANDLERS, "report": broken}
+    monkeypatch.setattr(cli, "HANDLERS", handlers)
+    monkeypatch.chdir(tmp_path)  # no run directory: the log goes under reports/
+    code, _, err = outcome(["report", str(tmp_path)], capsys)
+    assert code == EXIT_INTERNAL
+    line = one_line(err, "difftest: internal error: RuntimeError: a bug in difftest", "the traceback is in reports/")
+    log = tmp_path / line.rsplit("the traceback is in ", 1)[1]
+    assert "Traceback" in log.read_text() and "a bug in difftest" in log.read_text()
+
+
+# -- report and merge on directories that are not what difftest wrote ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("[1, 2]", "holds a JSON list"), ('{"budget": 5}', "not in the shape"), ("{not json", "cannot be read"),
+     ('{"divergences": [{"artifact": 3}], "coverage": []}', "not in the shape")],
+)  # fmt: skip
+def test_report_on_a_malformed_summary_is_one_line(
+    text: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "summary.json").write_text(text)
+    code, _, err = outcome(["report", str(tmp_path)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, "summary.json", needle)
+    code, _, err = outcome(["merge", str(tmp_path / "out"), str(tmp_path)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err)
+
+
+def test_merge_into_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "out").write_text("")
+    code, _, err = outcome(["merge", str(tmp_path / "out"), str(tmp_path)], capsys)
+    assert code == EXIT_SETUP
+    one_line(err, "is a file")
+
+
+# -- the coverage table fits a terminal ------------------------------------------------------------
+
+
+def test_the_coverage_table_puts_other_labels_in_rows() -> None:
+    reached = Counter({label: 2 for label in coverage.REQUIRED})
+    reached.update({f"reply:{verb}:error:EMQ SHAPE wrong number of arguments {n}": n for n in range(60)
+                    for verb in ("CLAIM", "ENQUEUE")})  # fmt: skip
+    lines = coverage.table(reached).splitlines()
+    assert max(len(line) for line in lines) <= 120
+    assert any(line.startswith("also reached") for line in lines)
+    assert sum(1 for line in lines if line.startswith("reply:CLAIM:error:")) == 60
+
+
+def test_every_command_documents_the_tool_failure_code() -> None:
+    pages = cli.subcommands(cli.build_parser())
+    for name in ("run", "replay", "scenario", "merge", "report", "servers"):
+        assert f"  {EXIT_INTERNAL:<4} difftest itself failed" in pages[name].format_help(), name
+    assert f"  {EXIT_VOID:<4} void" in pages["run"].format_help()
