@@ -320,7 +320,9 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)")
 
 
-def pairing_problems(steps: Sequence[Step], where: Callable[[int], str] = "step {}".format) -> Iterator[tuple[int, str]]:
+def pairing_problems(
+    steps: Sequence[Step], where: Callable[[int], str] = "step {}".format
+) -> Iterator[tuple[int, str]]:
     """The one pairing rule for split claims, used by the loader, the shrinker and the replay: where
     they do not pair up, as (step index, what is wrong): a begin while the worker's claim is open, an
     end with no open begin, a restart while a claim is open. A claim still open at the end is

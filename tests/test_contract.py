@@ -8,8 +8,8 @@ from difftest import errors
 from difftest.calls import Call
 from difftest.contract import RULES, StepView, Verdict, verdict_of
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
-from difftest.resolve import resolve
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.resolve import resolve
 from difftest.snapshot import Snapshot
 from tests.helpers import H, S, Z
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from difftest import history as hist
-from difftest.history import History
-from difftest.history import well_paired
+from difftest.history import History, well_paired
 from difftest.shrink import _without, minimise
 
 HEADER = {"format": "difftest-history", "version": 1, "start_ms": 1000, "users": {}}
