@@ -1,20 +1,23 @@
-"""One executor's side of a replay: its connections, and how each history step becomes commands.
+"""One executor's side: its connections, and how each history step becomes commands.
 
-Both sides put a canonical keyspace walk after every step on the admin connection; the Lua side
-plays the host (guards, the `paused?` read, EVALSHA), the native side sends one module command.
+The only hosts of the two executors, for the replay and for the tests alike: the Lua side plays the
+host (guards, the `paused?` read, EVALSHA), the native side sends one module command. The replay
+puts a canonical keyspace walk after every step on the admin connection; `run` and `call` (the
+tests') send the same commands without the walks.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from difftest.calls import Call
-from difftest.history import RawWrite
+from difftest.history import CallStep, RawWrite, Step
 from difftest.problems import SetupProblem
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.resolve import Resolved
+from difftest.resolve import Resolved, resolve
 from difftest.servers.local import EmbeddedServer
 from difftest.snapshot import CANONICAL_WALK_SCRIPT
 from difftest.wire import Future, Pipe, Wire
@@ -36,12 +39,13 @@ class StepOutcome:
     """What one side did at one step: its reply and the keyspace walk after it (raw)."""
 
     reply: Reply | Future
-    walk: Future
+    walk: Future | None  # None: a run without walks (`Side.run`)
     workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
 
 
 class Side:
-    """A server in a replay, reached through raw wires: one admin, one per history user."""
+    """A server reached through raw wires: one admin, one per user. The users (name: ACL rules)
+    are made by the side, with USER_PASSWORD, after every start of the server."""
 
     name = "side"
 
@@ -112,20 +116,37 @@ class Side:
     def walk(self) -> Future:
         return self.pipe.add(self.wires[None], (b"EVALSHA", WALK_SHA.encode(), b"0"), raw=True)
 
-    def run_steps(self, steps: list[Resolved]) -> list[StepOutcome]:
-        """Queue every step and its walk; replies resolve at `finish` (or earlier, when needed)."""
+    def run_steps(self, steps: Sequence[Resolved], walk: bool = True) -> list[StepOutcome]:
+        """Queue every step and (unless `walk` is false) its walk; replies resolve at `finish`
+        (or earlier, when needed)."""
         outcomes = []
         for step in steps:
             reply = self.step(step)
-            outcomes.append(StepOutcome(reply, self.walk(), self.capture_workers()))
+            outcomes.append(StepOutcome(reply, self.walk() if walk else None, self.capture_workers()))
         return outcomes
 
     def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:
         self.pipe.sync()
         return [
-            (self.pipe.get(o.reply) if isinstance(o.reply, Future) else o.reply, self.pipe.get(o.walk))
+            (
+                self.pipe.get(o.reply) if isinstance(o.reply, Future) else o.reply,
+                None if o.walk is None else self.pipe.get(o.walk),
+            )
             for o in outcomes
         ]
+
+    def run(self, steps: Sequence[Step]) -> list[Reply]:
+        """Steps run as a history of their own, through the replay's path without its walks: each
+        step's reply. After a restart of the server, its connections, scripts and users are set up
+        again first (the Lua side meets an empty script cache no other way)."""
+        if self.server.starts != self.connected_start:
+            self.reconnect()
+        return [reply for reply, _ in self.finish(self.run_steps(resolve(steps), walk=False))]
+
+    def call(self, call: Call, user: str | None = None) -> Reply:
+        """One transition call, sent whole, as `user` (None: the admin)."""
+        (reply,) = self.run([CallStep(call, user)])
+        return reply
 
     def send(self) -> None:
         self.pipe.send()
