@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from difftest.servers.local import EmbeddedServer, ServerGroup
-from executors.lua.adapter import LuaHost
-from executors.native.adapter import DEFAULT_MODULE, NativeModule
+from difftest.sides import LuaSide, NativeSide
+from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import TEST_PROJECT_PREFIX
 
 
@@ -24,8 +24,11 @@ def lua_server(group: ServerGroup) -> EmbeddedServer:
 
 
 @pytest.fixture
-def lua(lua_server: EmbeddedServer) -> LuaHost:
-    return LuaHost(lua_server.client)
+def lua(lua_server: EmbeddedServer) -> Iterator[LuaSide]:
+    """The Lua host as the replay has it, with no users but the admin."""
+    side = LuaSide(lua_server, {})
+    yield side
+    side.close()
 
 
 @pytest.fixture
@@ -34,8 +37,11 @@ def native_server(group: ServerGroup) -> EmbeddedServer:
 
 
 @pytest.fixture
-def native(native_server: EmbeddedServer) -> NativeModule:
-    return NativeModule(native_server.client)
+def native(native_server: EmbeddedServer) -> Iterator[NativeSide]:
+    """The native host as the replay has it, with no users but the admin."""
+    side = NativeSide(native_server, {})
+    yield side
+    side.close()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

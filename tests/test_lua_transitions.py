@@ -7,9 +7,10 @@ import pytest
 from difftest import errors
 from difftest.calls import Call
 from difftest.commands import MAX_DURATION_MS
+from difftest.history import BeginClaim, EndClaim
 from difftest.replies import ErrorReply, Refused
 from difftest.servers.local import EmbeddedServer, ServerGroup
-from executors.lua.adapter import LuaHost
+from difftest.sides import LuaSide
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
 PENDING, ACTIVE, DELAYED, DEAD, DONE = (Q + s for s in ("pending", "active", "delayed", "dead", "done"))
@@ -20,11 +21,11 @@ def row(job: str) -> str:
     return Q + "job:" + job
 
 
-def run(host: LuaHost, verb: str, *args: bytes | str | int) -> object:
+def run(host: LuaSide, verb: str, *args: bytes | str | int) -> object:
     return host.call(Call.of(verb, "q", *args))
 
 
-def enqueue_and_claim(host: LuaHost, group: ServerGroup, job: str = "j1", lease: int = 100) -> None:
+def enqueue_and_claim(host: LuaSide, group: ServerGroup, job: str = "j1", lease: int = 100) -> None:
     assert run(host, "ENQUEUE", job, "p", 0) == 1
     assert run(host, "CLAIM", lease) == [job.encode(), b"p", 1]
 
@@ -37,7 +38,7 @@ def assert_error(reply: object, code: str) -> None:
 # -- ENQUEUE -------------------------------------------------------------------------------------
 
 
-def test_enqueue_now_goes_to_pending(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_now_goes_to_pending(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert_keyspace(
         lua_server.client,
@@ -45,7 +46,7 @@ def test_enqueue_now_goes_to_pending(lua: LuaHost, lua_server: EmbeddedServer) -
     )
 
 
-def test_enqueue_with_delay_goes_to_delayed(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_with_delay_goes_to_delayed(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 500) == 1
     assert_keyspace(
         lua_server.client,
@@ -53,7 +54,7 @@ def test_enqueue_with_delay_goes_to_delayed(lua: LuaHost, lua_server: EmbeddedSe
     )
 
 
-def test_enqueue_duplicate_writes_nothing(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_enqueue_duplicate_writes_nothing(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     group.advance(7)
     assert run(lua, "ENQUEUE", "j1", "other", 50) == 0
@@ -63,13 +64,13 @@ def test_enqueue_duplicate_writes_nothing(lua: LuaHost, lua_server: EmbeddedServ
     )
 
 
-def test_enqueue_over_a_row_of_any_type_is_a_duplicate(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_over_a_row_of_any_type_is_a_duplicate(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.set(row("j1"), "junk")
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 0
     assert_keyspace(lua_server.client, {row("j1"): S("junk")})
 
 
-def test_enqueue_takes_arbitrary_bytes(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_takes_arbitrary_bytes(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     job, payload = b"\x00\xff id", b"\xc3\x28\x00"
     assert lua.call(Call.of("ENQUEUE", "q", job, payload, 0)) == 1
     assert lua.call(Call.of("ENQUEUE", "q", b"", b"", 0)) == 1
@@ -83,7 +84,7 @@ def test_enqueue_takes_arbitrary_bytes(lua: LuaHost, lua_server: EmbeddedServer)
     )
 
 
-def test_enqueue_d3_pending_wrong_type_leaves_the_row(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_d3_pending_wrong_type_leaves_the_row(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.set(PENDING, "junk")
     assert_error(run(lua, "ENQUEUE", "j1", "p", 0), "WRONGTYPE")
     # the retired script's partial write: the row stays, the id is in no set
@@ -93,7 +94,7 @@ def test_enqueue_d3_pending_wrong_type_leaves_the_row(lua: LuaHost, lua_server: 
     )
 
 
-def test_enqueue_now_never_touches_delayed(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_enqueue_now_never_touches_delayed(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.set(DELAYED, "junk")
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert_keyspace(
@@ -105,12 +106,12 @@ def test_enqueue_now_never_touches_delayed(lua: LuaHost, lua_server: EmbeddedSer
 # -- CLAIM ---------------------------------------------------------------------------------------
 
 
-def test_claim_empty_queue(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_empty_queue(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "CLAIM", 100) == []
     assert_keyspace(lua_server.client, {})
 
 
-def test_claim_n1_plain_claim_has_no_lease_epoch(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_claim_n1_plain_claim_has_no_lease_epoch(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     group.set_time(1000)
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert run(lua, "CLAIM", 100) == [b"j1", b"p", 1]
@@ -120,7 +121,7 @@ def test_claim_n1_plain_claim_has_no_lease_epoch(lua: LuaHost, lua_server: Embed
     )
 
 
-def test_claim_takes_the_oldest_first(lua: LuaHost, group: ServerGroup) -> None:
+def test_claim_takes_the_oldest_first(lua: LuaSide, group: ServerGroup) -> None:
     assert run(lua, "ENQUEUE", "late", "p", 0) == 1  # same ms: ties go by member order
     group.advance(1)
     assert run(lua, "ENQUEUE", "a-later", "p", 0) == 1
@@ -128,14 +129,14 @@ def test_claim_takes_the_oldest_first(lua: LuaHost, group: ServerGroup) -> None:
     assert run(lua, "CLAIM", 10) == [b"a-later", b"p", 1]
 
 
-def test_claim_ghost_is_consumed_and_nothing_minted(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_ghost_is_consumed_and_nothing_minted(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.zadd(PENDING, {"ghost": 5})
     assert run(lua, "CLAIM", 100) == []
     assert_keyspace(lua_server.client, {})
 
 
 @pytest.mark.parametrize("flag", [b"1", b"0", b""])
-def test_claim_any_paused_value_answers_empty(lua: LuaHost, lua_server: EmbeddedServer, flag: bytes) -> None:
+def test_claim_any_paused_value_answers_empty(lua: LuaSide, lua_server: EmbeddedServer, flag: bytes) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     lua_server.client.hset(META, "paused", flag)
     assert run(lua, "CLAIM", 100) == []
@@ -149,7 +150,7 @@ def test_claim_any_paused_value_answers_empty(lua: LuaHost, lua_server: Embedded
     )
 
 
-def test_claim_d2_wrongtype_meta_reads_as_paused(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_d2_wrongtype_meta_reads_as_paused(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     lua_server.client.set(META, "junk")
     assert run(lua, "CLAIM", 100) == []
@@ -160,19 +161,18 @@ def test_claim_d2_wrongtype_meta_reads_as_paused(lua: LuaHost, lua_server: Embed
 
 
 def test_claim_d2_noperm_meta_reads_as_paused(lua_server: EmbeddedServer) -> None:
-    admin = LuaHost(lua_server.client)
-    assert run(admin, "ENQUEUE", "j1", "p", 0) == 1
-    lua_server.client.execute_command(
-        "ACL", "SETUSER", "worker", "on", ">pw", "+@all",
-        "~emq:{q}:pending", "~emq:{q}:active", "~emq:{q}:job:*",
-    )  # fmt: skip
-    worker = LuaHost(lua_server.new_client("worker", "pw"))
-    assert isinstance(worker.paused_read(b"q"), ErrorReply)  # NOPERM: non-nil, so paused
-    assert run(worker, "CLAIM", 100) == []
+    lua = LuaSide(lua_server, {"worker": ("~emq:{q}:pending", "~emq:{q}:active", "~emq:{q}:job:*")})
+    assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
+    claim = Call.of("CLAIM", "q", 100)
+    # a split CLAIM's begin is the host's `paused?` read alone: its raw answer
+    paused, claimed = lua.run([BeginClaim("w", claim, "worker"), EndClaim("w")])
+    assert isinstance(paused, ErrorReply) and paused.code == "NOPERM", paused  # non-nil, so paused
+    assert claimed == []
+    assert lua.call(claim, user="worker") == []
     assert_keyspace(lua_server.client, {PENDING: Z(j1=T0), row("j1"): H(payload="p", state="pending", enqueued_at=T0)})
 
 
-def test_claim_d3_row_not_a_hash_loses_the_popped_id(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_d3_row_not_a_hash_loses_the_popped_id(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.zadd(PENDING, {"j9": 5})
     lua_server.client.set(row("j9"), "junk")
     assert_error(run(lua, "CLAIM", 100), "WRONGTYPE")
@@ -184,7 +184,7 @@ def test_claim_d3_row_not_a_hash_loses_the_popped_id(lua: LuaHost, lua_server: E
     [("abc", "ERR hash value is not an integer"), (str(2**63 - 1), "ERR increment or decrement would overflow")],
 )
 def test_claim_d4_bad_attempts_loses_the_popped_id(
-    lua: LuaHost, lua_server: EmbeddedServer, attempts: str, message: str
+    lua: LuaSide, lua_server: EmbeddedServer, attempts: str, message: str
 ) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     lua_server.client.hset(row("j1"), "attempts", attempts)
@@ -193,7 +193,7 @@ def test_claim_d4_bad_attempts_loses_the_popped_id(
     assert_keyspace(lua_server.client, {row("j1"): H(payload="p", state="pending", enqueued_at=T0, attempts=attempts)})
 
 
-def test_claim_d5_active_not_a_zset_leaves_partial_writes(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_d5_active_not_a_zset_leaves_partial_writes(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     lua_server.client.set(ACTIVE, "junk")
     assert_error(run(lua, "CLAIM", 100), "WRONGTYPE")
@@ -203,7 +203,7 @@ def test_claim_d5_active_not_a_zset_leaves_partial_writes(lua: LuaHost, lua_serv
     )
 
 
-def test_claim_row_without_payload_answers_nil(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_row_without_payload_answers_nil(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.zadd(PENDING, {"j1": 5})
     lua_server.client.hset(row("j1"), "state", "pending")
     assert run(lua, "CLAIM", 100) == [b"j1", None, 1]
@@ -226,7 +226,7 @@ def test_claim_row_without_payload_answers_nil(lua: LuaHost, lua_server: Embedde
     ],
 )
 def test_claim_d6_bad_lease_is_refused_before_sending(
-    lua: LuaHost, lua_server: EmbeddedServer, lease: object, message: str
+    lua: LuaSide, lua_server: EmbeddedServer, lease: object, message: str
 ) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     lua_server.client.execute_command("CONFIG", "RESETSTAT")
@@ -236,7 +236,7 @@ def test_claim_d6_bad_lease_is_refused_before_sending(
     assert_keyspace(lua_server.client, {PENDING: Z(j1=T0), row("j1"): H(payload="p", state="pending", enqueued_at=T0)})
 
 
-def test_claim_lease_at_the_maximum_is_accepted(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_claim_lease_at_the_maximum_is_accepted(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert run(lua, "CLAIM", MAX_DURATION_MS) == [b"j1", b"p", 1]
     assert lua_server.client.zscore(ACTIVE, "j1") == T0 + MAX_DURATION_MS
@@ -250,7 +250,7 @@ def test_claim_lease_at_the_maximum_is_accepted(lua: LuaHost, lua_server: Embedd
         Call("CLAIM", b"x", (b"emq:{q}:pending", b"emq:{q}:active", b"emq:{q}:", b"100")),
     ],
 )
-def test_claim_d6_shape(lua: LuaHost, call: Call) -> None:
+def test_claim_d6_shape(lua: LuaSide, call: Call) -> None:
     assert lua.call(call) == Refused(errors.SHAPE)
 
 
@@ -264,14 +264,14 @@ def test_claim_d6_shape(lua: LuaHost, call: Call) -> None:
         (b"x", b"y", b"z"),
     ],
 )
-def test_claim_d6_layout(lua: LuaHost, keys: tuple[bytes, ...]) -> None:
+def test_claim_d6_layout(lua: LuaSide, keys: tuple[bytes, ...]) -> None:
     assert lua.call(Call("CLAIM", b"3", (*keys, b"100"))) == Refused(errors.LAYOUT)
 
 
 # -- EXTEND --------------------------------------------------------------------------------------
 
 
-def test_extend_moves_the_deadline(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_extend_moves_the_deadline(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(60)
     assert run(lua, "EXTEND", "j1", 1, 500) == 1
@@ -283,7 +283,7 @@ def test_extend_moves_the_deadline(lua: LuaHost, lua_server: EmbeddedServer, gro
 
 @pytest.mark.parametrize(("job", "token"), [("j1", 2), ("j1", 0), ("nope", 1)])
 def test_extend_fence_refuses(
-    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup, job: str, token: int
+    lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup, job: str, token: int
 ) -> None:
     enqueue_and_claim(lua, group)
     group.advance(60)
@@ -294,13 +294,13 @@ def test_extend_fence_refuses(
     )
 
 
-def test_extend_corrupt_attempts_fails_the_fence(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_extend_corrupt_attempts_fails_the_fence(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     lua_server.client.hset(row("j1"), "attempts", "01")
     assert run(lua, "EXTEND", "j1", 1, 500) == 0
 
 
-def test_extend_wrong_type_active_is_an_error_before_writes(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_extend_wrong_type_active_is_an_error_before_writes(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.set(ACTIVE, "junk")
     assert_error(run(lua, "EXTEND", "j1", 1, 500), "WRONGTYPE")
     assert_keyspace(lua_server.client, {ACTIVE: S("junk")})
@@ -309,7 +309,7 @@ def test_extend_wrong_type_active_is_an_error_before_writes(lua: LuaHost, lua_se
 # -- COMPLETE ------------------------------------------------------------------------------------
 
 
-def test_complete_moves_to_done_and_counts(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_complete_moves_to_done_and_counts(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(30)
     assert run(lua, "COMPLETE", "j1", 1) == 1
@@ -324,7 +324,7 @@ def test_complete_moves_to_done_and_counts(lua: LuaHost, lua_server: EmbeddedSer
     )
 
 
-def test_complete_stale_token_is_refused(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_complete_stale_token_is_refused(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group, lease=10)
     group.advance(10)
     assert run(lua, "SWEEP", 5, 10) == [1, 0, 0, 0]
@@ -333,7 +333,7 @@ def test_complete_stale_token_is_refused(lua: LuaHost, lua_server: EmbeddedServe
     assert run(lua, "COMPLETE", "j1", 2) == 1
 
 
-def test_complete_d3_done_wrong_type_partial(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_complete_d3_done_wrong_type_partial(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     lua_server.client.set(DONE, "junk")
     assert_error(run(lua, "COMPLETE", "j1", 1), "WRONGTYPE")
@@ -343,7 +343,7 @@ def test_complete_d3_done_wrong_type_partial(lua: LuaHost, lua_server: EmbeddedS
     )
 
 
-def test_complete_d4_counter_not_integer_partial(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_complete_d4_counter_not_integer_partial(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     lua_server.client.hset(COMPLETED, "count", "x")
     reply = run(lua, "COMPLETE", "j1", 1)
@@ -361,7 +361,7 @@ def test_complete_d4_counter_not_integer_partial(lua: LuaHost, lua_server: Embed
 # -- FAIL ----------------------------------------------------------------------------------------
 
 
-def test_fail_retries_after_backoff(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_fail_retries_after_backoff(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(20)
     assert run(lua, "FAIL", "j1", 1, b"boom\x00\xff", 3, 250) == b"retry"
@@ -374,7 +374,7 @@ def test_fail_retries_after_backoff(lua: LuaHost, lua_server: EmbeddedServer, gr
     )
 
 
-def test_fail_at_max_attempts_dead_letters(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_fail_at_max_attempts_dead_letters(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     assert run(lua, "FAIL", "j1", 1, "boom", 1, 250) == b"dead"
     assert run(lua, "FAIL", "j1", 1, "boom", 1, 250) == 0
@@ -393,14 +393,14 @@ def test_fail_at_max_attempts_dead_letters(lua: LuaHost, lua_server: EmbeddedSer
     [("9", 10, b"retry"), ("10", 9, b"dead"), ("10", 10, b"dead"), ("10", 11, b"retry"), ("100", 99, b"dead")],
 )
 def test_fail_compares_attempts_exactly(
-    lua: LuaHost, lua_server: EmbeddedServer, attempts: str, max_attempts: int, verdict: bytes
+    lua: LuaSide, lua_server: EmbeddedServer, attempts: str, max_attempts: int, verdict: bytes
 ) -> None:
     lua_server.client.zadd(ACTIVE, {"j1": T0 + 100})
     lua_server.client.hset(row("j1"), mapping={"attempts": attempts, "state": "active"})
     assert run(lua, "FAIL", "j1", attempts, "e", max_attempts, 0) == verdict
 
 
-def test_fail_stale_token(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_fail_stale_token(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     assert run(lua, "FAIL", "j1", 7, "boom", 1, 0) == 0
     assert lua_server.client.zscore(ACTIVE, "j1") == T0 + 100
@@ -409,7 +409,7 @@ def test_fail_stale_token(lua: LuaHost, lua_server: EmbeddedServer, group: Serve
 # -- PROMOTE -------------------------------------------------------------------------------------
 
 
-def test_promote_at_the_boundary(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_promote_at_the_boundary(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 100) == 1
     group.advance(99)
     assert run(lua, "PROMOTE", 10) == 0  # one ms before due
@@ -421,7 +421,7 @@ def test_promote_at_the_boundary(lua: LuaHost, lua_server: EmbeddedServer, group
     )
 
 
-def test_promote_respects_limit_and_order(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_promote_respects_limit_and_order(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     for job, delay in (("c", 30), ("a", 10), ("b", 20)):
         assert run(lua, "ENQUEUE", job, "p", delay) == 1
     group.advance(30)
@@ -430,14 +430,14 @@ def test_promote_respects_limit_and_order(lua: LuaHost, lua_server: EmbeddedServ
     assert lua_server.client.zrange(DELAYED, 0, -1) == [b"c"]
 
 
-def test_promote_drops_ghosts(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_promote_drops_ghosts(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     lua_server.client.zadd(DELAYED, {"ghost": T0})
     lua_server.client.set(PENDING, "junk")  # never reached: a ghost is not promoted
     assert run(lua, "PROMOTE", 10) == 0
     assert_keyspace(lua_server.client, {PENDING: S("junk")})
 
 
-def test_promote_d9_row_not_a_hash_partial(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_promote_d9_row_not_a_hash_partial(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     assert run(lua, "ENQUEUE", "a", "p", 5) == 1
     lua_server.client.zadd(DELAYED, {"bad": T0 + 6, "c": T0 + 7})
     lua_server.client.set(row("bad"), "junk")
@@ -457,7 +457,7 @@ def test_promote_d9_row_not_a_hash_partial(lua: LuaHost, lua_server: EmbeddedSer
 # -- SWEEP ---------------------------------------------------------------------------------------
 
 
-def test_sweep_recovers_at_the_deadline(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_recovers_at_the_deadline(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(99)
     assert run(lua, "SWEEP", 3, 10) == [0, 0, 0, 0]
@@ -469,7 +469,7 @@ def test_sweep_recovers_at_the_deadline(lua: LuaHost, lua_server: EmbeddedServer
     )
 
 
-def test_sweep_dead_letters_at_max_stalled(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_dead_letters_at_max_stalled(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(100)
     assert run(lua, "SWEEP", 1, 10) == [0, 1, 0, 0]
@@ -483,13 +483,13 @@ def test_sweep_dead_letters_at_max_stalled(lua: LuaHost, lua_server: EmbeddedSer
     )
 
 
-def test_sweep_counts_ghosts_and_keeps_its_budget(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_counts_ghosts_and_keeps_its_budget(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     lua_server.client.zadd(ACTIVE, {"g1": T0 - 3, "g2": T0 - 2, "g3": T0 - 1})
     assert run(lua, "SWEEP", 1, 2) == [0, 0, 2, 0]
     assert_keyspace(lua_server.client, {ACTIVE: Z(g3=T0 - 1)})
 
 
-def test_sweep_restart_is_counted_by_the_scripts(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_restart_is_counted_by_the_scripts(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     """D7's Lua side: the scripts know no epoch, so a lease that outlived a restart is a stall."""
     group.set_time(1000)
     enqueue_and_claim(lua, group)
@@ -507,7 +507,7 @@ def test_sweep_restart_is_counted_by_the_scripts(lua: LuaHost, lua_server: Embed
 
 
 def test_sweep_d8_bad_member_stops_with_partial_writes(
-    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup
+    lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(lua, group, "a", 10)
     lua_server.client.zadd(ACTIVE, {"bad": T0 + 11, "c": T0 + 12})
@@ -527,7 +527,7 @@ def test_sweep_d8_bad_member_stops_with_partial_writes(
 
 
 def test_sweep_d8_group_field_is_ignored_by_the_scripts(
-    lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup
+    lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(lua, group)
     lua_server.client.hset(row("j1"), "group", "g")
@@ -538,7 +538,7 @@ def test_sweep_d8_group_field_is_ignored_by_the_scripts(
 # -- REVIVE --------------------------------------------------------------------------------------
 
 
-def test_revive_a_dead_job(lua: LuaHost, lua_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_revive_a_dead_job(lua: LuaSide, lua_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(lua, group)
     group.advance(100)
     assert run(lua, "SWEEP", 1, 10) == [0, 1, 0, 0]
@@ -556,13 +556,13 @@ def test_revive_a_dead_job(lua: LuaHost, lua_server: EmbeddedServer, group: Serv
     assert run(lua, "CLAIM", 10) == [b"j1", b"p", 2]  # attempts keep growing
 
 
-def test_revive_only_dead_jobs(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_revive_only_dead_jobs(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert run(lua, "REVIVE", "j1") == 0
     assert run(lua, "REVIVE", "nope") == 0
 
 
-def test_revive_ghost_is_consumed(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_revive_ghost_is_consumed(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.zadd(DEAD, {"ghost": 0})
     assert run(lua, "REVIVE", "ghost") == 0
     assert_keyspace(lua_server.client, {})
@@ -571,7 +571,7 @@ def test_revive_ghost_is_consumed(lua: LuaHost, lua_server: EmbeddedServer) -> N
 # -- PAUSE / RESUME ------------------------------------------------------------------------------
 
 
-def test_pause_and_resume(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_pause_and_resume(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     assert run(lua, "PAUSE") == 1
     assert run(lua, "PAUSE") == 0
@@ -585,13 +585,13 @@ def test_pause_and_resume(lua: LuaHost, lua_server: EmbeddedServer) -> None:
     assert run(lua, "CLAIM", 10) == [b"j1", b"p", 1]
 
 
-def test_pause_on_wrong_type_meta(lua: LuaHost, lua_server: EmbeddedServer) -> None:
+def test_pause_on_wrong_type_meta(lua: LuaSide, lua_server: EmbeddedServer) -> None:
     lua_server.client.set(META, "junk")
     assert_error(run(lua, "PAUSE"), "WRONGTYPE")
     assert_error(run(lua, "RESUME"), "WRONGTYPE")
 
 
-def test_pause_layout(lua: LuaHost) -> None:
+def test_pause_layout(lua: LuaSide) -> None:
     assert lua.call(Call("PAUSE", b"1", (b"emq:{q}:active",))) == Refused(errors.LAYOUT)
     assert lua.call(Call("PAUSE", b"1", (b"emq:{}:meta",))) == Refused(errors.LAYOUT)
     assert lua.call(Call("PAUSE", b"1", ())) == Refused(errors.SHAPE)
@@ -601,7 +601,7 @@ def test_pause_layout(lua: LuaHost) -> None:
 
 
 @pytest.mark.parametrize("how", ["restart", "crash"])
-def test_noscript_after_restart_reloads(lua: LuaHost, lua_server: EmbeddedServer, how: str) -> None:
+def test_noscript_after_restart_reloads(lua: LuaSide, lua_server: EmbeddedServer, how: str) -> None:
     assert run(lua, "ENQUEUE", "j1", "p", 0) == 1
     getattr(lua_server, how)()
     assert lua_server.client.execute_command("SCRIPT", "EXISTS", lua.shas["CLAIM"]) == [0]

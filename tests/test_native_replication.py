@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from difftest import errors
-from difftest.calls import Call
+from difftest.calls import Call, as_bytes
+from difftest.history import RawWrite
 from difftest.replies import ErrorReply, Reply
 from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.sides import NativeSide
 from difftest.snapshot import take_snapshot
-from executors.native.adapter import DEFAULT_MODULE, NativeModule
+from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0, Q
 
 # the frozen clock would hold a diskless sync's start delay (in wall seconds) forever
@@ -27,11 +29,11 @@ PRIMARY_CONFIG = ["--repl-diskless-sync-delay", "0"]
 LINK_TIMEOUT_S = 20.0
 
 
-def run(host: NativeModule, verb: str, *args: bytes | str | int) -> Reply:
+def run(host: NativeSide, verb: str, *args: bytes | str | int) -> Reply:
     return host.call(Call.of(verb, "q", *args))
 
 
-Step = tuple[str, Callable[[NativeModule, ServerGroup], Reply], Reply]
+Step = tuple[str, Callable[[NativeSide, ServerGroup], Reply], Reply]
 
 
 def step(verb: str, *args: bytes | str | int, reply: Reply) -> Step:
@@ -39,7 +41,7 @@ def step(verb: str, *args: bytes | str | int, reply: Reply) -> Step:
 
 
 def advance(ms: int) -> Step:
-    def move(_host: NativeModule, group: ServerGroup) -> Reply:
+    def move(_host: NativeSide, group: ServerGroup) -> Reply:
         group.advance(ms)
         return None
 
@@ -47,7 +49,9 @@ def advance(ms: int) -> Step:
 
 
 def corrupt(*command: bytes | str | int, reply: Reply) -> Step:
-    return (f"{command}", lambda host, _group: host.client.execute_command(*command), reply)
+    """A plain command as a history's corruption: sent as the admin, on the side's connection."""
+    raw = RawWrite(tuple(as_bytes(part) for part in command))
+    return (f"{command}", lambda host, _group: host.run([raw])[0], reply)
 
 
 WRONGTYPE = ErrorReply("WRONGTYPE Operation against a key holding the wrong kind of value")
@@ -88,7 +92,7 @@ HISTORY: list[Step] = [
     step("CLAIM", 20, reply=[b"foreign", None, 1]),
     corrupt("ZADD", Q + "pending", 0, "ghost2", reply=1),
     step("CLAIM", 20, reply=[]),  # a ghost: ZPOPMIN alone
-    corrupt("SET", Q + "done", "junk", reply=True),
+    corrupt("SET", Q + "done", "junk", reply=b"OK"),
     step("CLAIM", 20, reply=[b"j2", b"\x00\xff\r\n", 4]),
     step("COMPLETE", "j2", 4, reply=WRONGTYPE),  # D3: nothing written, nothing propagated
     corrupt("HSET", Q + "metrics:failed", "count", "x", reply=0),
@@ -105,9 +109,10 @@ def wait_for_link(replica: EmbeddedServer) -> None:
         time.sleep(0.02)
 
 
-def caught_up(primary: EmbeddedServer) -> None:
-    """WAIT returns once the replica acknowledged every write so far: deterministic."""
-    assert primary.client.execute_command("WAIT", 1, 10000) == 1
+def caught_up(host: NativeSide) -> None:
+    """WAIT returns once the replica acknowledged every write so far of the connection that sends
+    it: the side's admin connection, which sent all the history's writes. Deterministic."""
+    assert host.wires[None].call(b"WAIT", 1, 10000) == 1
 
 
 @pytest.fixture
@@ -127,10 +132,10 @@ def aof_bytes(server: EmbeddedServer) -> bytes:
 
 def test_the_replica_follows_every_transition(pair: tuple[EmbeddedServer, EmbeddedServer], group: ServerGroup) -> None:
     primary, replica = pair
-    host = NativeModule(primary.client)
+    host = NativeSide(primary, {})
     for label, action, reply in HISTORY:
         assert action(host, group) == reply, label
-        caught_up(primary)
+        caught_up(host)
         assert take_snapshot(replica.client) == take_snapshot(primary.client), label
     # the epochs on the replica are the primary's, as the primary stamped them
     epochs = {
@@ -154,24 +159,23 @@ def test_the_replica_follows_a_restarted_primary(
 ) -> None:
     """D7 across replication: the lease outlives the primary's restart, the sweep exempts it."""
     primary, replica = pair
-    host = NativeModule(primary.client)
+    host = NativeSide(primary, {})
     assert run(host, "ENQUEUE", "j1", "p", 0) == 1
     assert run(host, "CLAIM", 100) == [b"j1", b"p", 1]
     first = primary.run_id
     primary.restart()
     wait_for_link(replica)
-    host = NativeModule(primary.client)
-    group.advance(200)
+    group.advance(200)  # the side connects again at its next call
     assert run(host, "SWEEP", 1, 10) == [0, 0, 0, 1]
     assert run(host, "CLAIM", 100) == [b"j1", b"p", 2]
-    caught_up(primary)
+    caught_up(host)
     assert take_snapshot(replica.client) == take_snapshot(primary.client)
     assert replica.client.hget(Q + "job:j1", "lease_epoch") == primary.run_id.encode() != first
 
 
 @pytest.mark.parametrize("how", ["crash", "restart"])
 def test_the_aof_reloads_the_same_keyspace(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup, how: str
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup, how: str
 ) -> None:
     for label, action, reply in HISTORY:
         assert action(native, group) == reply, label
@@ -186,7 +190,7 @@ def test_the_aof_reloads_the_same_keyspace(
     assert b"MULTI" in data and b"ZPOPMIN" in data
 
 
-def test_a_refused_call_appends_nothing_to_the_aof(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_a_refused_call_appends_nothing_to_the_aof(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.set(Q + "active", "junk")
     size = len(aof_bytes(native_server))

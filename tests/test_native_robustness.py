@@ -22,8 +22,9 @@ from difftest.calls import Call
 from difftest.commands import I64_MAX, TRANSITIONS, VERBS, base_key
 from difftest.replies import ErrorReply, Reply
 from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.sides import NativeSide
 from difftest.wire import as_reply
-from executors.native.adapter import DEFAULT_MODULE, NativeModule
+from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0
 
 SETTINGS = settings(
@@ -263,7 +264,7 @@ def test_wrong_typed_and_corrupt_keys_everywhere(robust_server: EmbeddedServer) 
     base = base_key(queue)
 
     epoch = robust_server.run_id.encode()
-    native = NativeModule(robust_server.client)
+    native = NativeSide(robust_server, {})
 
     @SETTINGS
     @given(
@@ -301,6 +302,6 @@ def test_the_checks_above_can_fail(robust_server: EmbeddedServer) -> None:
         checked(robust_server, "SWEEP", [b"GET", b"k"])
     assert well_formed("CLAIM", [b"j1", None, 1])
     assert not well_formed("SWEEP", [1, 0, 0])
-    native = NativeModule(robust_server.client)
+    native = NativeSide(robust_server, {})
     assert native.call(Call.of("ENQUEUE", "q", "j1", HUGE, 0)) == 1
     assert native.call(Call.of("CLAIM", "q", 10)) == [b"j1", HUGE, 1]

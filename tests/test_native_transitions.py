@@ -19,8 +19,9 @@ from difftest.calls import Call
 from difftest.commands import I64_MAX, MAX_DURATION_MS, TRANSITIONS, ArgKind
 from difftest.replies import ErrorReply, Reply
 from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.sides import NativeSide
 from difftest.snapshot import take_snapshot
-from executors.native.adapter import DEFAULT_MODULE, NativeModule
+from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
 PENDING, ACTIVE, DELAYED, DEAD, DONE = (Q + s for s in ("pending", "active", "delayed", "dead", "done"))
@@ -33,27 +34,29 @@ def row(job: str) -> str:
     return Q + "job:" + job
 
 
-def run(host: NativeModule, verb: str, *args: bytes | str | int) -> Reply:
-    return host.call(Call.of(verb, "q", *args))
+def run(host: NativeSide, verb: str, *args: bytes | str | int, user: str | None = None) -> Reply:
+    return host.call(Call.of(verb, "q", *args), user)
 
 
 def dirty(server: EmbeddedServer) -> int:
     return int(server.client.info("persistence")["rdb_changes_since_last_save"])
 
 
-def refused(server: EmbeddedServer, host: NativeModule, call: Call, message: str) -> None:
+def refused(server: EmbeddedServer, host: NativeSide, call: Call, message: str, user: str | None = None) -> None:
     """The call answers exactly `message` and writes nothing at all."""
     before, changes = take_snapshot(server.client), dirty(server)
-    assert host.call(call) == ErrorReply(message)
+    assert host.call(call, user) == ErrorReply(message)
     assert take_snapshot(server.client) == before
     assert dirty(server) == changes
 
 
-def refuses(server: EmbeddedServer, host: NativeModule, verb: str, *args: bytes | str | int, message: str) -> None:
-    refused(server, host, Call.of(verb, "q", *args), message)
+def refuses(
+    server: EmbeddedServer, host: NativeSide, verb: str, *args: bytes | str | int, message: str, user: str | None = None
+) -> None:
+    refused(server, host, Call.of(verb, "q", *args), message, user)
 
 
-def enqueue_and_claim(host: NativeModule, job: str = "j1", lease: int = 100) -> None:
+def enqueue_and_claim(host: NativeSide, job: str = "j1", lease: int = 100) -> None:
     assert run(host, "ENQUEUE", job, "p", 0) == 1
     assert run(host, "CLAIM", lease) == [job.encode(), b"p", 1]
 
@@ -71,12 +74,12 @@ def waiting(enqueued_at: int = T0, **more: object) -> object:
 # -- ENQUEUE -------------------------------------------------------------------------------------
 
 
-def test_enqueue_now_goes_to_pending(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_now_goes_to_pending(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert_keyspace(native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_enqueue_with_delay_goes_to_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_with_delay_goes_to_delayed(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 500) == 1
     assert_keyspace(
         native_server.client,
@@ -84,13 +87,13 @@ def test_enqueue_with_delay_goes_to_delayed(native: NativeModule, native_server:
     )
 
 
-def test_enqueue_delay_at_the_maximum(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_delay_at_the_maximum(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", MAX_DURATION_MS) == 1
     assert native_server.client.zscore(DELAYED, "j1") == T0 + MAX_DURATION_MS
 
 
 def test_enqueue_duplicate_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     group.advance(7)
@@ -112,7 +115,7 @@ def test_enqueue_duplicate_writes_nothing(
     ids=["string", "zset", "list", "hash"],
 )
 def test_enqueue_over_a_row_of_any_type_is_a_duplicate(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     setup(native_server.client)
     before, changes = take_snapshot(native_server.client), dirty(native_server)
@@ -122,7 +125,7 @@ def test_enqueue_over_a_row_of_any_type_is_a_duplicate(
     assert dirty(native_server) == changes
 
 
-def test_enqueue_takes_arbitrary_bytes(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_takes_arbitrary_bytes(native: NativeSide, native_server: EmbeddedServer) -> None:
     job, payload = b"\x00\xff id\r\n", b"\xc3\x28\x00"
     assert native.call(Call.of("ENQUEUE", "q", job, payload, 0)) == 1
     assert native.call(Call.of("ENQUEUE", "q", b"", b"", 0)) == 1
@@ -140,7 +143,7 @@ def test_enqueue_takes_arbitrary_bytes(native: NativeModule, native_server: Embe
 
 
 @pytest.mark.parametrize("queue", [b"a:b", b"\x00\xff", b"q q", b"\r\n", b"emq:"])
-def test_enqueue_on_an_odd_queue_name(native: NativeModule, native_server: EmbeddedServer, queue: bytes) -> None:
+def test_enqueue_on_an_odd_queue_name(native: NativeSide, native_server: EmbeddedServer, queue: bytes) -> None:
     base = b"emq:{" + queue + b"}:"
     assert native.call(Call.of("ENQUEUE", queue, "j1", "p", 0)) == 1
     assert native.call(Call.of("CLAIM", queue, 10)) == [b"j1", b"p", 1]
@@ -152,20 +155,20 @@ def test_enqueue_on_an_odd_queue_name(native: NativeModule, native_server: Embed
 
 @pytest.mark.parametrize(("delay", "wrong"), [(0, PENDING), (5, DELAYED)])
 def test_enqueue_d3_set_wrong_type_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, delay: int, wrong: str
+    native: NativeSide, native_server: EmbeddedServer, delay: int, wrong: str
 ) -> None:
     native_server.client.set(wrong, "junk")
     refuses(native_server, native, "ENQUEUE", "j1", "p", delay, message=WRONGTYPE)
     assert_keyspace(native_server.client, {wrong: S("junk")})
 
 
-def test_enqueue_now_never_touches_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_now_never_touches_delayed(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(DELAYED, "junk")
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert_keyspace(native_server.client, {DELAYED: S("junk"), PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_enqueue_later_never_touches_pending(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_enqueue_later_never_touches_pending(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(PENDING, "junk")
     assert run(native, "ENQUEUE", "j1", "p", 3) == 1
     assert_keyspace(
@@ -181,14 +184,14 @@ def test_enqueue_later_never_touches_pending(native: NativeModule, native_server
 # -- CLAIM ---------------------------------------------------------------------------------------
 
 
-def test_claim_empty_queue(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_empty_queue(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {})
     assert dirty(native_server) == 0
 
 
 def test_claim_n1_plain_claim_stamps_the_run_id(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     group.set_time(1000)
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
@@ -198,7 +201,7 @@ def test_claim_n1_plain_claim_stamps_the_run_id(
     assert_keyspace(native_server.client, {ACTIVE: Z(j1=1100), row("j1"): claimed(epoch, 1000)})
 
 
-def test_claim_n1_after_a_restart_stamps_the_new_run_id(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_n1_after_a_restart_stamps_the_new_run_id(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "ENQUEUE", "j2", "p", 0) == 1
     first = native_server.run_id
@@ -206,7 +209,7 @@ def test_claim_n1_after_a_restart_stamps_the_new_run_id(native: NativeModule, na
     native_server.restart()
     second = native_server.run_id
     assert second != first
-    assert run(NativeModule(native_server.client), "CLAIM", 100) == [b"j2", b"p", 1]
+    assert run(native, "CLAIM", 100) == [b"j2", b"p", 1]  # the side connects again first
     assert_keyspace(
         native_server.client,
         {
@@ -217,7 +220,7 @@ def test_claim_n1_after_a_restart_stamps_the_new_run_id(native: NativeModule, na
     )
 
 
-def test_claim_takes_the_oldest_first(native: NativeModule, group: ServerGroup) -> None:
+def test_claim_takes_the_oldest_first(native: NativeSide, group: ServerGroup) -> None:
     assert run(native, "ENQUEUE", "b", "p", 0) == 1
     assert run(native, "ENQUEUE", "a", "p", 0) == 1  # same ms: ties go by member order
     group.advance(1)
@@ -228,34 +231,34 @@ def test_claim_takes_the_oldest_first(native: NativeModule, group: ServerGroup) 
     assert run(native, "CLAIM", 10) == []
 
 
-def test_claim_lease_at_the_maximum_is_accepted(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_lease_at_the_maximum_is_accepted(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "CLAIM", MAX_DURATION_MS) == [b"j1", b"p", 1]
     assert native_server.client.zscore(ACTIVE, "j1") == T0 + MAX_DURATION_MS
 
 
-def test_claim_ghost_is_consumed_and_nothing_minted(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_ghost_is_consumed_and_nothing_minted(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"ghost": 5, "j1": 6})
     native_server.client.hset(row("j1"), mapping={"payload": "p", "state": "pending"})
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {PENDING: Z(j1=6), row("j1"): H(payload="p", state="pending")})
 
 
-def test_claim_ghost_never_touches_active(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_ghost_never_touches_active(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"ghost": 5})
     native_server.client.set(ACTIVE, "junk")
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {ACTIVE: S("junk")})
 
 
-def test_claim_empty_pending_never_touches_active(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_empty_pending_never_touches_active(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(ACTIVE, "junk")
     assert run(native, "CLAIM", 100) == []
     assert_keyspace(native_server.client, {ACTIVE: S("junk")})
 
 
 @pytest.mark.parametrize("flag", [b"1", b"0", b"", b"\x00"])
-def test_claim_any_paused_value_answers_empty(native: NativeModule, native_server: EmbeddedServer, flag: bytes) -> None:
+def test_claim_any_paused_value_answers_empty(native: NativeSide, native_server: EmbeddedServer, flag: bytes) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(META, "paused", flag)
     changes = dirty(native_server)
@@ -264,7 +267,7 @@ def test_claim_any_paused_value_answers_empty(native: NativeModule, native_serve
     assert_keyspace(native_server.client, {META: H(paused=flag), PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_claim_other_meta_fields_do_not_pause(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_other_meta_fields_do_not_pause(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(META, "other", "1")
     assert run(native, "CLAIM", 100) == [b"j1", b"p", 1]
@@ -276,7 +279,7 @@ def test_claim_other_meta_fields_do_not_pause(native: NativeModule, native_serve
     ids=["string", "list", "zset"],
 )
 def test_claim_d2_wrongtype_meta_is_that_error(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     setup(native_server.client)
@@ -284,18 +287,15 @@ def test_claim_d2_wrongtype_meta_is_that_error(
 
 
 def test_claim_d2_noperm_meta_is_that_error(native_server: EmbeddedServer) -> None:
-    admin = NativeModule(native_server.client)
-    assert run(admin, "ENQUEUE", "j1", "p", 0) == 1
-    native_server.client.execute_command(
-        "ACL", "SETUSER", "worker", "on", ">pw", "+@all",
-        "~emq:{q}:pending", "~emq:{q}:active", "~emq:{q}:", "~emq:{q}:job:*",
-    )  # fmt: skip
-    worker = NativeModule(native_server.new_client("worker", "pw"))
-    refuses(native_server, worker, "CLAIM", 100, message=errors.NOPERM)
+    native = NativeSide(
+        native_server, {"worker": ("~emq:{q}:pending", "~emq:{q}:active", "~emq:{q}:", "~emq:{q}:job:*")}
+    )
+    assert run(native, "ENQUEUE", "j1", "p", 0) == 1
+    refuses(native_server, native, "CLAIM", 100, message=errors.NOPERM, user="worker")
     assert_keyspace(native_server.client, {PENDING: Z(j1=T0), row("j1"): waiting()})
 
 
-def test_claim_pending_wrong_type(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_pending_wrong_type(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(PENDING, "junk")
     refuses(native_server, native, "CLAIM", 100, message=WRONGTYPE)
 
@@ -311,7 +311,7 @@ def test_claim_pending_wrong_type(native: NativeModule, native_server: EmbeddedS
     ids=["string", "list", "zset", "set"],
 )
 def test_claim_d3_head_row_not_a_hash_keeps_the_id(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     native_server.client.zadd(PENDING, {"j9": 5, "j10": 6})
     setup(native_server.client)
@@ -332,7 +332,7 @@ def test_claim_d3_head_row_not_a_hash_keeps_the_id(
     ],
 )
 def test_claim_d4_bad_attempts_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, attempts: str, message: str
+    native: NativeSide, native_server: EmbeddedServer, attempts: str, message: str
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", attempts)
@@ -342,7 +342,7 @@ def test_claim_d4_bad_attempts_writes_nothing(
 
 @pytest.mark.parametrize(("attempts", "next_attempt"), [("-5", -4), ("0", 1), ("41", 42)])
 def test_claim_increments_any_integer_attempts(
-    native: NativeModule, native_server: EmbeddedServer, attempts: str, next_attempt: int
+    native: NativeSide, native_server: EmbeddedServer, attempts: str, next_attempt: int
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", attempts)
@@ -350,7 +350,7 @@ def test_claim_increments_any_integer_attempts(
     assert native_server.client.hget(row("j1"), "attempts") == str(next_attempt).encode()
 
 
-def test_claim_attempts_just_below_i64_max(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_attempts_just_below_i64_max(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", str(I64_MAX - 1))
     assert run(native, "CLAIM", 100) == [b"j1", b"p", I64_MAX]  # exact: no double rounding
@@ -362,7 +362,7 @@ def test_claim_attempts_just_below_i64_max(native: NativeModule, native_server: 
     ids=["string", "hash"],
 )
 def test_claim_d5_active_not_a_zset_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     setup(native_server.client)
@@ -375,7 +375,7 @@ def test_claim_d5_active_not_a_zset_writes_nothing(
     }
 
 
-def test_claim_row_without_payload_answers_nil(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_row_without_payload_answers_nil(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(PENDING, {"j1": 5})
     native_server.client.hset(row("j1"), "state", "pending")
     assert run(native, "CLAIM", 100) == [b"j1", None, 1]
@@ -388,7 +388,7 @@ def test_claim_row_without_payload_answers_nil(native: NativeModule, native_serv
     )
 
 
-def test_claim_overwrites_a_foreign_lease_epoch(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_claim_overwrites_a_foreign_lease_epoch(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "lease_epoch", "R0")
     assert run(native, "CLAIM", 100) == [b"j1", b"p", 1]
@@ -398,7 +398,7 @@ def test_claim_overwrites_a_foreign_lease_epoch(native: NativeModule, native_ser
 # -- EXTEND --------------------------------------------------------------------------------------
 
 
-def test_extend_moves_the_deadline(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_extend_moves_the_deadline(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(60)
     assert run(native, "EXTEND", "j1", 1, 500) == 1
@@ -408,7 +408,7 @@ def test_extend_moves_the_deadline(native: NativeModule, native_server: Embedded
     )
 
 
-def test_extend_can_shorten_and_reaches_the_maximum(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_extend_can_shorten_and_reaches_the_maximum(native: NativeSide, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native, lease=1000)
     assert run(native, "EXTEND", "j1", 1, 1) == 1
     assert native_server.client.zscore(ACTIVE, "j1") == T0 + 1
@@ -417,14 +417,13 @@ def test_extend_can_shorten_and_reaches_the_maximum(native: NativeModule, native
 
 
 def test_extend_n1_after_a_restart_restamps_the_new_run_id(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native)
     first = native_server.run_id
     native_server.restart()
     second = native_server.run_id
     assert second != first
-    native = NativeModule(native_server.client)
     group.advance(50)
     assert run(native, "EXTEND", "j1", 1, 100) == 1
     assert_keyspace(native_server.client, {ACTIVE: Z(j1=T0 + 150), row("j1"): claimed(second)})
@@ -433,7 +432,7 @@ def test_extend_n1_after_a_restart_restamps_the_new_run_id(
     assert run(native, "SWEEP", 1, 10) == [0, 1, 0, 0]
 
 
-def test_extend_stamps_a_lease_taken_without_an_epoch(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_extend_stamps_a_lease_taken_without_an_epoch(native: NativeSide, native_server: EmbeddedServer) -> None:
     """A lease the Lua scripts granted before the upgrade gets the epoch on its first extend."""
     native_server.client.zadd(ACTIVE, {"j1": T0 + 5})
     native_server.client.hset(row("j1"), mapping={"payload": "p", "state": "active", "attempts": 3})
@@ -449,7 +448,7 @@ def test_extend_stamps_a_lease_taken_without_an_epoch(native: NativeModule, nati
 
 @pytest.mark.parametrize(("job", "token"), [("j1", 2), ("j1", 0), ("j1", I64), ("nope", 1)])
 def test_extend_fence_refuses(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup, job: str, token: int
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup, job: str, token: int
 ) -> None:
     enqueue_and_claim(native)
     group.advance(60)
@@ -461,7 +460,7 @@ def test_extend_fence_refuses(
 
 @pytest.mark.parametrize("attempts", ["01", "abc", "", " 1", "1.0"])
 def test_extend_corrupt_attempts_fails_the_fence(
-    native: NativeModule, native_server: EmbeddedServer, attempts: str
+    native: NativeSide, native_server: EmbeddedServer, attempts: str
 ) -> None:
     enqueue_and_claim(native)
     native_server.client.hset(row("j1"), "attempts", attempts)
@@ -472,7 +471,7 @@ def test_extend_corrupt_attempts_fails_the_fence(
     assert take_snapshot(native_server.client) == before
 
 
-def test_extend_not_active_is_refused(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_extend_not_active_is_refused(native: NativeSide, native_server: EmbeddedServer) -> None:
     """The row says attempts 1, but the id is not in active: the fence holds nothing."""
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     native_server.client.hset(row("j1"), "attempts", "1")
@@ -483,7 +482,7 @@ def test_extend_not_active_is_refused(native: NativeModule, native_server: Embed
     assert take_snapshot(native_server.client) == before
 
 
-def test_extend_active_ghost_fails_the_fence(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_extend_active_ghost_fails_the_fence(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(ACTIVE, {"j1": T0 + 100})
     assert run(native, "EXTEND", "j1", 1, 500) == 0
     assert run(native, "COMPLETE", "j1", 1) == 0
@@ -500,7 +499,7 @@ def test_extend_active_ghost_fails_the_fence(native: NativeModule, native_server
     ],
 )
 def test_fence_reads_wrong_type_active_or_row(
-    native: NativeModule, native_server: EmbeddedServer, verb: str, args: tuple[object, ...]
+    native: NativeSide, native_server: EmbeddedServer, verb: str, args: tuple[object, ...]
 ) -> None:
     native_server.client.set(ACTIVE, "junk")
     refuses(native_server, native, verb, *args, message=WRONGTYPE)  # type: ignore[arg-type]
@@ -514,7 +513,7 @@ def test_fence_reads_wrong_type_active_or_row(
 
 
 def test_complete_moves_to_done_and_counts(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native)
     group.advance(30)
@@ -534,16 +533,14 @@ def test_complete_moves_to_done_and_counts(
     )  # fmt: skip
 
 
-def test_complete_counts_on(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_complete_counts_on(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.hset(COMPLETED, mapping={"count": 41, "other": "x"})
     enqueue_and_claim(native)
     assert run(native, "COMPLETE", "j1", 1) == 1
     assert native_server.client.hgetall(COMPLETED) == {b"count": b"42", b"other": b"x"}
 
 
-def test_complete_stale_token_is_refused(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_complete_stale_token_is_refused(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native, lease=10)
     group.advance(10)
     assert run(native, "SWEEP", 5, 10) == [1, 0, 0, 0]
@@ -572,7 +569,7 @@ def test_complete_stale_token_is_refused(
          "count-empty", "count-float", "count-i64max"],
 )  # fmt: skip
 def test_complete_d3_d4_writes_nothing(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     setup: Callable[[object], object],
     message: str,
@@ -586,7 +583,7 @@ def test_complete_d3_d4_writes_nothing(
 # -- FAIL ----------------------------------------------------------------------------------------
 
 
-def test_fail_retries_after_backoff(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_fail_retries_after_backoff(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(20)
     assert run(native, "FAIL", "j1", 1, b"boom\x00\xff", 3, 250) == b"retry"
@@ -606,7 +603,7 @@ def test_fail_retries_after_backoff(native: NativeModule, native_server: Embedde
     assert run(native, "CLAIM", 10) == [b"j1", b"p", 2]
 
 
-def test_fail_backoff_zero_and_maximum(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_fail_backoff_zero_and_maximum(native: NativeSide, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native, "a")
     enqueue_and_claim(native, "b")
     assert run(native, "FAIL", "a", 1, "e", 5, 0) == b"retry"
@@ -616,7 +613,7 @@ def test_fail_backoff_zero_and_maximum(native: NativeModule, native_server: Embe
     ]  # fmt: skip
 
 
-def test_fail_at_max_attempts_dead_letters(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_fail_at_max_attempts_dead_letters(native: NativeSide, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native)
     assert run(native, "FAIL", "j1", 1, "", 1, 250) == b"dead"
     assert run(native, "FAIL", "j1", 1, "boom", 1, 250) == 0
@@ -653,7 +650,7 @@ def test_fail_at_max_attempts_dead_letters(native: NativeModule, native_server: 
     ],
 )
 def test_fail_compares_attempts_exactly(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     attempts: str,
     max_attempts: int,
@@ -675,7 +672,7 @@ def test_fail_compares_attempts_exactly(
 
 
 @pytest.mark.parametrize("token", [7, 0, 2])
-def test_fail_stale_token(native: NativeModule, native_server: EmbeddedServer, token: int) -> None:
+def test_fail_stale_token(native: NativeSide, native_server: EmbeddedServer, token: int) -> None:
     enqueue_and_claim(native)
     before = take_snapshot(native_server.client)
     assert run(native, "FAIL", "j1", token, "boom", 1, 0) == 0
@@ -696,7 +693,7 @@ def test_fail_stale_token(native: NativeModule, native_server: EmbeddedServer, t
          "delayed-set"],
 )  # fmt: skip
 def test_fail_d3_d4_writes_nothing(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     max_attempts: int,
     setup: Callable[[object], object],
@@ -717,7 +714,7 @@ def test_fail_d3_d4_writes_nothing(
     ids=["dead-string", "metrics-string", "count-x"],
 )
 def test_fail_retry_path_never_touches_dead_or_metrics(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     enqueue_and_claim(native)
     setup(native_server.client)
@@ -726,7 +723,7 @@ def test_fail_retry_path_never_touches_dead_or_metrics(
     assert native_server.client.hget(row("j1"), "state") == b"delayed"
 
 
-def test_fail_dead_path_never_touches_delayed(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_fail_dead_path_never_touches_delayed(native: NativeSide, native_server: EmbeddedServer) -> None:
     enqueue_and_claim(native)
     native_server.client.set(DELAYED, "junk")
     assert run(native, "FAIL", "j1", 1, "e", 1, 10) == b"dead"
@@ -738,7 +735,7 @@ def test_fail_dead_path_never_touches_delayed(native: NativeModule, native_serve
 
 
 def test_promote_at_just_before_and_just_after_the_boundary(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 100) == 1
     assert run(native, "ENQUEUE", "j2", "p", 101) == 1
@@ -765,7 +762,7 @@ def test_promote_at_just_before_and_just_after_the_boundary(
 
 
 def test_promote_respects_limit_and_order(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     for job, delay in (("c", 30), ("a", 10), ("b", 20), ("d", 31)):
         assert run(native, "ENQUEUE", job, "p", delay) == 1
@@ -778,7 +775,7 @@ def test_promote_respects_limit_and_order(
     assert run(native, "PROMOTE", I64_MAX) == 0
 
 
-def test_promote_ghosts_use_the_budget(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_promote_ghosts_use_the_budget(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     native_server.client.zadd(DELAYED, {"g1": T0 - 5})
     assert run(native, "ENQUEUE", "a", "p", 1) == 1
     assert run(native, "ENQUEUE", "b", "p", 2) == 1
@@ -795,7 +792,7 @@ def test_promote_ghosts_use_the_budget(native: NativeModule, native_server: Embe
     )
 
 
-def test_promote_keeps_the_stored_score(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_promote_keeps_the_stored_score(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"a": 12.5, "b": "-inf"})
     native_server.client.hset(row("a"), "state", "delayed")
     native_server.client.hset(row("b"), "state", "delayed")
@@ -810,19 +807,19 @@ def test_promote_keeps_the_stored_score(native: NativeModule, native_server: Emb
     )
 
 
-def test_promote_only_ghosts_never_touches_pending(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_promote_only_ghosts_never_touches_pending(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"ghost": T0, "g2": T0 - 1, "later": T0 + 1})
     native_server.client.set(PENDING, "junk")
     assert run(native, "PROMOTE", 10) == 0
     assert_keyspace(native_server.client, {PENDING: S("junk"), DELAYED: Z(later=T0 + 1)})
 
 
-def test_promote_delayed_wrong_type(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_promote_delayed_wrong_type(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(DELAYED, "junk")
     refuses(native_server, native, "PROMOTE", 10, message=WRONGTYPE)
 
 
-def test_promote_d3_pending_wrong_type_writes_nothing(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_promote_d3_pending_wrong_type_writes_nothing(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DELAYED, {"ghost": T0 - 1, "a": T0})
     native_server.client.hset(row("a"), "state", "delayed")
     native_server.client.set(PENDING, "junk")
@@ -839,7 +836,7 @@ def test_promote_d3_pending_wrong_type_writes_nothing(native: NativeModule, nati
     ids=["string", "list", "zset"],
 )
 def test_promote_d9_row_not_a_hash_writes_nothing(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     group: ServerGroup,
     setup: Callable[[object], object],
@@ -858,9 +855,7 @@ def test_promote_d9_row_not_a_hash_writes_nothing(
 # -- SWEEP ---------------------------------------------------------------------------------------
 
 
-def test_sweep_recovers_at_the_deadline(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_sweep_recovers_at_the_deadline(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native, "j1", 100)
     enqueue_and_claim(native, "j2", 102)
     epoch = native_server.run_id
@@ -889,7 +884,7 @@ def test_sweep_recovers_at_the_deadline(
 
 
 def test_sweep_past_the_deadline_and_again(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native)
     group.advance(500)
@@ -906,7 +901,7 @@ def test_sweep_past_the_deadline_and_again(
 
 
 def test_sweep_dead_letters_at_max_stalled(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native)
     group.advance(100)
@@ -924,7 +919,7 @@ def test_sweep_dead_letters_at_max_stalled(
     )  # fmt: skip
 
 
-def test_sweep_counts_ghosts_and_keeps_its_budget(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_sweep_counts_ghosts_and_keeps_its_budget(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(ACTIVE, {"g1": T0 - 3, "g2": T0 - 2, "g3": T0 - 1, "g4": T0 + 1})
     assert run(native, "SWEEP", 1, 2) == [0, 0, 2, 0]
     assert_keyspace(native_server.client, {ACTIVE: Z(g3=T0 - 1, g4=T0 + 1)})
@@ -933,7 +928,7 @@ def test_sweep_counts_ghosts_and_keeps_its_budget(native: NativeModule, native_s
 
 
 def test_sweep_order_and_every_verdict_in_one_sweep(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     c = native_server.client
     enqueue_and_claim(native, "die", 10)
@@ -960,9 +955,7 @@ def test_sweep_order_and_every_verdict_in_one_sweep(
     )
 
 
-def test_sweep_d7_restart_is_not_a_stall(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
-) -> None:
+def test_sweep_d7_restart_is_not_a_stall(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     """The spec's worked example, native side."""
     group.set_time(1000)
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
@@ -970,7 +963,6 @@ def test_sweep_d7_restart_is_not_a_stall(
     first = native_server.run_id
     native_server.restart()
     assert native_server.run_id != first
-    native = NativeModule(native_server.client)
     group.set_time(1200)
     assert run(native, "SWEEP", 1, 10) == [0, 0, 0, 1]
     assert_keyspace(
@@ -986,7 +978,7 @@ def test_sweep_d7_restart_is_not_a_stall(
 
 
 def test_sweep_d7_without_a_restart_counts(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     group.set_time(1000)
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
@@ -1013,7 +1005,7 @@ def test_sweep_d7_without_a_restart_counts(
 )
 @pytest.mark.parametrize("stalled", [None, "3", "x", I64])
 def test_sweep_d7_exempt_leaves_stalled_unread(
-    native: NativeModule, native_server: EmbeddedServer, epoch: str | None, stalled: str | None
+    native: NativeSide, native_server: EmbeddedServer, epoch: str | None, stalled: str | None
 ) -> None:
     fields = {"state": "active", "attempts": "1"}
     if epoch is not None:
@@ -1031,7 +1023,7 @@ def test_sweep_d7_exempt_leaves_stalled_unread(
 
 
 def test_sweep_epoch_with_a_trailing_byte_is_foreign(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native)
     native_server.client.hset(row("j1"), "lease_epoch", native_server.run_id + " ")
@@ -1039,7 +1031,7 @@ def test_sweep_epoch_with_a_trailing_byte_is_foreign(
     assert run(native, "SWEEP", 1, 10) == [0, 0, 0, 1]
 
 
-def test_sweep_several_deaths_count_on(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_sweep_several_deaths_count_on(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     native_server.client.hset(FAILED, "count", 5)
     for job in ("a", "b", "c"):
         enqueue_and_claim(native, job, 10)
@@ -1054,7 +1046,7 @@ def test_sweep_several_deaths_count_on(native: NativeModule, native_server: Embe
     [("x", errors.NOTINT), (I64, errors.OVERFLOW), (str(I64_MAX - 1), errors.OVERFLOW)],
 )
 def test_sweep_d4_metrics_count_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup, count: str,
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup, count: str,
     message: str,
 ) -> None:  # fmt: skip
     """With i64 max - 1 the first death fits and the second overflows: still nothing written."""
@@ -1066,7 +1058,7 @@ def test_sweep_d4_metrics_count_writes_nothing(
 
 
 def test_sweep_i64_max_minus_one_fits_one_death(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     enqueue_and_claim(native, "a", 10)
     native_server.client.hset(FAILED, "count", str(I64_MAX - 1))
@@ -1075,7 +1067,7 @@ def test_sweep_i64_max_minus_one_fits_one_death(
     assert native_server.client.hget(FAILED, "count") == I64.encode()
 
 
-def test_sweep_active_wrong_type(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_sweep_active_wrong_type(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(ACTIVE, "junk")
     refuses(native_server, native, "SWEEP", 1, 10, message=WRONGTYPE)
 
@@ -1091,7 +1083,7 @@ def test_sweep_active_wrong_type(native: NativeModule, native_server: EmbeddedSe
     ids=["pending-string", "dead-string", "metrics-string", "metrics-zset"],
 )
 def test_sweep_d3_writes_nothing(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     group: ServerGroup,
     max_stalled: int,
@@ -1113,7 +1105,7 @@ def test_sweep_d3_writes_nothing(
     ids=["recover-only", "die-only"],
 )
 def test_sweep_touches_only_the_keys_its_verdicts_need(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     group: ServerGroup,
     max_stalled: int,
@@ -1126,7 +1118,7 @@ def test_sweep_touches_only_the_keys_its_verdicts_need(
     assert run(native, "SWEEP", max_stalled, 10) == want
 
 
-def test_sweep_only_ghosts_touches_nothing_else(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_sweep_only_ghosts_touches_nothing_else(native: NativeSide, native_server: EmbeddedServer) -> None:
     c = native_server.client
     c.zadd(ACTIVE, {"g": T0})
     for key in (PENDING, DEAD, FAILED):
@@ -1168,7 +1160,7 @@ D8_BAD_MEMBERS = [
 
 @pytest.mark.parametrize(("setup", "message"), D8_BAD_MEMBERS)
 def test_sweep_d8_bad_member_refuses_the_whole_sweep(
-    native: NativeModule,
+    native: NativeSide,
     native_server: EmbeddedServer,
     group: ServerGroup,
     setup: Callable[[object, str], object],
@@ -1191,7 +1183,7 @@ def test_sweep_d8_bad_member_refuses_the_whole_sweep(
 # -- REVIVE --------------------------------------------------------------------------------------
 
 
-def test_revive_a_dead_job(native: NativeModule, native_server: EmbeddedServer, group: ServerGroup) -> None:
+def test_revive_a_dead_job(native: NativeSide, native_server: EmbeddedServer, group: ServerGroup) -> None:
     enqueue_and_claim(native)
     group.advance(100)
     assert run(native, "SWEEP", 1, 10) == [0, 1, 0, 0]
@@ -1213,7 +1205,7 @@ def test_revive_a_dead_job(native: NativeModule, native_server: EmbeddedServer, 
     assert run(native, "CLAIM", 10) == [b"j1", b"p", 2]  # attempts keep growing
 
 
-def test_revive_only_dead_jobs(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_revive_only_dead_jobs(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     before = take_snapshot(native_server.client)
     assert run(native, "REVIVE", "j1") == 0
@@ -1221,14 +1213,14 @@ def test_revive_only_dead_jobs(native: NativeModule, native_server: EmbeddedServ
     assert take_snapshot(native_server.client) == before
 
 
-def test_revive_ghost_is_consumed_and_nothing_minted(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_revive_ghost_is_consumed_and_nothing_minted(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.zadd(DEAD, {"ghost": 0, "other": 0})
     native_server.client.set(PENDING, "junk")  # a ghost never reaches pending
     assert run(native, "REVIVE", "ghost") == 0
     assert_keyspace(native_server.client, {DEAD: Z(other=0), PENDING: S("junk")})
 
 
-def test_revive_dead_wrong_type(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_revive_dead_wrong_type(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.set(DEAD, "junk")
     refuses(native_server, native, "REVIVE", "j1", message=WRONGTYPE)
 
@@ -1239,7 +1231,7 @@ def test_revive_dead_wrong_type(native: NativeModule, native_server: EmbeddedSer
     ids=["pending-string", "row-string"],
 )
 def test_revive_d3_writes_nothing(
-    native: NativeModule, native_server: EmbeddedServer, setup: Callable[[object], object]
+    native: NativeSide, native_server: EmbeddedServer, setup: Callable[[object], object]
 ) -> None:
     enqueue_and_claim(native)
     assert run(native, "FAIL", "j1", 1, "e", 1, 0) == b"dead"
@@ -1250,7 +1242,7 @@ def test_revive_d3_writes_nothing(
 # -- PAUSE / RESUME ------------------------------------------------------------------------------
 
 
-def test_pause_and_resume(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_pause_and_resume(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "ENQUEUE", "j1", "p", 0) == 1
     assert run(native, "PAUSE") == 1
     assert run(native, "PAUSE") == 0
@@ -1263,7 +1255,7 @@ def test_pause_and_resume(native: NativeModule, native_server: EmbeddedServer) -
     assert run(native, "CLAIM", 10) == [b"j1", b"p", 1]
 
 
-def test_pause_rewrites_any_flag_and_keeps_other_fields(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_pause_rewrites_any_flag_and_keeps_other_fields(native: NativeSide, native_server: EmbeddedServer) -> None:
     native_server.client.hset(META, mapping={"paused": "0", "other": "x"})
     assert run(native, "PAUSE") == 0
     assert_keyspace(native_server.client, {META: H(paused=1, other="x")})
@@ -1271,14 +1263,14 @@ def test_pause_rewrites_any_flag_and_keeps_other_fields(native: NativeModule, na
     assert_keyspace(native_server.client, {META: H(other="x")})
 
 
-def test_resume_unpaused_writes_nothing(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_resume_unpaused_writes_nothing(native: NativeSide, native_server: EmbeddedServer) -> None:
     assert run(native, "RESUME") == 0
     assert dirty(native_server) == 0
     assert_keyspace(native_server.client, {})
 
 
 @pytest.mark.parametrize("verb", ["PAUSE", "RESUME"])
-def test_pause_on_wrong_type_meta(native: NativeModule, native_server: EmbeddedServer, verb: str) -> None:
+def test_pause_on_wrong_type_meta(native: NativeSide, native_server: EmbeddedServer, verb: str) -> None:
     native_server.client.set(META, "junk")
     refuses(native_server, native, verb, message=WRONGTYPE)
 
@@ -1286,7 +1278,7 @@ def test_pause_on_wrong_type_meta(native: NativeModule, native_server: EmbeddedS
 # -- D6: shape, layout, integers -----------------------------------------------------------------
 
 
-def busy_queue(host: NativeModule, server: EmbeddedServer, group: ServerGroup) -> None:
+def busy_queue(host: NativeSide, server: EmbeddedServer, group: ServerGroup) -> None:
     """Every set populated, so that any transition given good arguments would write something."""
     enqueue_and_claim(host, "j1", 100)
     assert run(host, "ENQUEUE", "j2", "p", 0) == 1
@@ -1299,7 +1291,7 @@ def busy_queue(host: NativeModule, server: EmbeddedServer, group: ServerGroup) -
 class Busy(NamedTuple):
     """The shared server of the D6 and ACL tests, reset to `busy_queue` before each test."""
 
-    native: NativeModule
+    native: NativeSide
     server: EmbeddedServer
 
 
@@ -1311,13 +1303,14 @@ def shared_group() -> Iterator[ServerGroup]:
 
 
 @pytest.fixture
-def busy(shared_group: ServerGroup) -> Busy:
+def busy(shared_group: ServerGroup) -> Iterator[Busy]:
     server = shared_group.servers[0]
     server.client.flushall()
     shared_group.set_time(T0)
-    native = NativeModule(server.client)
+    native = NativeSide(server, {})
     busy_queue(native, server, shared_group)
-    return Busy(native, server)
+    yield Busy(native, server)
+    native.close()
 
 
 GOOD_ARGS: dict[str, tuple[bytes | str | int, ...]] = {
@@ -1460,7 +1453,7 @@ def test_d6_integer_bounds_are_accepted(busy: Busy, verb: str, index: int, value
     assert not isinstance(reply, ErrorReply), reply
 
 
-def test_d6_first_bad_integer_wins(native: NativeModule, native_server: EmbeddedServer) -> None:
+def test_d6_first_bad_integer_wins(native: NativeSide, native_server: EmbeddedServer) -> None:
     refuses(native_server, native, "FAIL", "j", "x", "e", 0, -1, message=errors.NOTINT)
     refuses(native_server, native, "FAIL", "j", -1, "e", "x", -1, message=errors.ARG)
     refuses(native_server, native, "FAIL", "j", 1, "e", 1, "9" * 20, message=errors.OVERFLOW)
@@ -1559,7 +1552,7 @@ def test_d6_layout(
 
 
 @pytest.mark.parametrize("verb", [v for v, t in TRANSITIONS.items() if t.args])
-def test_d6_checks_run_in_order(native: NativeModule, native_server: EmbeddedServer, verb: str) -> None:
+def test_d6_checks_run_in_order(native: NativeSide, native_server: EmbeddedServer, verb: str) -> None:
     """Shape before layout before integers: every argument below is bad in each way at once."""
     transition = TRANSITIONS[verb]
     bad_keys = tuple(b"x" for _ in transition.keys)
@@ -1582,9 +1575,9 @@ ROWS_RO = ["%R~emq:{q}:job:*"]
 METRICS_RW = ["~emq:{q}:metrics:*"]
 
 
-def acl_user(server: EmbeddedServer, name: str, patterns: list[str]) -> NativeModule:
-    server.client.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", "+@all", *patterns)
-    return NativeModule(server.new_client(name, "pw"))
+def acl_user(server: EmbeddedServer, name: str, patterns: list[str]) -> NativeSide:
+    """A side whose user `name` has every command and only these key patterns."""
+    return NativeSide(server, {name: tuple(patterns)})
 
 
 ACL_CASES = [
@@ -1626,7 +1619,7 @@ def test_acl_derived_keys_are_checked_before_any_write(
     native, native_server = busy
     worker = acl_user(native_server, "worker", patterns)
     before, changes = take_snapshot(native_server.client), dirty(native_server)
-    reply = run(worker, verb, *args)
+    reply = run(worker, verb, *args, user="worker")
     assert reply == ErrorReply(errors.NOPERM)
     assert take_snapshot(native_server.client) == before
     assert dirty(native_server) == changes
@@ -1658,7 +1651,7 @@ def test_acl_keys_a_call_never_reaches_need_no_permission(
 ) -> None:
     _native, native_server = busy
     worker = acl_user(native_server, "worker", patterns)
-    assert run(worker, verb, *args) == reply
+    assert run(worker, verb, *args, user="worker") == reply
 
 
 @pytest.mark.parametrize("verb", list(TRANSITIONS))
@@ -1666,13 +1659,13 @@ def test_acl_declared_keys_are_checked_by_the_server(busy: Busy, verb: str) -> N
     _native, native_server = busy
     worker = acl_user(native_server, "worker", ["~other:*"])
     before = take_snapshot(native_server.client)
-    reply = run(worker, verb, *GOOD_ARGS[verb])
+    reply = run(worker, verb, *GOOD_ARGS[verb], user="worker")
     assert isinstance(reply, ErrorReply) and reply.code == "NOPERM", reply
     assert take_snapshot(native_server.client) == before
 
 
 def test_acl_metrics_denied_writes_nothing_even_after_good_members(
-    native: NativeModule, native_server: EmbeddedServer, group: ServerGroup
+    native: NativeSide, native_server: EmbeddedServer, group: ServerGroup
 ) -> None:
     """SWEEP: a recovered member comes first, the dying one needs metrics the user lacks."""
     enqueue_and_claim(native, "rec", 10)
@@ -1680,4 +1673,4 @@ def test_acl_metrics_denied_writes_nothing_even_after_good_members(
     native_server.client.hset(row("die"), "stalled", 9)
     group.advance(20)
     worker = acl_user(native_server, "worker", ALL_DECLARED + ROWS_RW)
-    refuses(native_server, worker, "SWEEP", 5, 10, message=errors.NOPERM)
+    refuses(native_server, worker, "SWEEP", 5, 10, message=errors.NOPERM, user="worker")
