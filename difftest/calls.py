@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from difftest.commands import TRANSITIONS, queue_keys
-from difftest.replies import Reply
 
 
 def as_bytes(value: bytes | str | int) -> bytes:
@@ -33,9 +31,3 @@ class Call:
     def command(self) -> list[bytes]:
         """The native command line."""
         return [f"EMQ.{self.verb}".encode(), self.numkeys, *self.rest]
-
-
-class Executor(Protocol):
-    """Anything that runs a transition call on its server and answers with a Reply."""
-
-    def call(self, call: Call) -> Reply: ...

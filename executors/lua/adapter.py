@@ -1,22 +1,21 @@
-"""The Lua executor's host: EchoMQ.Jobs ported, guards and the `paused?` read around EVALSHA."""
+"""The Lua executor's host logic: EchoMQ.Jobs ported, guards and the `paused?` read around EVALSHA.
+
+Pure: what the host does with a call (`host_plan`) and how it reads the `paused?` answer. The one
+host that sends it all is `difftest.sides.LuaSide`, for the replay and the tests alike.
+"""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import valkey
-from valkey.exceptions import ResponseError
-
 from difftest.calls import Call
-from difftest.commands import TRANSITIONS, Layout, meta_key
+from difftest.commands import TRANSITIONS, Layout
 from difftest.guards import GuardError, check_call
 from difftest.problems import SetupProblem
-from difftest.replies import ErrorReply, Refused, Reply
-from difftest.wire import as_reply
+from difftest.replies import Refused, Reply
 
 
 def load_scripts(directory: Path | None = None) -> dict[str, bytes]:
@@ -84,51 +83,3 @@ def host_plan(call: Call, guarded: Layout | str | None = None) -> HostPlan:
 
 def evalsha_command(sha: str, call: Call) -> tuple[bytes, ...]:
     return (b"EVALSHA", sha.encode(), call.numkeys, *call.rest)
-
-
-class LuaHost:
-    """Runs calls as the retired host did: refuse bad input locally, then one script per call.
-
-    CLAIM is two round trips (`paused_read`, then `claim_script`); `call` runs both back to back,
-    and the engine may split them to let other workers' steps land in between (contract row D1).
-    """
-
-    def __init__(self, client: valkey.Valkey, scripts: dict[str, bytes] | None = None) -> None:
-        self.client = client
-        self.scripts = load_scripts() if scripts is None else scripts
-        self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
-
-    def call(self, call: Call) -> Reply:
-        plan = host_plan(call)
-        if isinstance(plan, Refused):
-            return plan
-        if isinstance(plan, PausedThenClaim):
-            if reads_as_paused(self._command(*plan.paused_read)):
-                return []
-            return self.claim_script(call)
-        if isinstance(plan, PlainCommand):
-            return self._command(*plan.command)
-        return self.run_script(call)
-
-    def paused_read(self, queue: bytes) -> Reply:
-        """CLAIM's first round trip: `HGET meta paused`, raw."""
-        return self._command(b"HGET", meta_key(queue), b"paused")
-
-    def claim_script(self, call: Call) -> Reply:
-        """CLAIM's second round trip: the @claim2 script, sent whatever the pause read said."""
-        return self.run_script(call)
-
-    def run_script(self, call: Call) -> Reply:
-        """EVALSHA; a NOSCRIPT (the cache is empty after a restart) loads the script and retries."""
-        command = evalsha_command(self.shas[call.verb], call)
-        reply = self._command(*command)
-        if isinstance(reply, ErrorReply) and reply.code == "NOSCRIPT":
-            self._command(b"SCRIPT", b"LOAD", self.scripts[call.verb])
-            reply = self._command(*command)
-        return reply
-
-    def _command(self, *parts: bytes | str) -> Reply:
-        try:
-            return as_reply(self.client.execute_command(*parts))
-        except ResponseError as exc:
-            return ErrorReply(str(exc))
