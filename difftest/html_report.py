@@ -200,6 +200,8 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words += ["--database", str(summary["database"])] if summary["database"] else ["--no-database"]
     if summary.get("lua_scripts"):
         words += ["--lua-scripts", str(summary["lua_scripts"])]
+    if summary.get("valkey_requested") and summary.get("valkey"):
+        words += ["--valkey", str(summary["valkey"])]
     return shlex.join(words)
 
 
@@ -230,6 +232,7 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         facts.append(("merged from", "<br>".join(esc(s) for s in summary["shards"])))
     facts += [("native module", esc(summary.get("module", ""))),
               ("Lua scripts", esc(summary.get("lua_scripts") or "executors/lua (the reference)")),
+              ("Valkey", esc(summary.get("valkey") or "unknown")),
               ("host", esc(summary.get("host", "")))]  # fmt: skip
     return facts
 

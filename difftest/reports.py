@@ -16,7 +16,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from difftest import coverage, html_report
+from difftest import coverage, html_report, valkeys
 from difftest.campaign import BatchRecord, CampaignResult
 from difftest.exampledb import describe
 
@@ -83,6 +83,9 @@ def summary(result: CampaignResult) -> dict[str, Any]:
         "database": describe(config.database) if config.database else None,
         "module": str(config.module),
         "lua_scripts": str(config.lua_scripts) if config.lua_scripts else None,
+        # the servers' Valkey version (--valkey's, or the binary's own); an attached pair's is its images'
+        "valkey": valkeys.version_in_use() if config.backend in ("local", "docker") else None,
+        "valkey_requested": bool(os.environ.get(valkeys.ENVIRONMENT)),
         "histories": result.histories,
         "steps": result.steps,
         "elapsed_s": round(result.elapsed_s, 3),

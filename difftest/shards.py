@@ -71,6 +71,7 @@ def _check(parts: list[tuple[Path, dict[str, Any]]]) -> None:
     _same(parts, "budget", "budget")
     _same(parts, "restarts", "restarts")
     _same(parts, "max_steps", "max_steps")
+    _same(parts, "valkey", "Valkey")  # a version matrix's legs are merged apart
     counts = {shard_of(d)[1] for _, d in parts}
     if len(counts) > 1:
         splits = " and ".join(str(c) for c in sorted(counts))
@@ -153,6 +154,8 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "database": joined("database"),
         "module": joined("module"),
         "lua_scripts": joined("lua_scripts"),
+        "valkey": first_doc.get("valkey"),
+        "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
         "histories": histories,
         "steps": steps,
         "elapsed_s": round(elapsed, 3),

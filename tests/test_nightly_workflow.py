@@ -7,59 +7,15 @@ import io
 import re
 import shlex
 from functools import cache
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from difftest.cli import build_parser, subcommands
+from tests.workflow import ROOT, every_command, input_defaults, job_commands, load, triggers
 
-ROOT = Path(__file__).resolve().parent.parent
-WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
 DIFFTEST = ".venv/bin/difftest"
-
-
-def load() -> dict[Any, Any]:
-    document = yaml.safe_load(WORKFLOW.read_text())
-    assert isinstance(document, dict)
-    return document
-
-
-def triggers(document: dict[Any, Any]) -> dict[str, Any]:
-    # YAML 1.1 (PyYAML) reads the bare key `on` as the boolean True
-    found = document.get("on", document.get(True))
-    assert isinstance(found, dict)
-    return found
-
-
-def steps(document: dict[Any, Any]) -> list[tuple[dict[str, Any], dict[str, str]]]:
-    """Every step with the environment it sees (workflow, job and step `env:`, the innermost winning)."""
-    found = []
-    for job in document["jobs"].values():
-        for step in job["steps"]:
-            env = {**document.get("env", {}), **job.get("env", {}), **step.get("env", {})}
-            found.append((step, {k: str(v) for k, v in env.items()}))
-    return found
-
-
-def commands(script: str) -> list[str]:
-    """The shell commands of a `run:` block: one a line, continuations joined, comments dropped."""
-    joined = re.sub(r"\\\n\s*", " ", script)
-    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
-
-
-def expand(command: str, env: dict[str, str]) -> str:
-    """$NAME from the step's env; an expression `${{ inputs.x || 'default' }}` stands for its default."""
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1) or match.group(2)
-        assert name in env, f"{command!r} uses ${name}, which the workflow does not set"
-        text = env[name]
-        fallback = re.search(r"\|\|\s*'([^']*)'", text)
-        return fallback.group(1) if "${{" in text and fallback else text
-
-    return re.sub(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)", value, command)
+# the nightly's own helper (standard library only: the plan job runs it before any set-up)
+NIGHTLY = ("python", "-m", "difftest.nightly")
 
 
 @cache
@@ -88,7 +44,17 @@ def check(command: str) -> None:
         unknown = [t for t in words[1:] if not t.startswith("-") and t not in make_targets()]
         assert words[1:] and not unknown, f"{command!r}: no such Makefile target {unknown}"
         return
-    assert words[0] == DIFFTEST, f"{command!r}: the workflow runs Makefile targets and {DIFFTEST} only"
+    if tuple(words[:3]) == NIGHTLY:  # parsed by its own parser, which exits 2 on what it does not accept
+        from difftest.nightly import build_parser as nightly_parser
+
+        try:
+            nightly_parser().parse_args(words[3:])
+        except SystemExit:
+            raise AssertionError(f"{command!r}: python -m difftest.nightly does not accept these arguments") from None
+        return
+    assert words[0] == DIFFTEST, (
+        f"{command!r}: the workflow runs Makefile targets, {DIFFTEST} and python -m difftest.nightly only"
+    )
     arguments = words[1:]
     if arguments[:1] == ["mutants"]:  # the runner parses these itself (difftest passes them on)
         assert "mutants" in subcommands(build_parser())
@@ -105,13 +71,8 @@ def check(command: str) -> None:
 
 
 def workflow_commands() -> list[tuple[str, str]]:
-    """(as written, as run) for every command of every `run:` step."""
-    return [
-        (command, expand(command, env))
-        for step, env in steps(load())
-        if "run" in step
-        for command in commands(step["run"])
-    ]
+    """(as written, as run) for every command of every job (its matrix's first leg, the inputs' defaults)."""
+    return every_command(load())
 
 
 def test_the_workflow_runs_nightly_and_on_demand() -> None:
@@ -128,8 +89,13 @@ def test_every_command_names_a_real_target_or_difftest_command() -> None:
     run = [shlex.split(c) for _, c in found]
     assert ["make", "setup"] in run
     campaign = next(w for w in run if w[1:2] == ["run"])
-    assert "--backend" in campaign and campaign[campaign.index("--backend") + 1] == "docker" and "--seconds" in campaign
-    assert any(w[1:2] == ["mutants"] for w in run)
+    assert "--backend" in campaign and campaign[campaign.index("--backend") + 1] == "docker"
+    # an example budget per shard: a --seconds budget would merge as a union of batches, not the unsharded run
+    assert "--examples" in campaign and "--seconds" not in campaign and "--shard" in campaign
+    assert "--valkey" in campaign and "--no-database" in campaign
+    assert any(w[1:2] == ["mutants"] and "--shard" in w for w in run)
+    assert any(w[1:3] == ["mutants", "merge"] for w in run) and any(w[1:2] == ["merge"] for w in run)
+    assert any(tuple(w[:4]) == (*NIGHTLY, "summary") for w in run)
 
 
 def test_the_checker_itself_rejects_what_is_not_real() -> None:
@@ -140,6 +106,9 @@ def test_the_checker_itself_rejects_what_is_not_real() -> None:
         f"{DIFFTEST} no-such-command",
         f"{DIFFTEST} mutants --no-such-option 1",
         "pytest tests",
+        "python -m difftest.nightly plan --campaign-shards 0 --mutant-shards 1 --valkey 9.1.2",
+        "python -m difftest.nightly plan --campaign-shards 2 --mutant-shards 1 --valkey 7.2.0",
+        "python -m difftest.other plan",
     ):
         with pytest.raises(AssertionError):
             check(bad)
@@ -148,14 +117,65 @@ def test_the_checker_itself_rejects_what_is_not_real() -> None:
 
 def test_reports_are_uploaded_always_and_the_mutants_run_after_a_divergence() -> None:
     document = load()
-    every = [step for step, _ in steps(document)]
-    upload = next(s for s in every if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
-    assert "always()" in str(upload.get("if", "")) and upload["with"]["path"].rstrip("/") == "reports"
-    mutants = next(s for s in every if DIFFTEST + " mutants" in str(s.get("run", "")))
-    assert "cancelled()" in str(mutants.get("if", "")) or "always()" in str(mutants.get("if", ""))
+    for name in ("campaign", "mutants", "merge"):
+        steps = document["jobs"][name]["steps"]
+        upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
+        assert "always()" in str(upload.get("if", "")) and upload["with"]["path"].rstrip("/") == "reports", name
+    # the mutant shards do not wait for the campaign, and the merge runs whatever the shards found
+    assert "campaign" not in str(document["jobs"]["mutants"].get("needs", ""))
+    assert "cancelled()" in str(document["jobs"]["merge"].get("if", ""))
+    merge_steps = document["jobs"]["merge"]["steps"]
+    mutants = next(s for s in merge_steps if DIFFTEST + " mutants merge" in str(s.get("run", "")))
+    summary = next(s for s in merge_steps if "difftest.nightly summary" in str(s.get("run", "")))
+    for step in (mutants, summary):  # after a divergence (the campaign merge failed) too
+        assert "cancelled()" in str(step.get("if", "")) or "always()" in str(step.get("if", ""))
     # a failing command fails its step: nothing swallows the exit code
-    for step in every:
-        assert "|| true" not in str(step.get("run", "")) and not step.get("continue-on-error", False)
+    for job in document["jobs"].values():
+        for step in job["steps"]:
+            assert "|| true" not in str(step.get("run", "")) and not step.get("continue-on-error", False)
+
+
+def test_the_matrix_jobs_their_needs_and_artifact_names() -> None:
+    document = load()
+    jobs = document["jobs"]
+    assert set(jobs) == {"plan", "campaign", "mutants", "merge"}
+    assert jobs["campaign"]["needs"] == "plan" and jobs["mutants"]["needs"] == "plan"
+    assert set(jobs["merge"]["needs"]) == {"plan", "campaign", "mutants"}
+    assert set(jobs["plan"]["outputs"]) == {"seed", "campaign", "mutants", "valkey"}
+    for name, output in (("campaign", "campaign"), ("mutants", "mutants"), ("merge", "valkey")):
+        assert jobs[name]["strategy"]["matrix"] == f"${{{{ fromJSON(needs.plan.outputs.{output}) }}}}"
+        assert jobs[name]["strategy"]["fail-fast"] is False  # one failing shard does not cancel the others
+
+    def uploaded(job: str) -> str:
+        return str(next(s for s in jobs[job]["steps"] if "upload-artifact" in str(s.get("uses")))["with"]["name"])
+
+    def downloaded(pattern_of: str) -> str:
+        steps = [s for s in jobs["merge"]["steps"] if "download-artifact" in str(s.get("uses"))]
+        return str(next(s for s in steps if s["with"]["path"] == pattern_of)["with"]["pattern"])
+
+    # a shard's artifact is <kind>-<version>-<K>-of-<N>; the merge of a version downloads exactly its own
+    assert uploaded("campaign") == "campaign-${{ matrix.name }}" and uploaded("mutants") == "mutants-${{ matrix.name }}"
+    assert downloaded("reports/campaign-shards") == "campaign-${{ matrix.valkey }}-*"
+    assert downloaded("reports/mutant-shards") == "mutants-${{ matrix.valkey }}-*"
+    assert uploaded("merge") == "nightly-${{ matrix.valkey }}"
+    # the defaults: N campaign and M mutant shards per version, every version merged apart
+    defaults = input_defaults(document)
+    versions = defaults["valkey"].split()
+    legs = {name: len({tuple(sorted(e.items())) for e in _legs(name)}) for name in ("campaign", "mutants", "merge")}
+    assert legs == {"campaign": int(defaults["campaign_shards"]) * len(versions),
+                    "mutants": int(defaults["mutant_shards"]) * len(versions), "merge": len(versions)}  # fmt: skip
+    # a scheduled run has no inputs: the workflow's env falls back to the same defaults
+    scheduled = {name: dict(env) for name in jobs for _, _, env in job_commands(document, name, inputs={})}
+    assert scheduled == {name: dict(env) for name in jobs for _, _, env in job_commands(document, name)}
+
+
+def _legs(job: str) -> list[dict[str, str]]:
+    from tests.workflow import context_for, matrix_legs, plan_outputs
+
+    document = load()
+    defaults = input_defaults(document)
+    context = context_for(document, defaults, plan_outputs(document), {})
+    return matrix_legs(document["jobs"][job], context)
 
 
 def test_the_readme_shows_the_same_commands() -> None:
