@@ -15,21 +15,32 @@ what a merge adds up, and their finishing times are the run's time series.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
+import pickle
+import queue as queues
+import shutil
 import signal
+import threading
 import time
+import traceback
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 from difftest import coverage
+from difftest.problems import SetupProblem
 
 BATCH = 40  # histories per Hypothesis run: small enough to stop on time, large enough to amortise
+STOP_S = 8.0  # after SIGTERM, how long a worker may take to remove its servers before SIGKILL (docker stop: 10 s)
+SHM = Path("/dev/shm")
+OWNER_FILE = "owner.pid"  # in a worker's server-group directory: the pid that removes it
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,17 @@ class WorkerReport:
     elapsed_s: float = 0.0
     replay_s: float = 0.0
     records: list[BatchRecord] = field(default_factory=list)
+    interrupted_by: int = 0  # the signal that stopped it (SIGINT or SIGTERM); 0: it ran to its end
+
+    def keep_whole_batches(self) -> None:
+        """Forget the batch in flight: the counts become those of the finished batches (what a
+        merge of shards adds up), and a failure without its batch record goes too."""
+        self.histories = sum(r.histories for r in self.records)
+        self.steps = sum(r.steps for r in self.records)
+        self.labels = coverage.merge(r.labels for r in self.records)
+        self.batches = [r.batch for r in self.records]
+        if self.failure is not None and self.failure.batch not in {r.batch for r in self.records if r.diverged}:
+            self.failure = None
 
 
 @dataclass
@@ -96,6 +118,7 @@ class CampaignResult:
     elapsed_s: float
     interrupted: bool = False
     started_at: float = 0.0  # time.time() when the campaign started
+    interrupted_by: int = 0  # SIGINT or SIGTERM when interrupted (the command exits 128 + it)
 
     @property
     def records(self) -> list[BatchRecord]:
@@ -166,34 +189,15 @@ class _Tally:
         self.update(report.worker, report.histories, report.steps, report.failure is not None)
         self.emit()
 
-    def drain(self, queue: Any) -> None:
-        import queue as queues
-
-        while True:
-            try:
-                self.update(*queue.get_nowait())
-            except queues.Empty:
-                return
-
     def emit(self) -> None:
         counts = list(self.latest.values())
         self.hook(Progress(sum(c[0] for c in counts), sum(c[1] for c in counts), sum(1 for c in counts if c[2]),
                            time.perf_counter() - self.started))  # fmt: skip
 
 
-_progress_queue: Any = None  # in a pool worker: where it reports after each batch (set at its start)
-_stop: Any = None  # in a pool worker: an event the main process sets when another worker diverged
-
-
-def _attach_progress(queue: Any, stop: Any = None) -> None:
-    """The pool's initializer: a multiprocessing queue or event reaches a spawned worker only this way."""
-    global _progress_queue, _stop
-    _progress_queue = queue
-    _stop = stop
-
-
-def _queue_progress(report: WorkerReport) -> None:
-    _progress_queue.put((report.worker, report.histories, report.steps, report.failure is not None))
+_stop: Any = None  # in a worker process: an event the main process sets when another worker diverged
+_parent = 0  # in a worker process: the runner's pid (a worker whose runner is gone stops)
+_signalled = 0  # the SIGINT or SIGTERM that is stopping this worker (0: none)
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -250,6 +254,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
         # raised from one line, as Hypothesis tells failures apart by where they were raised
+        _check_stopping()
         key = repr(history)  # a history holds a dict: not hashable itself
         result = known.get(key)
         if result is None:
@@ -313,25 +318,66 @@ def _last_pass(replayer: Any, failed: Any) -> Any:
     return results.get(id(smaller), failed)
 
 
-def _worker(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None) -> WorkerReport:
-    """One process: its own server pair (pinned with it to one core), batches worker, worker+n, ..."""
-    # a terminated worker unwinds (and so removes its servers and files) like Ctrl-C
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken like Ctrl-C: what `timeout`, `docker stop` and a CI step's time limit send."""
+
+
+def _interrupt_once(signum: int, _: object) -> None:
+    """A worker's SIGINT and SIGTERM: the first unwinds it (its servers and files removed on the
+    way out); any later one is ignored, so that it cannot cut that removal short."""
+    global _signalled
+    _signalled = signum
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _ignore)  # not SIG_IGN: a signal already pending would print a warning
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _check_stopping() -> None:
+    """Between histories and batches: raise again a signal's interrupt that something swallowed (a
+    finaliser it landed in), and stop a worker whose runner is gone even if no signal said so."""
+    global _signalled
+    if not _signalled and _parent and os.getppid() != _parent:
+        _signalled = signal.SIGTERM
+    if _signalled:
+        raise Terminated if _signalled == signal.SIGTERM else KeyboardInterrupt
+
+
+def _ignore(*_: object) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def _signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` for the block (in the main thread; elsewhere unchanged)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if notify is None and _progress_queue is not None:
-            notify = _queue_progress
-        return _work(config, worker, notify)
+        yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, before in previous.items():
+            signal.signal(number, before)
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+def _worker(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None) -> WorkerReport:
+    """One worker in this process (a one-worker campaign): Ctrl-C or SIGTERM ends it with its whole
+    batches reported and its servers and files removed."""
+    global _signalled
+    _signalled = 0
+    try:
+        with _signals(_interrupt_once):
+            return _work(config, worker, notify)
+    finally:
+        _signalled = 0
 
 
-def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None) -> WorkerReport:
+def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], None] | None = None,
+          on_root: Callable[[Path], None] | None = None) -> WorkerReport:  # fmt: skip
+    """Its own server pair (pinned with it to one core), batches worker, worker+n, ...; interrupted
+    (KeyboardInterrupt), it returns the batches it finished, the one in flight dropped."""
     from difftest.replay import Replayer
-    from difftest.servers.local import pin_to_core
+    from difftest.servers.local import ServerGroup, pin_to_core
 
     if config.pin:
         pin_to_core(worker)
@@ -339,33 +385,253 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     started = time.perf_counter()
     sizes = batch_sizes(config)
     deadline = None if config.seconds is None else time.monotonic() + config.seconds
-    with Replayer(config.module, lua_scripts=config.lua_scripts, backend=config.backend) as replayer:
-        position = worker  # the workers deal out the shard's batches: positions w, w+n, ...
-        while True:
-            batch = shard_batch(config.shard, position)
-            if sizes is not None and batch >= len(sizes):
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if _stop is not None and _stop.is_set():
-                break  # another worker diverged: this one stops between batches, its report whole
-            size = sizes[batch] if sizes is not None else BATCH
-            report.batches.append(batch)
-            before = (report.histories, report.steps, Counter(report.labels))
-            agreed = _run_batch(config, replayer, batch, size, report)
-            report.records.append(BatchRecord(batch, worker, report.histories - before[0], report.steps - before[1],
-                                              report.labels - before[2], time.time(), not agreed))  # fmt: skip
-            if notify is not None:
-                notify(report)
-            if not agreed:
-                break
-            position += config.workers
+    group: Any = None
+    try:
+        try:
+            group = ServerGroup(backend=config.backend)
+            _mark_owner(group)
+            if on_root is not None:
+                on_root(group.root)
+            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
+                _batches(config, worker, replayer, report, sizes, deadline, notify)
+        finally:
+            if group is not None:
+                group.close()
+    except KeyboardInterrupt as interrupt:
+        if group is not None:
+            group.close()  # again: the signal may have cut the first removal short (later ones are ignored)
+        report.interrupted_by = _signalled or (signal.SIGTERM if isinstance(interrupt, Terminated) else signal.SIGINT)
+        report.keep_whole_batches()
     report.elapsed_s = time.perf_counter() - started
     return report
 
 
+def _batches(config: CampaignConfig, worker: int, replayer: Any, report: WorkerReport, sizes: list[int] | None,
+             deadline: float | None, notify: Callable[[WorkerReport], None] | None) -> None:  # fmt: skip
+    position = worker  # the workers deal out the shard's batches: positions w, w+n, ...
+    while True:
+        batch = shard_batch(config.shard, position)
+        if sizes is not None and batch >= len(sizes):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        _check_stopping()
+        if _stop is not None and _stop.is_set():
+            break  # another worker diverged: this one stops between batches, its report whole
+        size = sizes[batch] if sizes is not None else BATCH
+        report.batches.append(batch)
+        before = (report.histories, report.steps, Counter(report.labels))
+        agreed = _run_batch(config, replayer, batch, size, report)
+        report.records.append(BatchRecord(batch, worker, report.histories - before[0], report.steps - before[1],
+                                          report.labels - before[2], time.time(), not agreed))  # fmt: skip
+        if notify is not None:
+            notify(report)
+        if not agreed:
+            break
+        position += config.workers
+
+
+# ---- leftovers: what a killed process could not remove ----------------------------------------------
+
+
+def _mark_owner(group: Any) -> None:
+    """Name the process that removes a server group's directory (in /dev/shm): if it is killed
+    before it can, the next campaign's start does (`sweep_leftovers`)."""
+    with contextlib.suppress(OSError):
+        (Path(group.root) / OWNER_FILE).write_text(f"{os.getpid()}\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_leftovers(shm: Path = SHM) -> list[Path]:
+    """Remove what killed processes left in /dev/shm: libfaketime's per-process segments of pids that
+    no longer run, and campaign server-group directories whose owner no longer runs. Never anything
+    a live process holds. Returns what it removed."""
+    removed: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in shm.iterdir():
+            name = entry.name
+            pid_text = name.rsplit("_", 1)[-1]
+            if name.startswith(("faketime_shm_", "sem.faketime_sem_")) and pid_text.isdigit():
+                if not _alive(int(pid_text)):
+                    with contextlib.suppress(FileNotFoundError):
+                        entry.unlink()
+                        removed.append(entry)
+            elif name.startswith("difftest-"):
+                try:
+                    owner = int((entry / OWNER_FILE).read_text().strip())
+                except (OSError, ValueError):
+                    continue  # not a campaign's, or its owner still writing: left alone
+                if not _alive(owner):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+    return removed
+
+
+# ---- workers in processes of their own -------------------------------------------------------------
+
+
+def _bind_to_parent(parent: int) -> bool:
+    """A worker dies with the runner: SIGTERM when it ends, even by SIGKILL (and the worker's servers
+    die with the worker). False if the runner is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return os.getppid() == parent
+
+
+def _portable(error: BaseException) -> BaseException:
+    """The worker's exception as the main process can receive it, with the worker's traceback."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"a worker failed:\n{text}")
+    if not isinstance(error, SetupProblem):
+        error.add_note(f"in the worker:\n{text}")
+    return error
+
+
+def _worker_process(config: CampaignConfig, worker: int, messages: Any, stop: Any, parent: int) -> None:
+    """A worker process's whole life: its reports go to `messages` (each finished batch, then the
+    whole report, or its error); SIGINT and SIGTERM (also the runner's death) end it cleanly."""
+    global _stop, _parent
+    with _signals(_interrupt_once):
+        if not _bind_to_parent(parent):
+            return
+        _stop, _parent = stop, parent
+
+        def batch_done(report: WorkerReport) -> None:
+            record = report.records[-1]
+            messages.put(("batch", worker, report.histories, report.steps, report.failure is not None, record))
+
+        try:
+            report = _work(config, worker, batch_done, lambda root: messages.put(("root", worker, str(root))))
+        except KeyboardInterrupt:
+            pass  # outside the batches: the runner has the finished ones already
+        except BaseException as error:
+            messages.put(("error", worker, _portable(error)))
+        else:
+            messages.put(("done", worker, report))
+        if os.getppid() != parent:
+            messages.cancel_join_thread()  # no one reads any more: exit without waiting to send
+
+
+class _Workers:
+    """The main process's side: the worker processes, what they sent, and how they are stopped."""
+
+    def __init__(self, config: CampaignConfig, tally: _Tally | None) -> None:
+        self.config = config
+        self.tally = tally
+        context = get_context("spawn")
+        self.context = context
+        self.messages = context.Queue()  # ("root" | "batch" | "done" | "error", worker, ...)
+        self.stop = context.Event()  # set at the first divergence: the others stop at their next batch
+        self.processes: dict[int, BaseProcess] = {}
+        self.roots: dict[int, str] = {}
+        self.records: dict[int, list[BatchRecord]] = {}
+        self.finals: dict[int, WorkerReport] = {}
+        self.errors: list[BaseException] = []
+
+    def start(self) -> None:
+        for worker in range(self.config.workers):
+            args = (self.config, worker, self.messages, self.stop, os.getpid())
+            process = self.context.Process(target=_worker_process, name=f"difftest-worker-{worker}", args=args)
+            process.start()
+            self.processes[worker] = process
+
+    def take(self, message: tuple[Any, ...]) -> None:
+        kind, worker = message[0], message[1]
+        if kind == "root":
+            self.roots[worker] = message[2]
+        elif kind == "batch":
+            self.records.setdefault(worker, []).append(message[5])
+            if self.tally is not None:
+                self.tally.update(worker, *message[2:5])
+        elif kind == "done":
+            report: WorkerReport = message[2]
+            self.finals[worker] = report
+            if self.tally is not None:
+                self.tally.take(report)
+            if report.failure is not None:
+                # the first divergence stops the campaign: asked, not killed, so the others' reports stay whole
+                self.stop.set()
+        elif kind == "error":
+            self.errors.append(message[2])
+
+    def receive(self, timeout: float) -> None:
+        """Everything sent so far, waiting up to `timeout` for the first message."""
+        try:
+            self.take(self.messages.get(timeout=timeout))
+            while True:
+                self.take(self.messages.get_nowait())
+        except queues.Empty:
+            pass
+
+    def unreported(self) -> list[int]:
+        return [w for w in self.processes if w not in self.finals]
+
+    def check_ended(self) -> None:
+        """A worker that ended without a word (killed, say) is an error of the campaign."""
+        for worker in self.unreported():
+            process = self.processes[worker]
+            if process.exitcode is not None:
+                self.receive(0.0)  # what it sent before it ended
+                if worker not in self.finals and not self.errors:
+                    self.errors.append(RuntimeError(f"worker {worker} ended without a report (exit code "
+                                                    f"{process.exitcode}): see its output above"))  # fmt: skip
+
+    def wind_down(self, terminate: bool) -> None:
+        """Every worker ended (SIGTERM first when `terminate`, SIGKILL after STOP_S), everything it
+        sent received, and what a killed one left removed."""
+        if terminate:
+            for process in self.processes.values():
+                if process.exitcode is None and process.pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_S
+        while any(p.exitcode is None for p in self.processes.values()) and time.monotonic() < deadline:
+            self.receive(0.05)  # a worker may wait for room in the pipe before it can end
+        killed = [w for w, p in self.processes.items() if p.exitcode is None]
+        for worker in killed:
+            self.processes[worker].kill()
+        for process in self.processes.values():
+            process.join()
+        self.receive(0.0)
+        for worker in killed:  # its servers died with it (PR_SET_PDEATHSIG); their files did not go
+            if worker in self.roots:
+                shutil.rmtree(self.roots[worker], ignore_errors=True)
+        if killed:
+            sweep_leftovers()
+        self.messages.close()
+        self.messages.join_thread()
+
+    def reports(self) -> list[WorkerReport]:
+        """Each worker's report; for one that never sent it, its finished batches."""
+        out = []
+        for worker in sorted(self.processes):
+            if worker in self.finals:
+                out.append(self.finals[worker])
+                continue
+            report = WorkerReport(worker, records=list(self.records.get(worker, [])))
+            report.keep_whole_batches()
+            report.interrupted_by = signal.SIGTERM
+            out.append(report)
+        return out
+
+
 def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None) -> CampaignResult:
-    """Run the campaign; `on_progress` (optional) is told the running totals as batches finish."""
+    """Run the campaign; `on_progress` (optional) is told the running totals as batches finish.
+
+    Ctrl-C or SIGTERM ends it early: the result is interrupted and holds every batch finished so
+    far; every worker has removed its servers and files by then."""
     from difftest.exampledb import check_database
 
     started = time.perf_counter()
@@ -373,47 +639,49 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
     if config.database:
         check_database(config.database)  # one line now, rather than a traceback from every worker
     config.reports.mkdir(parents=True, exist_ok=True)
+    sweep_leftovers()  # what killed campaigns before this one left in /dev/shm
     tally = _Tally(on_progress, started) if on_progress is not None else None
     if config.workers <= 1:
+        report = _worker(config, 0, tally.take if tally is not None else None)
+        return CampaignResult(config, [report], time.perf_counter() - started, bool(report.interrupted_by),
+                              started_at, report.interrupted_by)  # fmt: skip
+    workers = _Workers(config, tally)
+    signalled: list[int] = []  # SIGINT or SIGTERM to this process: noted, and the loop winds down
+
+    def note(signum: int, _: object) -> None:
+        signalled.append(signum)
+
+    with _signals(note):
         try:
-            report = _worker(config, 0, tally.take if tally is not None else None)
-            return CampaignResult(config, [report], time.perf_counter() - started, started_at=started_at)
-        except KeyboardInterrupt:
-            return CampaignResult(config, [], time.perf_counter() - started, interrupted=True, started_at=started_at)
-    reports: list[WorkerReport] = []
-    context = get_context("spawn")
-    queue = context.Queue() if tally is not None else None  # workers' counts after each batch
-    stop = context.Event()  # set at the first divergence: the other workers stop at their next batch
-    pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=context,
-                               initializer=_attach_progress, initargs=(queue, stop))  # fmt: skip
-    interrupted = False
-    try:
-        pending = {pool.submit(_worker, config, w) for w in range(config.workers)}
-        while pending:
-            done, pending = wait(pending, timeout=PROGRESS_POLL_S if tally else None, return_when=FIRST_COMPLETED)
-            if tally is not None:
-                tally.drain(queue)
-                tally.emit()
-            for future in done:
-                reports.append(future.result())
+            workers.start()
+            while workers.unreported() and not signalled and not workers.errors:
+                workers.receive(PROGRESS_POLL_S)
                 if tally is not None:
-                    tally.take(reports[-1])
-                if reports[-1].failure is not None and pending:
-                    # the first divergence stops the campaign: asked, not killed, as a SIGTERM can land
-                    # in a finished worker (the pool breaks) or in a finaliser that swallows it (a hang)
-                    stop.set()
-    except KeyboardInterrupt:
-        interrupted = True
-        _terminate(pool)
+                    tally.emit()
+                workers.check_ended()
+        finally:
+            workers.wind_down(terminate=bool(workers.unreported()))
+    if workers.errors and not signalled:
+        raise workers.errors[0]
+    reports = workers.reports()
+    interrupted_by = signalled[0] if signalled else max((r.interrupted_by for r in reports), default=0)
+    return CampaignResult(config, reports, time.perf_counter() - started, bool(interrupted_by), started_at,
+                          interrupted_by)  # fmt: skip
+
+
+def _raise_terminated(*_: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated (a KeyboardInterrupt) for the block, so that it unwinds like
+    Ctrl-C: servers stopped, files removed, the report so far written (in the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if queue is not None:
-            queue.close()
-    ordered = sorted(reports, key=lambda r: r.worker)
-    return CampaignResult(config, ordered, time.perf_counter() - started, interrupted, started_at)
-
-
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    for process in list(getattr(pool, "_processes", {}).values()):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import textwrap
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from difftest import history as hist
+from difftest.campaign import Terminated, sigterm_as_interrupt
 from difftest.history import HistoryError
 from difftest.problems import SetupProblem
 from difftest.replay import Replayer, ReplayResult
@@ -28,6 +30,7 @@ EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
 EXIT_VOID = 4  # the budget ended before any history was compared: nothing was tested
 EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
 EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
+EXIT_TERMINATED = 143  # SIGTERM (timeout, docker stop, a CI step's limit): the same as Ctrl-C
 
 DEFAULT_REPORTS = Path("reports")
 DEFAULT_EXAMPLES = 2000  # a run's budget when neither --examples nor --seconds is given
@@ -282,7 +285,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
           f"reproduce: {html_report.reproduce_command(document)}")  # fmt: skip
     if result.interrupted:
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
     if result.failures:
         return EXIT_DIVERGENCE
     if document["verdict"] == "void":
@@ -500,6 +503,7 @@ EXIT_MEANINGS = {
     EXIT_VOID: "void: the budget ended before any history was compared (verdict void)",
     EXIT_INTERNAL: "difftest itself failed: one line on stderr, the traceback in a log it names",
     EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
+    EXIT_TERMINATED: "terminated (SIGTERM): as 130, the report of the work done written",
 }
 MUTANTS_EXITS = {  # mutants/README.md: the runner's own codes, passed through unchanged
     0: "every mutant caught",
@@ -812,14 +816,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return leaving.code if isinstance(leaving.code, int) else EXIT_SETUP
         from difftest.valkeys import for_command
 
-        with for_command(args):  # --valkey's servers installed and checked before anything starts
+        # SIGTERM unwinds like Ctrl-C: servers and files removed; --valkey's servers installed first
+        with sigterm_as_interrupt(), for_command(args):
             return HANDLERS[args.command](args)
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
         return EXIT_SETUP
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("difftest: interrupted; servers and temporary files removed", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except Exception as problem:  # the tool itself failed: never exit 1, which means a divergence
         log = write_traceback(problem, getattr(args, "run_dir", None), getattr(args, "reports", None))
         what = _one_line(problem)

@@ -1,0 +1,193 @@
+"""`difftest run` ended by a signal, as CI step timeouts, `timeout` and `docker stop` end it: SIGINT
+(Ctrl-C, to the whole process group), SIGTERM and SIGKILL (to the runner alone). Whatever the
+signal, nothing of the run is left: no process of it (workers, valkey-server, the resource
+tracker), no data directory, clock segment or semaphore in /dev/shm. SIGINT and SIGTERM also write
+the report of the work finished so far (exit 130 and 143); SIGKILL cannot, but its workers still
+remove their servers and files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHM = Path("/dev/shm")
+START_S = 20.0  # until the four servers are up
+COMPARE_S = 4.0  # then this long comparing, so that batches (and a partial one) are done
+GONE_S = 20.0  # after the signal: the run, and everything it started, must be gone by then
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(parent, []).append(int(entry.name))
+    return tree
+
+
+def descendants(pid: int) -> set[int]:
+    tree, found, todo = _children(), set(), [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def in_group(group: int) -> set[int]:
+    """The live processes of a process group (what a shell's job, or `start_new_session`, makes)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split() if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if fields and int(fields[2]) == group and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie (a zombie child of ours is gone for every purpose but its pid)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@dataclass
+class Footprint:
+    """What a running `difftest run` holds, seen from /proc: its processes, its servers, and its
+    entries in /dev/shm (data directories, libfaketime segments, multiprocessing semaphores)."""
+
+    group: int = 0  # the runner's process group: servers started after a look are in it too
+    processes: set[int] = field(default_factory=set)
+    servers: set[int] = field(default_factory=set)
+    shm: set[Path] = field(default_factory=set)
+
+    def add(self, runner: int) -> None:
+        self.group = os.getpgid(runner)
+        for pid in {runner} | descendants(runner):
+            self.processes.add(pid)
+            line = _cmdline(pid)
+            if line and line[0].endswith("valkey-server"):
+                self.servers.add(pid)
+                self.shm |= {SHM / f"faketime_shm_{pid}", SHM / f"sem.faketime_sem_{pid}"}
+                if "--dir" in line:  # <root>/<name>: the root is the group's difftest-* directory
+                    workdir = Path(line[line.index("--dir") + 1])
+                    if workdir.parent.parent == SHM:
+                        self.shm.add(workdir.parent)
+            try:
+                maps = (Path("/proc") / str(pid) / "maps").read_text()
+            except OSError:
+                continue
+            for row in maps.splitlines():
+                where = row.split(maxsplit=5)[5:]
+                if where and where[0].startswith(f"{SHM}/sem.mp-"):
+                    self.shm.add(Path(where[0].removesuffix(" (deleted)")))
+
+    def left(self) -> tuple[list[int], list[str]]:
+        processes = {p for p in self.processes if alive(p)} | in_group(self.group)
+        return sorted(processes), sorted(str(p) for p in self.shm if p.exists())
+
+
+def start_run(reports: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "difftest", "run", "--seconds", "60", "--workers", "2", "--no-database",
+               "--seed", "5", "--reports", str(reports)]  # fmt: skip
+    # its own session: a process group of its own, as a shell gives a command it runs
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def await_comparing(run: subprocess.Popen[bytes]) -> Footprint:
+    """Wait until both workers' server pairs are up, then a while longer; what the run holds then."""
+    deadline = time.monotonic() + START_S
+    footprint = Footprint()
+    while len(footprint.servers) < 4:
+        assert run.poll() is None, f"the run ended early: {run.communicate()}"
+        assert time.monotonic() < deadline, "the four servers did not come up"
+        time.sleep(0.1)
+        footprint.add(run.pid)
+    time.sleep(COMPARE_S)
+    footprint.add(run.pid)
+    return footprint
+
+
+def await_gone(footprint: Footprint) -> tuple[list[int], list[str]]:
+    deadline = time.monotonic() + GONE_S
+    while (left := footprint.left()) != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def ended_by(how: str, tmp_path: Path) -> tuple[int, tuple[list[int], list[str]], bytes]:
+    """Start a run, signal it while it compares, and return its exit code, what of it is left
+    (processes, /dev/shm entries) once it had time to go, and its stderr."""
+    run = start_run(tmp_path / "reports")
+    try:
+        footprint = await_comparing(run)
+        assert footprint.shm, "no /dev/shm entry of the run found: the check would prove nothing"
+        if how == "SIGINT":
+            os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        else:
+            run.send_signal(getattr(signal, how))  # timeout, docker stop, a CI step's limit: the runner
+        _, stderr = run.communicate(timeout=GONE_S + 30)
+        return run.returncode, await_gone(footprint), stderr
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
+def summary_of(reports: Path) -> dict[str, Any]:
+    found = list(reports.glob("*/summary.json"))
+    assert len(found) == 1, f"summary.json: {found}"
+    document: dict[str, Any] = json.loads(found[0].read_text())
+    return document
+
+
+@pytest.mark.parametrize(("how", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupted_run_removes_everything_and_reports_its_work(how: str, code: int, tmp_path: Path) -> None:
+    returned, (processes, shm), stderr = ended_by(how, tmp_path)
+    assert returned == code, stderr.decode(errors="replace")[-2000:]
+    assert processes == [], f"processes of the run left: {processes}"
+    assert shm == [], f"/dev/shm entries of the run left: {shm}"
+    summary = summary_of(tmp_path / "reports")
+    assert summary["verdict"] == "interrupted"
+    assert summary["histories"] > 0, "the work done was not recorded"
+    assert summary["steps"] >= summary["histories"]
+    batches = summary["batches"]  # the finished ones: a batch in flight is dropped
+    assert batches and sum(b["histories"] for b in batches) == summary["histories"]
+    assert summary["progress"] and len(summary["coverage_missing"]) < len(summary["coverage"])
+    assert any((tmp_path / "reports").glob("*/report.html"))
+
+
+def test_a_killed_runner_takes_its_workers_and_servers_with_it(tmp_path: Path) -> None:
+    returned, (processes, shm), _ = ended_by("SIGKILL", tmp_path)
+    assert returned == -signal.SIGKILL
+    assert processes == [], f"processes of the run left: {processes}"
+    assert shm == [], f"/dev/shm entries of the run left: {shm}"
