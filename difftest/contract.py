@@ -22,7 +22,7 @@ from difftest.model import (
     sweep,
     zset,
 )
-from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.replies import Died, ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import Guarded, Resolved
 from difftest.snapshot import Epochs, Snapshot
 
@@ -490,13 +490,17 @@ def rule_d3(view: StepView) -> RuleResult:
         kind not in ("any", "none") and kind_of(view.before, key) not in ("none", kind) for key, kind in touched
     )
     denied = any((key, perm) in view.denied for key, _ in touched for perm in (READ, WRITE))
+    faults = {code for code, present in (("WRONGTYPE", wrong), ("NOPERM", denied)) if present}
     code = _error_code(view.lua_reply)
-    if not ((wrong and code == "WRONGTYPE") or (denied and code == "NOPERM")):
+    if code not in faults:
         return None
     if view.lua_after == view.before:
         return None  # failed on a read, before any write: both must simply match
-    assert code is not None
-    return _native_refused(view, code)
+    # a key both wrong-typed and denied: the script stops at the ACL check of its first command
+    # on it, the native (the seed's order) at the row's type on its first read; either error
+    # names a fault that holds, and the native must still write nothing (docs/decisions.md)
+    native_code = _error_code(view.native_reply)
+    return _native_refused(view, native_code if native_code in faults else code)
 
 
 def rule_n1(view: StepView) -> RuleResult:
@@ -565,6 +569,9 @@ def verdict_of(view: StepView) -> Verdict:
 
 
 def _alternatives(view: StepView) -> Verdict:
+    if isinstance(view.native_reply, Died):
+        # no row allows an executor to die: the scripts answered (or were refused) where it crashed
+        return Verdict("divergence", reason=f"the native server died at this step ({view.native_reply.why})")
     if view.resolved.is_raw:
         # the harness's own write: its reply is not executor behaviour (a lease_epoch field the
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match

@@ -16,7 +16,7 @@ from difftest import history as hist
 from difftest.contract import Verdict
 from difftest.history import History, encode_bytes
 from difftest.judge import Observation
-from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.replies import Died, ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import resolve
 from difftest.snapshot import Entry, Epochs, Snapshot
 
@@ -52,6 +52,8 @@ def reply_to_json(reply: Reply) -> Any:
         return {"refused": reply.message}
     if isinstance(reply, NotSent):
         return {"not_sent": reply.why}
+    if isinstance(reply, Died):
+        return {"died": reply.why}
     raise ObservationError(f"cannot write reply {reply!r}")
 
 
@@ -70,6 +72,8 @@ def reply_from_json(value: Any) -> Reply:
             return Refused(str(inner))
         if kind == "not_sent":
             return NotSent(str(inner))
+        if kind == "died":
+            return Died(str(inner))
     raise ObservationError(f"not a reply: {value!r}")
 
 

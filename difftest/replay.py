@@ -16,15 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+
 from difftest.contract import RULES, Verdict, acl_probe_keys
 from difftest.history import Advance, History, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
-from difftest.replies import Reply
+from difftest.replies import Died, NotSent, Reply
 from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
-from difftest.sides import LuaSide, NativeSide, Side
+from difftest.sides import LuaSide, NativeSide, Side, StepOutcome
 from difftest.snapshot import Epochs, Snapshot, parse_canonical, restore_commands, with_epochs
-from difftest.wire import Wire
+from difftest.wire import Future, Wire
 from executors.lua.adapter import load_scripts
 
 # past this, a server's AOF is rewritten between histories (an empty keyspace: a few ms), so that a
@@ -75,12 +77,13 @@ class ReplayResult:
         return Counter(r.verdict.rule for r in self.records if r.verdict.rule)
 
 
-def segments(steps: tuple[Resolved, ...]) -> list[list[Resolved]]:
-    """Runs of steps between clock advances and restarts; each of those stands alone."""
+def segments(steps: tuple[Resolved, ...], alone_from: int | None = None) -> list[list[Resolved]]:
+    """Runs of steps between clock advances and restarts; each of those stands alone, and so does
+    every step from index `alone_from` on (a round trip each: which step a server died at)."""
     out: list[list[Resolved]] = []
     current: list[Resolved] = []
     for step in steps:
-        if step.is_advance or step.is_restart:
+        if step.is_advance or step.is_restart or (alone_from is not None and step.index >= alone_from):
             if current:
                 out.append(current)
             out.append([step])
@@ -152,6 +155,7 @@ class Replayer:
         """Empty keyspaces, the history's users and start time; connections kept where possible."""
         for server in (self.lua_server, self.native_server):
             if not server.running:
+                server.kill()  # reaps a process that died (a crash of the module), if any
                 server.start()
         self._acl: dict[tuple[str, bytes, str], bool] = {}  # (user, key, perm) -> denied
         if self.lua is None or self.native is None:
@@ -170,22 +174,32 @@ class Replayer:
         # always confirmed: the clock may have been written ahead at the end of the last replay
         self.group.confirm_clock()
 
-    def replay(self, history: History) -> ReplayResult:
+    def replay(self, history: History, alone_from: int | None = None) -> ReplayResult:
+        """Every step replayed and judged, up to the first divergence. `alone_from`: the steps from
+        that index on go one round trip each (after the native died in a pipelined segment, its
+        replies were never written, so the replay is repeated to find the step that killed it)."""
         started = time.perf_counter()
         self._reset(history)
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history)
         state = JudgeState()
         walks = _Walks()
-        runs = segments(resolve(history.steps))
+        runs = segments(resolve(history.steps), alone_from)
         moved_early = False
         for number, segment in enumerate(runs):
             self._boundary(segment[0], moved_early)
-            native_out = self.native.run_steps(segment)
-            self.native.send()  # the native works on its pipeline while the Lua host runs
-            lua_out = self.lua.run_steps(segment)
-            lua_results = self.lua.finish(lua_out)
-            native_results = self.native.finish(native_out)
+            native_out: list[StepOutcome] = []
+            try:
+                native_out = self.native.run_steps(segment)  # a change of connection reads replies
+                self.native.send()  # the native works on its pipeline while the Lua host runs
+                lua_out = self.lua.run_steps(segment)
+                lua_results = self.lua.finish(lua_out)
+                native_results = self.native.finish(native_out)
+            except (ValkeyConnectionError, OSError) as lost:
+                death = self._native_death(lost)  # the Lua server dying is the harness's failure: raised
+                if len(segment) > 1 and alone_from is None:
+                    return self.replay(history, alone_from=segment[0].index)
+                return self._died(result, state, segment, native_out, death, started)
             now_ms = self.group.clock.now_ms
             run_id = self.native.run_id.encode()
             # A server sees a rewritten clock about 1 ms later: when an advance comes next, write it
@@ -243,6 +257,37 @@ class Replayer:
             self.lua.reconnect()
             self.native.reconnect()
 
+    def _native_death(self, lost: BaseException) -> str:
+        """Why the native server is gone, once its process has exited; else `lost` is raised again."""
+        deadline = time.monotonic() + 2.0  # the socket closes a moment before the process is reaped
+        while self.native_server.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.native_server.running:
+            raise lost
+        self.native_server.kill()  # reaps it: the next history's reset starts it again
+        return f"its process exited mid-segment: {lost}"
+
+    def _died(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], native_out: list[StepOutcome],
+              why: str, started: float) -> ReplayResult:  # fmt: skip
+        """The step the native was on when it died, observed as such and judged: the first whose
+        reply or walk never came."""
+        position = next(
+            (i for i, o in enumerate(native_out) if not (_ready(o.reply) and (o.walk is None or o.walk.ready))),
+            len(segment) - 1,
+        )
+        resolved = segment[position]
+        observation = Observation(resolved, self.group.clock.now_ms, b"", NotSent("not read: the native died"),
+                                  Died(why), state.before, state.before, dict(state.before_epochs))  # fmt: skip
+        _, verdict = judge(state, observation)
+        result.observations.append(observation)
+        result.records.append(StepRecord(resolved.index, resolved.step, verdict, observation.lua_reply,
+                                         observation.native_reply, resolved))  # fmt: skip
+        result.divergence = Divergence(resolved.index, resolved.step, verdict.reason, observation.lua_reply,
+                                       observation.native_reply, state.before, state.before, state.before,
+                                       dict(state.before_epochs))  # fmt: skip
+        result.elapsed_s = time.perf_counter() - started
+        return result
+
     def _resync(self, state: JudgeState) -> None:
         """The Lua server's keyspace becomes the native's (epochs included): equal ground again."""
         assert self.lua is not None
@@ -268,6 +313,10 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 self._acl[(user, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)])
+
+
+def _ready(reply: Reply | Future) -> bool:
+    return not isinstance(reply, Future) or reply.ready
 
 
 def replay_once(history: History, module: Path, lua_scripts: Path | None = None) -> ReplayResult:

@@ -39,4 +39,12 @@ class NotSent:
     why: str
 
 
-Reply: TypeAlias = int | bytes | list["Reply"] | ErrorReply | Refused | NotSent | None
+@dataclass(frozen=True)
+class Died:
+    """The server's process exited while this step was under way: no reply came (a crash of the
+    module is a finding, not a failure of the harness)."""
+
+    why: str
+
+
+Reply: TypeAlias = int | bytes | list["Reply"] | ErrorReply | Refused | NotSent | Died | None

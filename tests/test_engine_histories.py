@@ -21,6 +21,7 @@ EXPECTED_RULES = {
     "d2_meta_error.jsonl": {"D2": 2},
     "d2_split_claim_meta_error.jsonl": {"D2": 1},
     "d3_wrong_type_after_write.jsonl": {"D3": 2},
+    "d3_row_wrong_typed_and_read_only.jsonl": {"D3": 1},
     "d4_bad_counters.jsonl": {"D4": 3},
     "d5_active_not_a_zset.jsonl": {"D5": 1},
     "d6_bad_arguments.jsonl": {"D6": 5},
