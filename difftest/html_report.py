@@ -151,16 +151,59 @@ def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str 
 # ---- the page ----------------------------------------------------------------------------------------
 
 
-def rates(progress: Sequence[dict[str, float]]) -> list[tuple[float, float]]:
-    """Compared steps/s between consecutive points of the time series (the first from the start)."""
-    points: list[tuple[float, float]] = []
-    last_t = last_steps = 0.0
-    for point in progress:
+SPEED_WINDOWS = 40  # the speed chart's windows over the run ...
+MIN_WINDOW_S = 1.0  # ... each at least this long
+
+
+def batch_spans(summary: dict[str, Any]) -> list[tuple[float, float, float]]:
+    """When each finished batch's steps were compared, as (start s, end s, steps): from the end of
+    its worker's previous batch (or the start) to its own end. Without the batches' workers (an
+    older summary), from the previous point of the `progress` time series."""
+    batches = summary.get("batches") or []
+    if batches and all("worker" in b and "finished_s" in b for b in batches):
+        count = len(summary.get("shards") or []) or 1  # merged shards: worker w of each shard is its own
+        by_worker: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        for entry in batches:
+            by_worker.setdefault((int(entry["batch"]) % count, int(entry["worker"])), []).append(entry)
+        spans = []
+        for entries in by_worker.values():
+            last = 0.0
+            for entry in sorted(entries, key=lambda e: (float(e["finished_s"]), int(e["batch"]))):
+                end = float(entry["finished_s"])
+                spans.append((last, end, float(entry["steps"])))
+                last = end
+        return spans
+    spans, last_t, last_steps = [], 0.0, 0.0
+    for point in summary.get("progress", []):
         t_s, steps = float(point["t_s"]), float(point["steps"])
-        if t_s > last_t:  # batches finishing in the same instant merge into the next interval
-            points.append((t_s, (steps - last_steps) / (t_s - last_t)))
-            last_t, last_steps = t_s, steps
-    return points
+        spans.append((last_t, max(t_s, last_t), steps - last_steps))
+        last_t, last_steps = max(t_s, last_t), steps
+    return spans
+
+
+def speed_series(summary: dict[str, Any]) -> tuple[float, list[tuple[float, float]]]:
+    """Compared steps/s over fixed windows of wall time, from the start to the last finished batch:
+    (the window's length, [(its middle, steps/s)]). Each batch's steps are spread evenly over the
+    time its worker spent on it, so batches of several workers finishing close together do not
+    draw a spike, whatever the number of workers; the windows' steps add up to the run's."""
+    spans = batch_spans(summary)
+    duration = max((end for _, end, _ in spans), default=0.0)
+    if duration <= 0:
+        return 0.0, []
+    count = max(1, min(SPEED_WINDOWS, int(duration // MIN_WINDOW_S)))
+    width = duration / count
+    totals = [0.0] * count
+    for start, end, steps in spans:
+        if end <= start:  # finished the instant the last one did: all in that window
+            totals[min(count - 1, int(end / width))] += steps
+            continue
+        per_s = steps / (end - start)
+        for index in range(min(count - 1, int(start / width)), count):
+            low, high = max(start, index * width), min(end, (index + 1) * width)
+            if low >= end:
+                break
+            totals[index] += per_s * max(0.0, high - low)
+    return width, [(round((index + 0.5) * width, 3), total / width) for index, total in enumerate(totals)]
 
 
 def budget_text(budget: dict[str, Any]) -> str:
@@ -291,13 +334,14 @@ def _coverage(summary: dict[str, Any]) -> list[str]:
 
 
 def _speed(summary: dict[str, Any]) -> list[str]:
-    points = rates(summary.get("progress", []))
+    width, points = speed_series(summary)
     average = summary.get("compared_steps_per_s")
     chart = line_chart(points, title="compared steps per second over the run", x_label="seconds since the start",
                        y_label="compared steps/s", reference=float(average) if average else None,
                        reference_label=f"whole run: {average} steps/s")  # fmt: skip
-    caption = ("Steps compared per second between finished batches (each point: a batch finished); "
-               "dashed: the whole run's average, start-up and shrinking included.")  # fmt: skip
+    caption = (f"Steps compared per second in windows of {width:.3g} s of wall time, up to the last finished "
+               "batch (each batch's steps spread over the time its worker spent on it); dashed: the whole "
+               "run's average, start-up and shrinking included.")  # fmt: skip
     if summary.get("shards"):
         caption += " Merged shards are drawn as if they all started at once."
     return [f"<figure>{chart}<figcaption>{caption}</figcaption></figure>"]

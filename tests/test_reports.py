@@ -210,9 +210,44 @@ def test_unreached_labels_are_highlighted_and_named() -> None:
     assert "difftest run --seed 99 --examples 80" in page
 
 
-def test_the_speed_chart_draws_one_point_per_interval() -> None:
-    assert html_report.rates([{"t_s": 1.0, "steps": 400}, {"t_s": 1.0, "steps": 450}, {"t_s": 3.0, "steps": 900}]) == [
-        (1.0, 400.0), (3.0, 250.0)]  # fmt: skip
+def two_workers(rate_of: tuple[float, float] = (1.2, 1.2), batches: int = 20, steps: int = 800) -> dict[str, Any]:
+    """A two-worker run whose batches finish in near-simultaneous pairs (0.08 s apart), as they do."""
+    entries = []
+    for number in range(batches):
+        for worker, every in enumerate(rate_of):
+            entries.append({"batch": 2 * number + worker, "worker": worker, "histories": 40, "steps": steps,
+                            "finished_s": round((number + 1) * every + 0.08 * worker, 3)})  # fmt: skip
+    ordered = sorted(entries, key=lambda e: e["finished_s"])
+    progress, done = [], 0
+    for number, entry in enumerate(ordered, start=1):
+        done += entry["steps"]
+        progress.append({"t_s": entry["finished_s"], "batches": number, "histories": 40 * number, "steps": done})
+    return summary_with(batches=entries, progress=progress, steps=done, elapsed_s=ordered[-1]["finished_s"])
+
+
+@pytest.mark.parametrize("workers_known", [True, False])
+def test_the_speed_chart_has_no_spikes_when_two_workers_finish_together(workers_known: bool) -> None:
+    summary = two_workers()
+    if not workers_known:  # an older summary: only the time series
+        summary["batches"] = [{k: v for k, v in b.items() if k != "worker"} for b in summary["batches"]]
+    width, points = html_report.speed_series(summary)
+    mean = summary["steps"] / summary["elapsed_s"]
+    assert 1.0 <= width <= 1.1 and len(points) == 24  # windows of at least 1 s over the 24.08 s
+    assert abs(sum(rate * width for _, rate in points) - summary["steps"]) < 1e-6  # every step counted once
+    rates = [rate for _, rate in points]
+    # the old chart (steps between consecutive batch ends) drew 800 / 0.08 s = 10,000 steps/s here
+    assert max(rates) <= (1.2 if workers_known else 2.5) * mean, rates
+    assert min(rates) >= (0.8 if workers_known else 0.4) * mean, rates
+
+
+def test_the_speed_windows_are_fixed_wall_time() -> None:
+    width, points = html_report.speed_series(two_workers(batches=100))  # 120 s: 40 windows of 3 s
+    assert len(points) == html_report.SPEED_WINDOWS and abs(width - 120.08 / 40) < 1e-9
+    assert [t for t, _ in points] == [round((i + 0.5) * width, 3) for i in range(40)]
+    slow_and_fast = two_workers(rate_of=(1.0, 2.0))  # one worker twice the other's speed: both counted
+    _, points = html_report.speed_series(slow_and_fast)
+    assert all(abs(rate - 1200) < 130 for _, rate in points[:19]), points  # 800/s + 400/s while both run
+    assert html_report.speed_series(summary_with(progress=[], batches=[])) == (0.0, [])
     chart = html_report.line_chart([(1.0, 400.0), (3.0, 250.0)], title="t", x_label="x", y_label="y")
     assert chart.count("<circle") == 2 and "<polyline" in chart
     assert "no time series" in html_report.line_chart([], title="t", x_label="x", y_label="y")
