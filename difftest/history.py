@@ -298,7 +298,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return CallStep(_parse_call(obj, where), user, worker)
     if op == "begin":
         call = _parse_call(obj, where)
-        if call.verb != "CLAIM":
+        if not TRANSITIONS[call.verb].splittable:
             raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
         return BeginClaim(str(_name_field(obj, "worker", where)), call, user)
     if op == "end":
