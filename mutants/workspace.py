@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -13,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from difftest.filelock import file_lock
 from mutants.catalogue import HERE
 
 DEFAULT_CACHE = HERE / ".cache"
@@ -69,20 +69,9 @@ def apply_patch(patch: str, directory: Path, dry_run: bool = False) -> str:
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextmanager
 def _build_lock(cache: Path) -> Iterator[None]:
     """One cargo build at a time from this cache, whatever process asks (the machine has 2 cores)."""
-    with _file_lock(cache / "build.lock"):
+    with file_lock(cache / "build.lock"):
         yield
 
 
@@ -110,7 +99,7 @@ def prepare(executor: str, source: Path, patch: str, cache: Path = DEFAULT_CACHE
     """The patched copy under cache/<executor>/<key>/, built if native; reused when already there.
     Safe when several processes (shards, test workers) share the cache: one prepares, others wait."""
     key = cache_key(executor, source, patch)
-    with _file_lock(cache / executor / f"{key}.lock"):
+    with file_lock(cache / executor / f"{key}.lock"):
         return _prepare(executor, source, patch, cache, key)
 
 
