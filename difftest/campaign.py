@@ -437,8 +437,10 @@ def _batches(config: CampaignConfig, worker: int, replayer: Any, report: WorkerR
 def _mark_owner(group: Any) -> None:
     """Name the process that removes a server group's directory (in /dev/shm): if it is killed
     before it can, the next campaign's start does (`sweep_leftovers`)."""
-    with contextlib.suppress(OSError):
-        (Path(group.root) / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    root = Path(group.root)
+    if root.parent == SHM and root.name.startswith("difftest-"):  # not an attached pair's clock directory
+        with contextlib.suppress(OSError):
+            (root / OWNER_FILE).write_text(f"{os.getpid()}\n")
 
 
 def _alive(pid: int) -> bool:

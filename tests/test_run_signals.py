@@ -191,3 +191,29 @@ def test_a_killed_runner_takes_its_workers_and_servers_with_it(tmp_path: Path) -
     assert returned == -signal.SIGKILL
     assert processes == [], f"processes of the run left: {processes}"
     assert shm == [], f"/dev/shm entries of the run left: {shm}"
+
+
+def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> None:
+    from difftest.campaign import OWNER_FILE, sweep_leftovers
+
+    gone = _dead_pid()
+    mine = os.getpid()
+    for pid in (gone, mine):
+        (tmp_path / f"faketime_shm_{pid}").write_bytes(b"")
+        (tmp_path / f"sem.faketime_sem_{pid}").write_bytes(b"")
+    for name, owner in (("difftest-dead", gone), ("difftest-live", mine), ("difftest-other", None)):
+        (tmp_path / name).mkdir()
+        if owner is not None:
+            (tmp_path / name / OWNER_FILE).write_text(f"{owner}\n")
+    removed = sweep_leftovers(tmp_path)
+    # a dead pid's clock segments and a dead owner's directory go; a live one's, or one of no campaign, stay
+    assert {p.name for p in removed} == {f"faketime_shm_{gone}", f"sem.faketime_sem_{gone}", "difftest-dead"}
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {f"faketime_shm_{mine}", f"sem.faketime_sem_{mine}", "difftest-live", "difftest-other"}
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
