@@ -16,7 +16,7 @@ from difftest import history as hist
 from difftest.contract import Verdict
 from difftest.history import History, encode_bytes
 from difftest.judge import Observation
-from difftest.replies import Died, ErrorReply, NotSent, Refused, Reply
+from difftest.replies import Died, ErrorReply, NilArray, NotSent, Refused, Reply, Simple
 from difftest.resolve import resolve
 from difftest.snapshot import Entry, Epochs, Snapshot
 
@@ -54,6 +54,10 @@ def reply_to_json(reply: Reply) -> Any:
         return {"not_sent": reply.why}
     if isinstance(reply, Died):
         return {"died": reply.why}
+    if isinstance(reply, Simple):
+        return {"simple": encode_bytes(reply.value)}
+    if isinstance(reply, NilArray):
+        return {"nil_array": None}
     raise ObservationError(f"cannot write reply {reply!r}")
 
 
@@ -74,6 +78,10 @@ def reply_from_json(value: Any) -> Reply:
             return NotSent(str(inner))
         if kind == "died":
             return Died(str(inner))
+        if kind == "simple":
+            return Simple(_b(inner))
+        if kind == "nil_array":
+            return NilArray()
     raise ObservationError(f"not a reply: {value!r}")
 
 

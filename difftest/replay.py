@@ -112,7 +112,7 @@ class _Walks:
         if lua_walk[0] == native_walk[0]:
             return native_after, native_after, epochs
         if lua_walk[0] != self.lua_raw:
-            self.lua_raw, self.lua = lua_walk[0], parse_canonical([lua_walk[0], []])[0]
+            self.lua_raw, self.lua = lua_walk[0], parse_canonical([lua_walk[0], lua_walk[1]])[0]
         return self.lua, native_after, epochs
 
 

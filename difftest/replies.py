@@ -40,6 +40,19 @@ class NotSent:
 
 
 @dataclass(frozen=True)
+class Simple:
+    """A simple-string reply (`+OK`): a client tells it apart from a bulk string with the same bytes
+    (a bulk string is plain `bytes`), so the two executors must agree on which they send."""
+
+    value: bytes
+
+
+@dataclass(frozen=True)
+class NilArray:
+    """The null array (`*-1`), which a client tells apart from the null bulk string (`None`)."""
+
+
+@dataclass(frozen=True)
 class Died:
     """The server's process exited while this step was under way: no reply came (a crash of the
     module is a finding, not a failure of the harness)."""
@@ -47,4 +60,4 @@ class Died:
     why: str
 
 
-Reply: TypeAlias = int | bytes | list["Reply"] | ErrorReply | Refused | NotSent | Died | None
+Reply: TypeAlias = int | bytes | list["Reply"] | Simple | NilArray | ErrorReply | Refused | NotSent | Died | None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import msgpack
+
 if TYPE_CHECKING:  # the judge reads snapshots and must not need a client library
     import valkey
 
@@ -108,15 +110,25 @@ for _, key in ipairs(keys) do
   else value = {} end
   out[#out + 1] = {key, kind, value, redis.call('PTTL', key)}
 end
-return {out, epochs}
+-- two bulk strings, MessagePack: cheap to read for any client parser, and equal keyspaces give
+-- equal bytes (compared as they come, unpacked only when they differ or are needed)
+return {cmsgpack.pack(out), cmsgpack.pack(epochs)}
 """
 
 Epochs: TypeAlias = dict[bytes, bytes]
 
 
+def _unpack(packed: bytes) -> list[Any]:
+    """A MessagePack list from the walker (cmsgpack packs an empty table as an empty map)."""
+    value = msgpack.unpackb(packed, raw=True)
+    return list(value) if value else []
+
+
 def parse_canonical(raw: list[Any]) -> tuple[Snapshot, Epochs]:
     """The canonical walker's reply: the snapshot with epochs set aside, and the epochs by key."""
-    entries, flat_epochs = raw
+    packed_entries, packed_epochs = raw
+    entries = _unpack(packed_entries)
+    flat_epochs = _unpack(packed_epochs)
     snapshot = parse_walk(entries)
     epochs = {bytes(flat_epochs[i]): bytes(flat_epochs[i + 1]) for i in range(0, len(flat_epochs), 2)}
     return snapshot, epochs

@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from valkey._parsers.resp2 import _RESP2Parser
+from valkey._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from valkey.connection import DefaultParser
-from valkey.exceptions import ResponseError
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+from valkey.exceptions import InvalidResponse, ResponseError
 
-from difftest.replies import ErrorReply, Reply
+from difftest.replies import ErrorReply, NilArray, Reply, Simple
 
 if TYPE_CHECKING:
     from difftest.servers.clients import Address
@@ -32,6 +35,37 @@ class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]
         return ResponseError(response)
 
 
+class TypedParser(_RESP2Parser):
+    """RESP2 read with every reply's type kept: a simple string as `Simple`, a bulk string as bytes,
+    the null array as `NilArray` apart from the null bulk string (None), an error with its whole
+    text. valkey-py's parsers give `+OK` and `$2 OK` as the same bytes; a client of the queue can
+    tell them apart, so the comparison must too (the replay's connections use this parser). Off
+    (plain bytes, as valkey-py's handshake expects) until the connection is set up."""
+
+    typed = False
+
+    def _read_response(self, disable_decoding: bool = False) -> Any:
+        buffer = self._buffer
+        assert buffer is not None  # connected
+        raw = buffer.readline()
+        if not raw:
+            raise ValkeyConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+        kind, rest = raw[:1], raw[1:]
+        if kind == b"$":
+            return None if rest == b"-1" else buffer.read(int(rest))
+        if kind == b":":
+            return int(rest)
+        if kind == b"*":
+            if rest == b"-1":
+                return NilArray() if self.typed else None
+            return [self._read_response() for _ in range(int(rest))]
+        if kind == b"+":
+            return Simple(rest) if self.typed else rest
+        if kind == b"-":
+            return ResponseError(rest.decode("utf-8", errors="replace"))
+        raise InvalidResponse(f"Protocol Error: {raw!r}")
+
+
 def as_reply(value: Any) -> Reply:
     """Normalise what valkey-py returned into a Reply (errors inside arrays included)."""
     if isinstance(value, ResponseError):
@@ -40,7 +74,7 @@ def as_reply(value: Any) -> Reply:
         return [as_reply(item) for item in value]
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int | bytes) or value is None:
+    if isinstance(value, int | bytes | Simple | NilArray) or value is None:
         return value
     if isinstance(value, str):
         return value.encode()
@@ -54,8 +88,9 @@ class Wire:
         from difftest.servers.clients import connection_options
 
         kind, options = connection_options(address, username, password, timeout=60)
-        self.connection = kind(**options)
+        self.connection = kind(**{**options, "parser_class": TypedParser})
         self.connection.connect()
+        self.connection._parser.typed = True  # the handshake (AUTH, HELLO) read its +OK as bytes
 
     def send(self, commands: Sequence[Command]) -> None:
         self.connection.send_packed_command(self.connection.pack_commands(commands), check_health=False)

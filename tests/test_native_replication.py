@@ -17,7 +17,7 @@ import pytest
 from difftest import errors
 from difftest.calls import Call, as_bytes
 from difftest.history import RawWrite
-from difftest.replies import ErrorReply, Reply
+from difftest.replies import ErrorReply, Reply, Simple
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.sides import NativeSide
 from difftest.snapshot import take_snapshot
@@ -92,7 +92,7 @@ HISTORY: list[Step] = [
     step("CLAIM", 20, reply=[b"foreign", None, 1]),
     corrupt("ZADD", Q + "pending", 0, "ghost2", reply=1),
     step("CLAIM", 20, reply=[]),  # a ghost: ZPOPMIN alone
-    corrupt("SET", Q + "done", "junk", reply=b"OK"),
+    corrupt("SET", Q + "done", "junk", reply=Simple(b"OK")),  # a status reply, typed as such
     step("CLAIM", 20, reply=[b"j2", b"\x00\xff\r\n", 4]),
     step("COMPLETE", "j2", 4, reply=WRONGTYPE),  # D3: nothing written, nothing propagated
     corrupt("HSET", Q + "metrics:failed", "count", "x", reply=0),
