@@ -231,6 +231,10 @@ def _check_budget(examples: int | None, shard: tuple[int, int]) -> None:
 def command_run(args: argparse.Namespace) -> int:
     import random
 
+    if args.native_coverage:
+        from difftest.native_coverage import prepare
+
+        args.module, args.coverage_tools = prepare(args)  # checks, then the instrumented build
     _check_module(args.module)
     if args.attach is not None:
         args.workers = 1  # an attached pair is one pair: one worker replays on it
@@ -270,9 +274,14 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
     print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
     # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
-    with CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
+    from difftest import native_coverage
+
+    profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
+    with profiling, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
         result = run_campaign(config, on_progress=progress)
     document = reports.summary(result)
+    if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
+        document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
     reports.write_document(document, directory)
     print()
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
@@ -281,6 +290,8 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     for failure in result.failures:
         print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
         print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
+    if args.native_coverage:
+        print(native_coverage.summary_line(document["native_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
     print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
           f"reproduce: {html_report.reproduce_command(document)}")  # fmt: skip
@@ -377,6 +388,11 @@ def command_merge(args: argparse.Namespace) -> int:
         raise SetupProblem(
             f"cannot create {args.out} ({problem.strerror}): merge into a directory you can write"
         ) from None
+    from difftest.native_coverage import merge_runs
+
+    native = merge_runs(args.dirs, args.out)  # the shards' native coverage profiles summed, if any
+    if native is not None:
+        document["native_coverage"] = native
     reports.write_document(document, args.out)
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
@@ -645,6 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"worker processes (1 to {MAX_WORKERS}), each with its own server pair pinned to a core "
                      "(default: one per core)")  # fmt: skip
     run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    run.add_argument("--native-coverage", action="store_true",
+                     help="measure which lines of the module's source the histories reach: the module built "
+                     "instrumented (executors/native/target/coverage), native-coverage.json and a report.html "
+                     "section (needs rustup's llvm-tools)")  # fmt: skip
     database = run.add_mutually_exclusive_group()
     database.add_argument("--database", metavar="SPEC", default=None,
                           help="Hypothesis's example database: a directory, or valkey://HOST:PORT[/DB] "

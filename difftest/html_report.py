@@ -333,6 +333,15 @@ def _coverage(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _native_coverage(summary: dict[str, Any]) -> list[str]:
+    """`run --native-coverage`: the module's own lines, regions and branches reached (difftest/native_coverage.py)."""
+    if not summary.get("native_coverage"):
+        return []
+    from difftest.native_coverage import html_section
+
+    return ["<h2>Native code coverage</h2>", *html_section(summary["native_coverage"])]
+
+
 def _speed(summary: dict[str, Any]) -> list[str]:
     width, points = speed_series(summary)
     average = summary.get("compared_steps_per_s")
@@ -369,6 +378,7 @@ def render(summary: dict[str, Any]) -> str:
         "<h2>Speed</h2>", *_speed(summary),
         "<h2>Contract rows hit</h2>", *_contract(summary),
         "<h2>Behaviour coverage</h2>", *_coverage(summary),
+        *_native_coverage(summary),
         "<h2>Files</h2>",
         '<p><a href="summary.json">summary.json</a> · <a href="coverage.txt">coverage.txt</a> · '
         '<a href="junit.xml">junit.xml</a></p>',
