@@ -258,7 +258,11 @@ class Replayer:
             self.native.reconnect()
 
     def _native_death(self, lost: BaseException) -> str:
-        """Why the native server is gone, once its process has exited; else `lost` is raised again."""
+        """Why the native server is gone, once its process has exited; else `lost` is raised again.
+        Only the native's death is a finding: when the Lua server does not answer either (a raw step
+        stopped both, something killed them), it is the harness's failure."""
+        if not self.lua_server.answers():
+            raise lost
         deadline = time.monotonic() + 2.0  # the socket closes a moment before the process is reaped
         while self.native_server.running and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -68,6 +68,15 @@ class SocketClients:
         pool = valkey.ConnectionPool(connection_class=kind, **options)
         return valkey.Valkey(connection_pool=pool)
 
+    def answers(self) -> bool:
+        """Whether the server answers a PING now, on a fresh connection."""
+        self._drop_client()
+        try:
+            return bool(self.client.ping())
+        except (valkey.ConnectionError, valkey.TimeoutError, valkey.BusyLoadingError, valkey.ResponseError):
+            self._drop_client()
+            return False
+
     def _drop_client(self) -> None:
         if self._client is not None:
             self._client.close()
