@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from difftest.commands import SETS, Layout, Rows, Transition, Verb
+from difftest.commands import SETS, TRANSITIONS, Layout, Rows, Transition, Verb
 from difftest.model import (
     OVERFLOW,
     Outcome,
@@ -237,11 +237,29 @@ def _lua_class_or_exact(view: StepView, expected: Outcome) -> tuple[bool, str]:
     return _lua_error_after_writes(view, expected.error)
 
 
-def _native_claims(view: StepView, expected: Outcome) -> tuple[bool, str]:
-    """The native side's CLAIM on the state at its round trip: exact, or the D3-D5 refusal."""
+def _native_outcome(view: StepView, expected: Outcome, reads: list[bytes]) -> tuple[bool, str]:
+    """The native side's predicted outcome, held to the caller's permissions: the refusal the
+    prediction names (D3-D5, D8); NOPERM with nothing written when it would read a key the caller
+    may not read or write one the caller may not write (the native checks every derived key before
+    its first write); else the exact outcome."""
     if expected.error is not None:
         return _native_refused(view, NATIVE_ERROR_CODES[expected.error])
+    written = [] if expected.after is None else _changed_keys(view.before, expected.after)
+    if any((key, READ) in view.denied for key in reads) or any((key, WRITE) in view.denied for key in written):
+        return _native_refused(view, "NOPERM")
     return _exact("native", view.native_reply, view.native_after, expected)
+
+
+def _changed_keys(before: Snapshot, after: Snapshot) -> list[bytes]:
+    return [key for key in before.keys() | after.keys() if before.get(key) != after.get(key)]
+
+
+def _native_claims(view: StepView, expected: Outcome) -> tuple[bool, str]:
+    """The native side's CLAIM on the state at its round trip (it reads meta and the head's row)."""
+    assert view.guarded is not None
+    layout = view.guarded.layout
+    head = pending_head(view.before, layout)
+    return _native_outcome(view, expected, [layout.meta, *([layout.row(head)] if head is not None else [])])
 
 
 # -- the CLAIM's pause decision, on each side ------------------------------------------------------
@@ -399,12 +417,11 @@ def rule_d7(view: StepView) -> RuleResult:
         return None
     native = sweep(view.before, view.before_epochs, *args, view.now_ms, view.run_id)
     lua = sweep(view.before, view.before_epochs, *args, view.now_ms, None)
-    if native.error is not None:
-        # an exempt member goes back to pending: a wrong-typed pending (or a bad metrics count
-        # for a member that dies) refuses the sweep as in D3/D4, where the scripts count it
-        native_check = _native_refused(view, NATIVE_ERROR_CODES[native.error])
-    else:
-        native_check = _exact("native", view.native_reply, view.native_after, native)
+    # an exempt member goes back to pending: a wrong-typed pending (or a bad metrics count for a
+    # member that dies) refuses the sweep as in D3/D4, where the scripts count it; and the caller
+    # must be allowed what the exemption reads and writes
+    reads = reached_rows(TRANSITIONS[Verb.SWEEP], view.guarded, view.before, view.now_ms) if view.guarded else []
+    native_check = _native_outcome(view, native, reads)
     return _both(_lua_class_or_exact(view, lua), native_check)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from difftest.commands import Rows, Stamp
 from difftest.contract import ALTERNATIVES, MATCH, RULES, Denied, StepView, Verdict, replies_equal, verdict_of
 from difftest.invariants import Ledger, violations
-from difftest.replies import NotSent, Reply
+from difftest.replies import ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Epochs, Snapshot
 
@@ -104,6 +104,11 @@ def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
     return exposure
 
 
+def _lua_stopped_half_way(before: Snapshot, observation: Observation) -> bool:
+    """The script answered an error after it had written (its keyspace moved)."""
+    return isinstance(observation.lua_reply, ErrorReply) and observation.lua_after != before
+
+
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
@@ -138,6 +143,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         verdict = verdict_of(view)
     rule = RULES[verdict.rule] if verdict.rule else None
     ledger, lua_ledger = state.ledger, state.lua_ledger
+    lua_half_way = _lua_stopped_half_way(state.before, observation)
     if verdict.ok:
         broken: list[str] = []
         sides = [("native", observation.native_reply, native_after), ("lua", observation.lua_reply, lua_after)]
@@ -148,8 +154,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
                 side_ledger = side_ledger.taint(resolved.step.command)  # type: ignore[union-attr]
             elif resolved.sends_transition:
                 side_ledger = side_ledger.record(resolved, reply, after)
-            # the Lua side is checked only where it differs; neither where it may stop half-way
-            check = (name == "native" or lua_after is not native_after) and not (rule and rule.lua_partial_writes)
+            # the Lua side is checked only where it differs, and not where its script stopped half-way:
+            # a rule that allows partial writes, or an error after writes (an ACL refusal on the
+            # counted path of D7, say): the retired scripts' behaviour, not judged
+            lua_checked = lua_after is not native_after and not lua_half_way
+            check = (name == "native" or lua_checked) and not (rule and rule.lua_partial_writes)
             if check:
                 held = after is state.before and side_ledger.settled  # nothing moved since the last check
                 found = violations(side_ledger, resolved, state.before, reply, after, held)

@@ -70,7 +70,11 @@ def _user_rules() -> dict[str, tuple[str, ...]]:
 
 USERS = _user_rules()
 # the transition that reaches each user's denied keys first
-USER_PROBES = {"nometa": "CLAIM", "norows": "CLAIM", "readrows": "EXTEND", "nometrics": "COMPLETE"}
+# (readrows: EXTEND re-stamps the row it may only read (N2); SWEEP writes the rows of the leases it
+# exempts (D7 held to the caller's permissions))
+USER_PROBES: dict[str, tuple[str, ...]] = {
+    "nometa": ("CLAIM",), "norows": ("CLAIM",), "readrows": ("EXTEND", "SWEEP"), "nometrics": ("COMPLETE",),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -382,7 +386,8 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             # a restricted user mostly calls what reaches the keys it is denied (with a held
             # token where it needs one): EXTEND as readrows reaches N2, COMPLETE as nometrics
             # reaches the metrics check; otherwise any transition
-            probe = USER_PROBES.get(user or "") if user and draw.aim(2) else None
+            probes = USER_PROBES.get(user or "", ())
+            probe = _pick(draw, probes) if probes and draw.aim(2) else None
             verb = probe or _verb(draw, hints[queue], now, bool(open_claims))
             call = _transition_call(draw, verb, queue, hints[queue], now)
             if kind == "malformed":

@@ -26,6 +26,7 @@ EXPECTED_RULES = {
     "d5_active_not_a_zset.jsonl": {"D5": 1},
     "d6_bad_arguments.jsonl": {"D6": 5},
     "d7_acl_refusal_on_the_counted_path.jsonl": {"D7": 1},
+    "d7_exempt_row_read_only.jsonl": {"D7": 1},
     "d8_sweep_refusals.jsonl": {"D8": 3},
     "d9_promote_row_not_a_hash.jsonl": {"D9": 1},
     "n1_d7_restart_is_not_a_stall.jsonl": {"D7": 1},

@@ -153,3 +153,22 @@ def test_real_servers_still_observe_what_the_file_holds(replayer: Replayer, name
         "the executors no longer do what tests/observations/ records: run scripts/record_observations.py "
         "and review the diff"
     )
+
+
+def test_an_exemption_the_caller_may_not_write_is_caught() -> None:
+    """D7 held to the caller's permissions: where the caller may only read rows, a native that
+    exempts the lease anyway (writing its row) is a divergence, though its keyspace is exactly the
+    exemption's."""
+    from difftest.commands import Layout
+    from difftest.model import sweep
+
+    _, steps, recorded = observations.load(OBSERVED / "d7_exempt_row_read_only.jsonl")
+    assert (recorded[-1].kind, recorded[-1].rule) == ("allowed", "D7")
+    state = JudgeState()
+    for step in steps[:-1]:
+        state, _ = judge(state, step)
+    last = steps[-1]
+    exempted = sweep(state.before, state.before_epochs, Layout(b"q"), 5, 10, last.now_ms, last.run_id)
+    assert exempted.reply == [0, 0, 0, 1] and exempted.after is not None
+    verdicts = judge_all(_changed(steps, len(steps) - 1, native_reply=exempted.reply, native_after=exempted.after))
+    assert verdicts[-1].kind == "divergence" and "NOPERM" in verdicts[-1].reason
