@@ -112,6 +112,12 @@ def run_url() -> str | None:
     return f"{server}/{repository}/actions/runs/{run}" if server and repository and run else None
 
 
+def artifacts_url() -> str | None:
+    """Where this run's artifacts are listed (GitHub links to no file inside an artifact)."""
+    url = run_url()
+    return f"{url}#artifacts" if url else None
+
+
 def _link(text: str, url: str | None) -> str:
     return f"[{text}]({url})" if url else text
 
@@ -126,7 +132,7 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
                 "failed (see the merge step's log)"], False  # fmt: skip
     verdict = str(document.get("verdict", "unknown"))
     good = verdict == "agree"
-    where = _link(f"artifact `{artifact}`", f"{run_url()}#artifacts" if run_url() else None) if artifact else None
+    where = _link(f"artifact `{artifact}`", artifacts_url()) if artifact else None
     budget = document.get("budget") or {}
     size = f"{budget['examples']:,} histories" if budget.get("examples") is not None else f"{budget.get('seconds')} s"
     lines = [
@@ -144,7 +150,7 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
         path = f"{directory.name}/{failure.get('link', '')}".rstrip("/")
         lines.append(f"- divergence in batch {failure.get('batch')} ({failure.get('steps')} steps): "
                      f"{failure.get('reason')}; the shrunk history: `{path}/history.jsonl` "
-                     f"({_link('in the run artifacts', f'{run_url()}#artifacts' if run_url() else None)}); "
+                     f"({_link('in the run artifacts', artifacts_url())}); "
                      f"`difftest replay {path}`")  # fmt: skip
     missing = document.get("coverage_missing") or []
     lines.append(f"- unreached labels: {', '.join(f'`{m}`' for m in missing) if missing else 'none'}")
@@ -175,7 +181,7 @@ def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[
     for record in not_caught:
         lines.append(f"- `{record.get('id')}`: {record.get('status')} {str(record.get('reason') or '')[:160]}".rstrip())
     if artifact:
-        url = f"{run_url()}#artifacts" if run_url() else None
+        url = artifacts_url()
         lines.append(f"- report.html: in {_link(f'artifact `{artifact}`', url)}")
     return lines, good
 
