@@ -246,6 +246,9 @@ def command_run(args: argparse.Namespace) -> int:
     shard = _shard(args.shard)
     examples = None if args.seconds is not None and args.examples is None else (args.examples or DEFAULT_EXAMPLES)
     _check_budget(examples, shard)
+    from difftest.progress import plain_interval
+
+    args.progress_interval = plain_interval(os.environ)  # a bad DIFFTEST_PROGRESS_SECONDS: one line now
     database = _database_of(args)
     _check_reports(args.reports)
     directory = new_run_dir(args.reports, "run")
@@ -277,7 +280,8 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     from difftest import native_coverage
 
     profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
-    with profiling, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None) as progress:
+    with profiling, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
+                                     interval_s=args.progress_interval) as progress:  # fmt: skip
         result = run_campaign(config, on_progress=progress)
     document = reports.summary(result)
     if args.native_coverage:  # native-coverage.json, and report.html's section from the summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
@@ -11,11 +12,28 @@ from rich.progress import Progress as Bar
 from rich.table import Table
 
 from difftest.campaign import Progress
+from difftest.problems import SetupProblem
 
 if TYPE_CHECKING:
     from difftest.campaign import CampaignResult
 
 PLAIN_INTERVAL_S = 30.0  # a CI log gets a line this often (by the campaign's clock), not a redraw each batch
+INTERVAL_VARIABLE = "DIFFTEST_PROGRESS_SECONDS"  # another interval for the plain lines (0: every batch)
+
+
+def plain_interval(environ: Mapping[str, str]) -> float:
+    """The plain lines' interval: DIFFTEST_PROGRESS_SECONDS if set (a number >= 0), else 30 s."""
+    text = environ.get(INTERVAL_VARIABLE)
+    if text is None:
+        return PLAIN_INTERVAL_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        raise SetupProblem(f"{INTERVAL_VARIABLE}={text!r} is not a number of seconds >= 0: give one (0 prints a "
+                           "line after every batch) or unset it")  # fmt: skip
+    return seconds
 
 
 def rate(steps: int, elapsed_s: float) -> float:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
 START_S = 20.0  # until the four servers are up
-COMPARE_S = 4.0  # then this long comparing, so that batches (and a partial one) are done
+COMPARED_S = 120.0  # then until the run reports a finished batch (a machine under load is slow)
 GONE_S = 20.0  # after the signal: the run, and everything it started, must be gone by then
 
 
@@ -116,23 +118,53 @@ class Footprint:
         return sorted(processes), sorted(str(p) for p in self.shm if p.exists())
 
 
-def start_run(reports: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "difftest", "run", "--seconds", "60", "--workers", "2", "--no-database",
-               "--seed", "5", "--reports", str(reports)]  # fmt: skip
-    # its own session: a process group of its own, as a shell gives a command it runs
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+class Run:
+    """`difftest run` in its own session, its stderr read as it comes (a progress line per batch)."""
+
+    def __init__(self, reports: Path) -> None:
+        command = [sys.executable, "-m", "difftest", "run", "--seconds", "60", "--workers", "2", "--no-database",
+                   "--seed", "5", "--reports", str(reports)]  # fmt: skip
+        environment = {**os.environ, "DIFFTEST_PROGRESS_SECONDS": "0"}  # a line after every batch
+        # its own session: a process group of its own, as a shell gives a command it runs
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        start_new_session=True, env=environment)  # fmt: skip
+        self.lines: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def compared(self) -> bool:
+        """Whether a progress line reports finished histories (`progress: 3/60 s, 40 histories, ...`)."""
+        return any(re.match(rb"progress: [^,]*, [1-9][\d,]* histories", line) for line in list(self.lines))
+
+    def stderr(self) -> bytes:
+        self.reader.join(timeout=30)
+        return b"".join(self.lines)
 
 
-def await_comparing(run: subprocess.Popen[bytes]) -> Footprint:
-    """Wait until both workers' server pairs are up, then a while longer; what the run holds then."""
+def await_comparing(run: Run) -> Footprint:
+    """Wait until both workers' server pairs are up and the run reports a finished batch (so there
+    is work to record, however loaded the machine); what the run holds then."""
     deadline = time.monotonic() + START_S
     footprint = Footprint()
     while len(footprint.servers) < 4:
-        assert run.poll() is None, f"the run ended early: {run.communicate()}"
+        assert run.process.poll() is None, f"the run ended early: {run.stderr()!r}"
         assert time.monotonic() < deadline, "the four servers did not come up"
         time.sleep(0.1)
         footprint.add(run.pid)
-    time.sleep(COMPARE_S)
+    deadline = time.monotonic() + COMPARED_S
+    while not run.compared():
+        assert run.process.poll() is None, f"the run ended early: {run.stderr()!r}"
+        assert time.monotonic() < deadline, "no batch finished"
+        time.sleep(0.05)
     footprint.add(run.pid)
     return footprint
 
@@ -147,20 +179,20 @@ def await_gone(footprint: Footprint) -> tuple[list[int], list[str]]:
 def ended_by(how: str, tmp_path: Path) -> tuple[int, tuple[list[int], list[str]], bytes]:
     """Start a run, signal it while it compares, and return its exit code, what of it is left
     (processes, /dev/shm entries) once it had time to go, and its stderr."""
-    run = start_run(tmp_path / "reports")
+    run = Run(tmp_path / "reports")
     try:
         footprint = await_comparing(run)
         assert footprint.shm, "no /dev/shm entry of the run found: the check would prove nothing"
         if how == "SIGINT":
             os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
         else:
-            run.send_signal(getattr(signal, how))  # timeout, docker stop, a CI step's limit: the runner
-        _, stderr = run.communicate(timeout=GONE_S + 30)
-        return run.returncode, await_gone(footprint), stderr
+            run.process.send_signal(getattr(signal, how))  # timeout, docker stop, a CI step's limit: the runner
+        run.process.wait(timeout=GONE_S + 30)
+        return run.process.returncode, await_gone(footprint), run.stderr()
     finally:
-        if run.poll() is None:
+        if run.process.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+            run.process.wait()
 
 
 def summary_of(reports: Path) -> dict[str, Any]:
