@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,23 @@ def test_a_server_starts_over_clock_memory_left_by_a_dead_process_of_the_same_pi
     finally:
         for path in planted:
             path.unlink(missing_ok=True)
+
+
+def test_a_group_whose_clock_cannot_start_leaves_no_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A bad DIFFTEST_LIBFAKETIME refuses the group before any server: its temporary root goes too."""
+    import tempfile
+
+    from difftest.servers import local
+
+    made: list[str] = []
+    real = tempfile.mkdtemp
+
+    def recorded(**options: Any) -> str:
+        made.append(real(**options))
+        return made[-1]
+
+    monkeypatch.setattr(local.tempfile, "mkdtemp", recorded)
+    monkeypatch.setenv("DIFFTEST_LIBFAKETIME", str(tmp_path / "missing.so"))
+    with pytest.raises(SetupProblem, match="DIFFTEST_LIBFAKETIME"):
+        ServerGroup()
+    assert made and not Path(made[0]).exists()

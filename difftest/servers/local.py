@@ -359,7 +359,12 @@ class ServerGroup:
         self.root = Path(tempfile.mkdtemp(prefix="difftest-", dir=fast_temp_dir())) if root is None else root
         self.root.mkdir(parents=True, exist_ok=True)
         kwargs = {} if start_ms is None else {"start_ms": start_ms}
-        self.clock = FrozenClock(self.root / "faketime", **kwargs)
+        try:
+            self.clock = FrozenClock(self.root / "faketime", **kwargs)
+        except BaseException:  # no clock library, say: the directory made above goes with the group
+            if self._owns_root:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise
         self.servers: list[Any] = []  # EmbeddedServer, or DockerServer on the docker backend
 
     def add(
