@@ -24,7 +24,7 @@ from difftest.model import (
 )
 from difftest.replies import Died, ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import Guarded, Resolved
-from difftest.snapshot import Epochs, Snapshot
+from difftest.snapshot import Epochs, Snapshot, diff
 
 LUA_COUNTER_ERRORS = {
     "NOTINT": "ERR hash value is not an integer",
@@ -244,14 +244,10 @@ def _native_outcome(view: StepView, expected: Outcome, reads: list[bytes]) -> tu
     its first write); else the exact outcome."""
     if expected.error is not None:
         return _native_refused(view, NATIVE_ERROR_CODES[expected.error])
-    written = [] if expected.after is None else _changed_keys(view.before, expected.after)
+    written = [] if expected.after is None else list(diff(view.before, expected.after))
     if any((key, READ) in view.denied for key in reads) or any((key, WRITE) in view.denied for key in written):
         return _native_refused(view, "NOPERM")
     return _exact("native", view.native_reply, view.native_after, expected)
-
-
-def _changed_keys(before: Snapshot, after: Snapshot) -> list[bytes]:
-    return [key for key in before.keys() | after.keys() if before.get(key) != after.get(key)]
 
 
 def _native_claims(view: StepView, expected: Outcome) -> tuple[bool, str]:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from difftest.commands import Rows, Stamp
-from difftest.contract import ALTERNATIVES, MATCH, RULES, Denied, StepView, Verdict, replies_equal, verdict_of
+from difftest.contract import MATCH, RULES, Denied, StepView, Verdict, replies_equal, verdict_of
 from difftest.invariants import Ledger, violations
 from difftest.replies import ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
@@ -191,4 +191,4 @@ def judge_all(observations: Iterable[Observation], state: JudgeState | None = No
     return verdicts
 
 
-__all__ = ["ALTERNATIVES", "Exposure", "JudgeState", "Observation", "expected_epochs", "judge", "judge_all"]
+__all__ = ["Exposure", "JudgeState", "Observation", "expected_epochs", "judge", "judge_all"]
