@@ -79,9 +79,15 @@ class Side:
         info = replies[-1]
         assert isinstance(info, bytes)
         self.run_id = info.split(b"run_id:")[1][:40].decode()
-        for user in self.users:
-            self.wires[user] = Wire(address, user, USER_PASSWORD)
         self.connected_start = self.server.starts
+
+    def wire(self, user: str | None) -> Wire:
+        """The wire of `user` (None: the admin), opened on its first use: a history declares many
+        users (one per permission class) and calls as few of them; a restart need not reopen them all."""
+        wire = self.wires.get(user)
+        if wire is None:
+            wire = self.wires[user] = Wire(self.server.address, user, USER_PASSWORD)
+        return wire
 
     def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
         """Ready for the next history on a flushed server: reuse the wires, scripts and users
@@ -175,7 +181,7 @@ class NativeSide(Side):
         if step.is_begin:
             return NotSent("the native CLAIM is one round trip, sent at its end")
         assert step.call is not None
-        return self.pipe.add(self.wires[step.user], step.call.command())
+        return self.pipe.add(self.wire(step.user), step.call.command())
 
 
 @dataclass
@@ -213,7 +219,7 @@ class LuaSide(Side):
             if step.is_begin:
                 self.open_claims[step.index] = _OpenClaim(call, step.user, plan)
             return plan
-        wire = self.wires[step.user]
+        wire = self.wire(step.user)
         if isinstance(plan, PlainCommand):
             return self.pipe.add(wire, plan.command)
         if isinstance(plan, PausedThenClaim):
@@ -228,7 +234,7 @@ class LuaSide(Side):
     def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
         if reads_as_paused(paused_read):
             return []
-        return self.pipe.add(self.wires[user], evalsha_command(self.shas[call.verb], call))
+        return self.pipe.add(self.wire(user), evalsha_command(self.shas[call.verb], call))
 
     def capture_workers(self) -> dict[int, Any]:
         return dict(self.open_claims)
