@@ -1,15 +1,29 @@
-"""Benchmark: compared steps per second, and the ratio to generating the same histories alone.
+"""Benchmark: compared steps per second, the ratio to generating the same histories alone, and where
+a compared step's time goes.
 
-Both figures come from one run on the same machine, so the ratio holds even when the machine is
-noisy. Usage: python bench/bench_replay.py [--examples N] [--pin] [--json PATH]
+All figures come from one run on the same machine, so the ratios hold even when the machine is
+noisy. Per mix: generation-only and compared steps/s, and the cost per step of each stage in µs
+(generate: Hypothesis drawing the histories; send: the steps and their keyspace walks on both
+servers, round trips included; walk: reading the walks into snapshots; judge: building each
+observation and judging it; restart: stopping and starting both servers, reconnecting; clock:
+moving and confirming the frozen clock; reset: flushing between histories; resync: the Lua
+server taking the native's keyspace; other: what the compared run spent outside the replay).
+
+`--campaigns N` adds whole `difftest run --examples N` campaigns (one process each, as a user runs
+them): one worker against two, and the docker backend against local when a Docker engine answers.
+
+Usage: python bench/bench_replay.py [--examples N] [--pin] [--campaigns N] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,6 +39,7 @@ MIXES = {
     "calls-only": HistoryShape(restarts=False, crashes=False, corruption=False, users=False,
                                interleaving=False, malformed=False),
 }  # fmt: skip
+STAGES = ("generate", "send", "walk", "judge", "restart", "clock", "reset", "resync", "other")
 
 
 @dataclass
@@ -36,6 +51,18 @@ class Figure:
     compared_steps_per_s: float
     ratio: float
     divergences: int
+    us_per_step: dict[str, float] = field(default_factory=dict)  # by stage
+
+
+@dataclass
+class Campaign:
+    label: str
+    workers: int
+    backend: str
+    exit: int
+    steps: int
+    elapsed_s: float
+    steps_per_s: float
 
 
 def _run(shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple[int, int, float, int]:
@@ -58,31 +85,91 @@ def _run(shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple
 def measure(mix: str, examples: int, replayer: Replayer) -> Figure:
     shape = MIXES[mix]
     _, gen_steps, gen_s, _ = _run(shape, examples, None)
+    stages = getattr(replayer, "stages", {})  # a checkout from before the counters: all "other"
+    before = dict(stages)
     count, steps, total_s, divergences = _run(shape, examples, replayer)
     assert steps == gen_steps, "derandomized generation must give the same histories"
+    spent = {stage: stages.get(stage, 0.0) - before.get(stage, 0.0) for stage in STAGES}
+    spent["generate"] = gen_s
+    spent["other"] = total_s - sum(spent.values())
     generate_rate, compared_rate = gen_steps / gen_s, steps / total_s
-    return Figure(mix, count, steps, generate_rate, compared_rate, compared_rate / generate_rate, divergences)
+    per_step = {stage: round(seconds / steps * 1e6, 1) for stage, seconds in spent.items()}
+    return Figure(mix, count, steps, generate_rate, compared_rate, compared_rate / generate_rate, divergences,
+                  per_step)  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--examples", type=int, default=300, help="histories per mix")
-    parser.add_argument("--pin", action="store_true", help="pin harness and servers to one core")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    args = parser.parse_args()
-    if args.pin:
-        print(f"pinned to core {pin_to_core(0)}")
-    figures = []
-    with Replayer(DEFAULT_MODULE) as replayer:
-        for mix in MIXES:
-            figures.append(measure(mix, args.examples, replayer))
+def campaign(label: str, examples: int, workers: int, backend: str) -> Campaign:
+    """One `difftest run` as a user runs it (its own process, pinned workers), read from summary.json."""
+    with tempfile.TemporaryDirectory(prefix="difftest-bench-") as reports:
+        command = [sys.executable, "-m", "difftest", "run", "--examples", str(examples), "--seed", "7",
+                   "--no-database", "--workers", str(workers), "--backend", backend, "--reports", reports]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        summaries = list(Path(reports).glob("*/summary.json"))
+        summary = json.loads(summaries[0].read_text()) if summaries else {}
+    steps, elapsed = int(summary.get("steps", 0)), float(summary.get("elapsed_s", 0.0))
+    return Campaign(label, workers, backend, done.returncode, steps, elapsed, steps / elapsed if elapsed else 0.0)
+
+
+def docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, check=False, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def print_mixes(figures: list[Figure]) -> None:
     header = ("mix", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
     print(f"{header[0]:<12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], (9, 7, 12, 17, 6, 4), strict=True)))
     for f in figures:
         print(f"{f.mix:<12} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
               f"{f.compared_steps_per_s:>17.0f} {f.ratio:>6.2f} {f.divergences:>4}")  # fmt: skip
+    print("\nµs per step, by stage (the compared rate's inverse is their sum)")
+    print(f"{'mix':<12} " + " ".join(f"{s:>8}" for s in STAGES) + f" {'total':>8}")
+    for f in figures:
+        total = sum(f.us_per_step.values())
+        print(f"{f.mix:<12} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES) + f" {total:>8.0f}")
+
+
+def print_campaigns(runs: list[Campaign]) -> None:
+    print(f"\n{'campaign':<22} {'workers':>7} {'backend':>8} {'exit':>4} {'steps':>7} {'s':>7} {'steps/s':>8}")
+    for r in runs:
+        print(f"{r.label:<22} {r.workers:>7} {r.backend:>8} {r.exit:>4} {r.steps:>7} {r.elapsed_s:>7.1f} "
+              f"{r.steps_per_s:>8.0f}")  # fmt: skip
+    by = {r.label: r.steps_per_s for r in runs}
+    if by.get("local, 1 worker"):
+        if "local, 2 workers" in by:
+            print(f"two workers / one worker: {by['local, 2 workers'] / by['local, 1 worker']:.2f}x")
+        if by.get("docker, 1 worker"):
+            print(f"local / docker (1 worker): {by['local, 1 worker'] / by['docker, 1 worker']:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=300, help="histories per mix")
+    parser.add_argument("--pin", action="store_true", help="pin harness and servers to one core")
+    parser.add_argument("--mixes", nargs="*", default=list(MIXES), choices=list(MIXES), help="which mixes")
+    parser.add_argument("--campaigns", type=int, default=0, metavar="N",
+                        help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    figures: list[Figure] = []
+    if args.mixes:
+        if args.pin:
+            print(f"pinned to core {pin_to_core(0)}")
+        with Replayer(DEFAULT_MODULE) as replayer:
+            for mix in args.mixes:
+                figures.append(measure(mix, args.examples, replayer))
+        print_mixes(figures)
+    runs: list[Campaign] = []
+    if args.campaigns:
+        runs.append(campaign("local, 1 worker", args.campaigns, 1, "local"))
+        runs.append(campaign("local, 2 workers", args.campaigns, 2, "local"))
+        if docker_answers():
+            runs.append(campaign("docker, 1 worker", args.campaigns, 1, "docker"))
+        print_campaigns(runs)
     if args.json:
-        args.json.write_text(json.dumps([asdict(f) for f in figures], indent=2) + "\n")
+        document = {"mixes": [asdict(f) for f in figures], "campaigns": [asdict(r) for r in runs]}
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ takes the native's keyspace and the rest of the segment runs again there.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,8 @@ class Replayer:
             raise
         self.lua: LuaSide | None = None
         self.native: NativeSide | None = None
+        # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
+        self.stages: defaultdict[str, float] = defaultdict(float)
 
     def close(self) -> None:
         for side in (self.lua, self.native):
@@ -179,15 +181,18 @@ class Replayer:
         that index on go one round trip each (after the native died in a pipelined segment, its
         replies were never written, so the replay is repeated to find the step that killed it)."""
         started = time.perf_counter()
+        stages = self.stages
         self._reset(history)
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history)
+        mark = time.perf_counter()
+        stages["reset"] += mark - started
         state = JudgeState()
         walks = _Walks()
         runs = segments(resolve(history.steps), alone_from)
         moved_early = False
         for number, segment in enumerate(runs):
-            self._boundary(segment[0], moved_early)
+            mark = self._boundary(segment[0], moved_early, mark)
             native_out: list[StepOutcome] = []
             try:
                 native_out = self.native.run_steps(segment)  # a change of connection reads replies
@@ -200,6 +205,7 @@ class Replayer:
                 if len(segment) > 1 and alone_from is None:
                     return self.replay(history, alone_from=segment[0].index)
                 return self._died(result, state, segment, native_out, death, started)
+            mark = _lap(stages, "send", mark)
             now_ms = self.group.clock.now_ms
             run_id = self.native.run_id.encode()
             # A server sees a rewritten clock about 1 ms later: when an advance comes next, write it
@@ -208,10 +214,12 @@ class Replayer:
             moved_early = following is not None and following.is_advance
             if following is not None and isinstance(following.step, Advance):
                 self.group.clock.set(now_ms + following.step.ms)
+                mark = _lap(stages, "clock", mark)
             for position, resolved in enumerate(segment):
                 lua_reply, lua_walk = lua_results[position]
                 native_reply, native_walk = native_results[position]
                 lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+                mark = _lap(stages, "walk", mark)
                 observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
                                           epochs, self._denied(resolved, state.before))  # fmt: skip
                 after_state, verdict = judge(state, observation)
@@ -226,6 +234,7 @@ class Replayer:
                     result.elapsed_s = time.perf_counter() - started
                     return result
                 state = after_state
+                mark = _lap(stages, "judge", mark)
                 if verdict.rule and RULES[verdict.rule].resync:
                     rest = segment[position + 1 :]
                     if rest and moved_early:
@@ -238,24 +247,32 @@ class Replayer:
                         lua_out[position + 1 :] = again
                         if following is not None and isinstance(following.step, Advance):
                             self.group.clock.set(now_ms + following.step.ms)
+                    mark = _lap(stages, "resync", mark)
         result.elapsed_s = time.perf_counter() - started
         # the next history most likely starts where this one did: write the clock back now, so
         # the servers' ~1 ms until they read it passes before the next reset confirms it
         self.group.clock.set(history.start_ms)
+        _lap(stages, "clock", mark)
         return result
 
-    def _boundary(self, step: Resolved, moved_early: bool) -> None:
+    def _boundary(self, step: Resolved, moved_early: bool, mark: float) -> float:
+        """Clock advances and restarts; returns the time it ended (for the stage counters)."""
         assert self.lua is not None and self.native is not None
         if isinstance(step.step, Advance):
             if moved_early:
                 self.group.confirm_clock()
             else:
                 self.group.advance(step.step.ms)
-        elif isinstance(step.step, Restart):
+            return _lap(self.stages, "clock", mark)
+        if isinstance(step.step, Restart):
             self.group.restart_all(crash=step.step.crash)
+            mark = _lap(self.stages, "restart", mark)
             self.group.confirm_clock()
+            mark = _lap(self.stages, "clock", mark)
             self.lua.reconnect()
             self.native.reconnect()
+            return _lap(self.stages, "restart", mark)
+        return mark
 
     def _native_death(self, lost: BaseException) -> str:
         """Why the native server is gone, once its process has exited; else `lost` is raised again.
@@ -317,6 +334,12 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 self._acl[(user, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)])
+
+
+def _lap(stages: defaultdict[str, float], stage: str, since: float) -> float:
+    now = time.perf_counter()
+    stages[stage] += now - since
+    return now
 
 
 def _ready(reply: Reply | Future) -> bool:
