@@ -105,11 +105,13 @@ class Side:
         self.pipe.reset()
         for wire in self.wires.values():
             wire.close()
-        admin = Wire(self.server.address)
-        for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
-            if user != b"default" and user.decode() not in self.users:  # type: ignore[union-attr]
-                admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
-        admin.close()
+        if self.server.starts == self.connected_start:
+            # the same server process: the users of an earlier history go (a restarted one has none)
+            admin = Wire(self.server.address)
+            for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
+                if user != b"default" and user.decode() not in self.users:  # type: ignore[union-attr]
+                    admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
+            admin.close()
         self.connect()
 
     def close(self) -> None:

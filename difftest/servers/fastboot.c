@@ -9,13 +9,22 @@
  * The first three usleep(10000) calls become 1 ms sleeps: the calibration still measures ticks
  * over a real interval (accuracy ~0.1%, used only for timeouts and cron, never for the frozen
  * wall clock the transitions read). Every later call is passed through unchanged.
+ *
+ * 3. Readiness without polling: when DIFFTEST_READY_FD names a pipe, the server writes one byte to
+ *    it (and closes it) once it listens on its unix socket, so the harness blocks on the pipe
+ *    instead of polling for the socket file; the PING it then sends is answered when the server
+ *    has loaded its data. A server that dies first closes the pipe: the harness reads its end.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+static int ready_fd = -1;
 
 __attribute__((constructor)) static void die_with_parent(void) {
     /* DIFFTEST_PARENT_PID guards the race where the parent died before this ran */
@@ -24,6 +33,33 @@ __attribute__((constructor)) static void die_with_parent(void) {
     if (parent != NULL && getppid() != (pid_t)atoi(parent)) {
         _exit(1);
     }
+    const char *ready = getenv("DIFFTEST_READY_FD");
+    if (ready != NULL) {
+        ready_fd = atoi(ready);
+        unsetenv("DIFFTEST_READY_FD");
+        if (fcntl(ready_fd, F_SETFD, FD_CLOEXEC) != 0) {
+            ready_fd = -1;
+        }
+    }
+}
+
+int listen(int fd, int backlog) {
+    static int (*real_listen)(int, int) = NULL;
+    if (real_listen == NULL) {
+        real_listen = (int (*)(int, int))dlsym(RTLD_NEXT, "listen");
+    }
+    int rc = real_listen(fd, backlog);
+    if (rc == 0 && ready_fd >= 0) {
+        struct sockaddr_storage address;
+        socklen_t length = sizeof address;
+        if (getsockname(fd, (struct sockaddr *)&address, &length) == 0 && address.ss_family == AF_UNIX) {
+            char byte = 'L';
+            (void)!write(ready_fd, &byte, 1);
+            close(ready_fd);
+            ready_fd = -1;
+        }
+    }
+    return rc;
 }
 
 static int shortened = 0;

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -111,6 +112,7 @@ class EmbeddedServer(SocketClients):
         self.logfile = workdir / "valkey.log"
         self._process: subprocess.Popen[bytes] | None = None
         self._client: valkey.Valkey | None = None
+        self._ready_read = -1  # the read end of the shim's readiness pipe while a start is awaited
         self.starts = 0
 
     # -- life cycle -------------------------------------------------------------------------
@@ -178,25 +180,56 @@ class EmbeddedServer(SocketClients):
         env = self.clock.server_env()
         env["DIFFTEST_PARENT_PID"] = str(os.getpid())
         # With the fastboot shim the server binds its life to ours by itself, and Popen can use
-        # posix_spawn; without it, a pre-exec hook does that (a slower fork).
-        hook = None if fastboot_library() else _die_with_parent
-        process = subprocess.Popen(
-            self._command_line(port),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            close_fds=False,
-            preexec_fn=hook,
-        )
+        # posix_spawn; without it, a pre-exec hook does that (a slower fork). The shim also tells
+        # when the server listens, through a pipe whose write end only this child holds: it is
+        # inheritable just for this spawn and closed here right after.
+        shim = fastboot_library() is not None
+        hook = None if shim else _die_with_parent
+        ready_write = -1
+        if shim:
+            self._ready_read, ready_write = os.pipe()
+            os.set_inheritable(ready_write, True)
+            env["DIFFTEST_READY_FD"] = str(ready_write)
+        try:
+            process = subprocess.Popen(
+                self._command_line(port),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                close_fds=False,
+                preexec_fn=hook,
+            )
+        except BaseException:
+            self._close_ready()
+            raise
+        finally:
+            if ready_write >= 0:
+                os.close(ready_write)
         self._process = process
         return log_offset, port
+
+    def _wait_listening(self, deadline: float) -> None:
+        """Block until the server listens on its socket, or dies first (the shim's pipe: a byte,
+        or end of file); without the shim, return at once (the caller polls)."""
+        if self._ready_read < 0:
+            return
+        try:
+            select.select([self._ready_read], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            self._close_ready()
+
+    def _close_ready(self) -> None:
+        if self._ready_read >= 0:
+            os.close(self._ready_read)
+            self._ready_read = -1
 
     def _await_ready(self, log_offset: int, port: int | None) -> None:
         process = self._process
         assert process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         retries = 0
+        self._wait_listening(deadline)
         while True:
             code = process.poll()
             if code is not None:
@@ -210,6 +243,7 @@ class EmbeddedServer(SocketClients):
                     self._spawn(port)
                     process = self._process
                     assert process is not None
+                    self._wait_listening(deadline)
                     continue
                 _forget_clock_memory(process.pid)  # it died at start: whatever it made in /dev/shm goes too
                 raise self._start_failure(code, stderr, log_offset, port)
@@ -299,6 +333,7 @@ class EmbeddedServer(SocketClients):
         self.kill()
 
     def _close_process(self) -> None:
+        self._close_ready()
         if self._process is not None:
             if self._process.stderr:
                 self._process.stderr.close()
