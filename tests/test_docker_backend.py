@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import valkey
 
 from difftest import history as hist
 from difftest.campaign import CampaignConfig, run_campaign
@@ -64,6 +65,37 @@ def test_restart_and_crash_keep_data_and_the_frozen_clock() -> None:
         assert server.client.hgetall("h") == {b"f": b"v"} and server.run_id != second
         assert server.time_ms() == group.clock.now_ms
         assert len(_ours(group)) == 1
+    assert _ours(group) == []
+
+
+def test_a_group_restart_is_a_new_server_in_the_same_container() -> None:
+    """The init (PID 1) restarts the server inside its container: a new process (a new run_id) on
+    the same data, SHUTDOWN for a restart and SIGKILL for a crash (the server says goodbye only to
+    the first), and the container itself never restarts."""
+    with ServerGroup(backend="docker") as group:
+        server = group.add("native", module=DEFAULT_MODULE)
+        assert server._with_init, "a C compiler builds the init here"
+        server._container.reload()
+        container = server._container.id
+        started_at = server._container.attrs["State"]["StartedAt"]
+        server.client.hset("h", "f", "v")
+        goodbyes = server.logfile.read_text().count("bye bye")
+        for crash, said_goodbye in ((False, 1), (True, 0), (False, 1)):
+            before = server.run_id
+            group.restart_all(crash=crash)
+            assert server.client.hgetall("h") == {b"f": b"v"}
+            assert server.run_id != before
+            assert server.time_ms() == group.clock.now_ms
+            now = server.logfile.read_text().count("bye bye")
+            assert now - goodbyes == said_goodbye
+            goodbyes = now
+        server._container.reload()
+        assert server._container.id == container
+        assert server._container.attrs["State"]["StartedAt"] == started_at
+        with pytest.raises(valkey.ConnectionError):  # the server closes the connection as it exits
+            server.client.execute_command("SHUTDOWN")  # unannounced: the container ends with it
+        server._container.wait(timeout=30)
+        assert not server.running
     assert _ours(group) == []
 
 

@@ -4,12 +4,19 @@ Each server is a container of an image built here (FROM scratch), with no networ
 (network_mode none: reachable only through its unix socket, in a directory bind-mounted from this
 machine), its data in that directory (kept across restart and kill), and the shared frozen clock
 read from the group's timestamp file through a read-only bind mount.
+
+A container's PID 1 is the project's init (init.c) when a C compiler built it: it starts the
+server, and restarts it inside the container when asked through a unix socket in the data
+directory, so a restart of a server costs a server's start-up, not a container's. It keeps what a
+restart means: a new server process (a new run_id), the AOF loaded again, a crash a SIGKILL.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
+import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -21,12 +28,13 @@ import valkey
 from difftest.clock import FrozenClock
 from difftest.problems import SetupProblem
 from difftest.servers.clients import SocketClients
-from difftest.servers.fastboot import fastboot_library
+from difftest.servers.fastboot import fastboot_library, init_binary
 from difftest.servers.images import IN_IMAGE, LABEL, build_image
 
 OWNER_LABEL = "org.difftest.owner"  # the pid of the harness that made a container
 GROUP_LABEL = "org.difftest.group"  # the server group (its temp root's name) a container belongs to
 START_TIMEOUT_S = 30.0
+CONTROL_SOCKET = "init.sock"  # the init's, in the data directory
 
 
 def docker_client() -> Any:
@@ -60,7 +68,11 @@ def remove_orphans(client: Any) -> int:
 
 
 class DockerServer(SocketClients):
-    """One valkey-server container; `restart()` is docker stop/start, `crash()` docker kill/start."""
+    """One valkey-server container; `restart()` is docker stop/start, `crash()` docker kill/start.
+    A group's restarts (`restart_begin`, `restart_spawn`, `restart_await`) go through the init."""
+
+    _control: socket.socket | None = None  # the connection to the init, while the container runs
+    _with_init = False
 
     def __init__(
         self,
@@ -88,6 +100,7 @@ class DockerServer(SocketClients):
         self.starts = 0
         self._docker = docker_client()
         self._image = build_image(self._docker, module)
+        self._with_init = init_binary() is not None  # then the image holds it (images.py)
         self._container: Any = None
         self._client: valkey.Valkey | None = None
 
@@ -106,13 +119,20 @@ class DockerServer(SocketClients):
     def _environment(self) -> dict[str, str]:
         library = IN_IMAGE["faketime"]
         preload = f"{IN_IMAGE['fastboot']}:{library}" if fastboot_library() else library
-        return {
+        environment = {
             "LD_PRELOAD": preload,
             "FAKETIME_TIMESTAMP_FILE": f"/clock/{self.clock.path.name}",
             "FAKETIME_NO_CACHE": "1",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             "TZ": "UTC",
         }
+        if self._with_init:  # the init passes the preload on to the server only
+            del environment["LD_PRELOAD"]
+            environment["DIFFTEST_SERVER_PRELOAD"] = preload
+            environment["DIFFTEST_INIT_SOCKET"] = f"/data/{CONTROL_SOCKET}"
+            if fastboot_library():
+                environment["DIFFTEST_INIT_READY"] = "1"
+        return environment
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -129,6 +149,7 @@ class DockerServer(SocketClients):
         if self._container is None:
             self._container = self._docker.containers.create(
                 self._image,
+                entrypoint=[IN_IMAGE["init"], IN_IMAGE["server"]] if self._with_init else None,
                 command=self._command(),
                 name=f"difftest-{os.getpid()}-{self.name}-{uuid.uuid4().hex[:8]}",
                 labels={LABEL: "1", OWNER_LABEL: str(os.getpid()), GROUP_LABEL: self.workdir.parent.name},
@@ -139,23 +160,101 @@ class DockerServer(SocketClients):
                     str(self.clock.path.parent): {"bind": "/clock", "mode": "ro"},
                 },
             )
+        if self._with_init:
+            with contextlib.suppress(FileNotFoundError):
+                (self.workdir / CONTROL_SOCKET).unlink()
         self._container.start()
         return 0, port
 
     def _await_ready(self, log_offset: int, port: int | None) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
+        rounds = 0
         while True:
-            self._container.reload()
-            if self._container.status == "exited":
-                tail = self._container.logs(tail=5).decode(errors="replace").strip().splitlines()
-                last = tail[-1] if tail else "(no output)"
-                raise SetupProblem(f"{self.name}: the server container exited at start: {last[-240:]}")
+            if self._with_init and self._control is None:
+                self._connect_control()
+            # the container's state is asked of the engine (slow) only now and then; the init's
+            # connection says at once whether it still runs
+            if self._control is None or self._control_closed() or rounds % 100 == 99:
+                self._container.reload()
+                if self._container.status == "exited":
+                    tail = self._container.logs(tail=5).decode(errors="replace").strip().splitlines()
+                    last = tail[-1] if tail else "(no output)"
+                    raise SetupProblem(f"{self.name}: the server container exited at start: {last[-240:]}")
             if self._reachable():
                 break
             if time.monotonic() > deadline:
                 raise SetupProblem(f"{self.name}: the server container did not answer within {START_TIMEOUT_S:.0f}s")
-            time.sleep(0.002)
+            rounds += 1
+            time.sleep(0.0005)
         self.starts += 1
+
+    # -- the init: restarts inside the container ----------------------------------------------
+
+    def _connect_control(self) -> None:
+        path = self.workdir / CONTROL_SOCKET
+        if not path.exists():
+            return  # not listening yet: the caller polls
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            control.connect(str(path))
+        except OSError:
+            control.close()
+            return
+        self._control = control
+
+    def _control_closed(self) -> bool:
+        """Whether the init has gone (the container stopped): its end of the connection closed."""
+        control = self._control
+        if control is None:
+            return True
+        readable, _, _ = select.select([control], [], [], 0)
+        if readable:
+            try:
+                gone = control.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone:
+                self._close_control()
+                return True
+        return False
+
+    def _close_control(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+
+    def restart_begin(self, crash: bool) -> None:
+        """Ask for a restart (or a crash): the init is told before SHUTDOWN is sent, so it never
+        takes the server's exit for the container's end."""
+        if self._control is None:
+            self.kill() if crash else self.request_shutdown()
+            return
+        self._drop_client()
+        self._control.sendall(b"k" if crash else b"r")
+        if not crash:
+            self.request_shutdown()
+
+    def restart_spawn(self) -> tuple[int, int | None]:
+        """The old server gone and a new one started (the init answers once it listens)."""
+        if self._control is None:
+            self.stop()
+            return self._spawn(None)
+        self._control.settimeout(START_TIMEOUT_S)
+        answer = b""
+        with contextlib.suppress(OSError):
+            while not answer.endswith(b"\n"):
+                chunk = self._control.recv(16)
+                if not chunk:
+                    break
+                answer += chunk
+        self._control.settimeout(None)
+        if answer != b"ok\n":
+            self._close_control()
+            raise SetupProblem(f"{self.name}: the server did not start again in its container ({answer!r})")
+        return 0, None
+
+    def restart_await(self, started: tuple[int, int | None]) -> None:
+        self._await_ready(*started)
 
     def _reachable(self) -> bool:
         return self.socket_path.exists() and self._ping()
@@ -178,6 +277,7 @@ class DockerServer(SocketClients):
             return
         self.request_shutdown()
         self._container.wait(timeout=30)
+        self._close_control()
 
     def kill(self) -> None:
         """docker kill: SIGKILL, as a crash."""
@@ -186,6 +286,7 @@ class DockerServer(SocketClients):
             with contextlib.suppress(Exception):
                 self._container.kill()
             self._container.wait(timeout=30)
+        self._close_control()
 
     def restart(self) -> None:
         self.stop()
@@ -197,6 +298,7 @@ class DockerServer(SocketClients):
 
     def close(self) -> None:
         self._drop_client()
+        self._close_control()
         if self._container is not None:
             with contextlib.suppress(Exception):
                 self._container.remove(force=True)
@@ -206,6 +308,8 @@ class DockerServer(SocketClients):
     def running(self) -> bool:
         if self._container is None:
             return False
+        if self._control is not None:  # the init's connection answers without asking the engine
+            return not self._control_closed()
         self._container.reload()
         return bool(self._container.status == "running")
 

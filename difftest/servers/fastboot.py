@@ -1,4 +1,5 @@
-"""Builds (once, cached) and finds the fastboot shim that shortens a server's start-up calibration.
+"""Builds (once, cached) and finds the fastboot shim that shortens a server's start-up calibration,
+and the containers' init that restarts a server inside its container.
 
 Optional: without a C compiler the servers start at their normal speed. DIFFTEST_FASTBOOT=0 turns
 it off.
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("fastboot.c")
+INIT_SOURCE = Path(__file__).with_name("init.c")
 
 
 def _cache_dir() -> Path:
@@ -26,18 +28,31 @@ def _cache_dir() -> Path:
 def fastboot_library() -> Path | None:
     if os.environ.get("DIFFTEST_FASTBOOT", "1") == "0":
         return None
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None or not SOURCE.is_file():
+    return _built(SOURCE, "fastboot", ".so", ["-shared", "-fPIC"], ["-ldl"])
+
+
+@functools.cache
+def init_binary() -> Path | None:
+    """The containers' PID 1 (init.c), which restarts valkey-server inside its container; None
+    without a C compiler (then a restart of a server is a restart of its container)."""
+    if os.environ.get("DIFFTEST_INIT", "1") == "0":
         return None
-    digest = hashlib.sha1(SOURCE.read_bytes()).hexdigest()[:12]
-    target = _cache_dir() / f"fastboot-{digest}.so"
+    return _built(INIT_SOURCE, "init", "", [], [])
+
+
+def _built(source: Path, name: str, suffix: str, flags: list[str], libraries: list[str]) -> Path | None:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None or not source.is_file():
+        return None
+    digest = hashlib.sha1(source.read_bytes()).hexdigest()[:12]
+    target = _cache_dir() / f"{name}-{digest}{suffix}"
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
         result = subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-o", str(built), str(SOURCE), "-ldl"],
+            [compiler, *flags, "-O2", "-o", str(built), str(source), *libraries],
             capture_output=True,
             check=False,
         )

@@ -14,7 +14,7 @@ from typing import Any
 from difftest.clock import find_libfaketime
 from difftest.problems import SetupProblem
 from difftest.servers.binary import checked_binary
-from difftest.servers.fastboot import fastboot_library
+from difftest.servers.fastboot import fastboot_library, init_binary
 
 IMAGE_REPOSITORY = "difftest-valkey"
 LABEL = "org.difftest"  # every image, container and volume of the project carries it
@@ -22,6 +22,7 @@ IN_IMAGE = {
     "server": "/usr/local/bin/valkey-server",
     "module": "/opt/difftest/libemq_native.so",
     "fastboot": "/opt/difftest/fastboot.so",
+    "init": "/opt/difftest/init",  # the docker backend's PID 1 (init.c); the compose pair runs without
     # one path whatever this machine's architecture, so docker-compose.yml can preload it
     "faketime": "/opt/difftest/libfaketime.so.1",
 }
@@ -46,6 +47,9 @@ def _rootfs_files(module: Path | None) -> dict[str, Path]:
     shim = fastboot_library()
     if shim is not None:
         files[IN_IMAGE["fastboot"]] = shim
+    init = init_binary()
+    if init is not None:
+        files[IN_IMAGE["init"]] = init
     if module is not None:
         files[IN_IMAGE["module"]] = module
     for binary in list(files.values()):

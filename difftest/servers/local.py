@@ -325,6 +325,20 @@ class EmbeddedServer(SocketClients):
         self.stop()
         self.start()
 
+    # a group's restart, in three phases so that its servers stop and start side by side
+    def restart_begin(self, crash: bool) -> None:
+        if crash:
+            self.kill()
+        else:
+            self.request_shutdown()
+
+    def restart_spawn(self) -> tuple[int, int | None]:
+        self.stop()
+        return self._spawn(self._choose_port())
+
+    def restart_await(self, started: tuple[int, int | None]) -> None:
+        self._await_ready(*started)
+
     def crash(self) -> None:
         self.kill()
         self.start()
@@ -429,15 +443,10 @@ class ServerGroup:
         so a pair costs one server's start-up time, not two."""
         running = [server for server in self.servers if server.running]
         for server in running:
-            if crash:
-                server.kill()
-            else:
-                server.request_shutdown()
-        for server in running:
-            server.stop()
-        spawned = [(server, server._spawn(server._choose_port())) for server in running]
-        for server, (offset, port) in spawned:
-            server._await_ready(offset, port)
+            server.restart_begin(crash)
+        spawned = [(server, server.restart_spawn()) for server in running]
+        for server, started in spawned:
+            server.restart_await(started)
 
     def advance(self, ms: int) -> None:
         """Move the shared clock and confirm every running server reads the new millisecond."""
