@@ -92,7 +92,7 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
     assert divergence is not None
     directory.mkdir(parents=True, exist_ok=False)
     prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
-    trimmed = replace(result.history, steps=prefix)
+    trimmed = hist.only_users_called(replace(result.history, steps=prefix))
     expect = {"verdict": "divergence", "step": divergence.index, "reason": divergence.reason}
     hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect})
     (directory / "report.txt").write_text(_render(divergence, trimmed), encoding="utf-8")

@@ -64,6 +64,8 @@ class CampaignConfig:
     # seed), with a time cap only as a guard; then a last pass of step deletion
     shrink_tries: int = 600
     shrink_seconds: float = 300.0
+    # the first batch first replays the class corpus (strategies/corpus.py) as explicit examples
+    corpus: bool = True
 
 
 @dataclass
@@ -245,11 +247,25 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     tries: list[int] = []  # replays since the first failure
     database = open_database(config.database) if config.database else None
 
+    def with_corpus(test: Any) -> Any:
+        """The first batch replays the class corpus first (Hypothesis's explicit examples): every
+        class label is met whatever the seed (strategies/corpus.py)."""
+        if batch != 0 or not config.corpus:
+            return test
+        from hypothesis import example
+
+        from strategies.corpus import class_corpus
+
+        for directed in reversed(class_corpus()):
+            test = example(directed)(test)
+        return test
+
     @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
               phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
               report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet)  # fmt: skip
     @seed_of(batch_seed(config.seed, batch))
     @given(histories(shape))
+    @with_corpus
     def campaign_history(history: Any) -> None:
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is

@@ -86,6 +86,9 @@ class Rule:
     lua_partial_writes: bool = False
     # held on every step beside the others (N1): its failure is a divergence, it allows nothing
     always: bool = False
+    # applies although the server refuses the native command on its declared keys (the caller's
+    # ACL): the rows of what the Lua host decides before any script reaches the server (D6, N3, N4)
+    host_side: bool = False
 
     @property
     def transitions(self) -> str:
@@ -161,21 +164,35 @@ def touched_keys(view: StepView) -> list[tuple[bytes, str]]:
     return touched
 
 
+def checked_keys(resolved: Resolved) -> list[bytes]:
+    """The keys the server checks against the caller's ACL before the native command runs: its
+    fixed key positions (first 2, last 1 + the table's numkeys), whatever the call's numkeys says;
+    none when the call is too short to hold them (the command then answers its own SHAPE error)."""
+    transition, call = resolved.transition, resolved.call
+    if transition is None or call is None or len(call.rest) < transition.numkeys:
+        return []
+    return list(call.rest[: transition.numkeys])
+
+
 def acl_probe_keys(resolved: Resolved, before: Snapshot) -> list[bytes]:
     """The derived keys whose permissions the judge may ask about for this step's user: the queue's
     meta and metrics, every row the keyspace holds for it, the rows of every member of its sets, and
     the id argument's row. Replay asks the server (ACL DRYRUN) before judging."""
     guarded = resolved.guarded
-    if guarded is None or resolved.user is None:
+    if resolved.user is None:
         return []
+    if guarded is None:  # refused by the host: the server still checks the native command's keys
+        return list(dict.fromkeys(checked_keys(resolved)))
     layout = guarded.layout
     keys = layout.derived()
+    transition = resolved.transition
+    if transition is not None:  # the declared keys too: the server checks them before either executor runs
+        keys += [key for key in layout.declared(transition) if key != layout.base]
     keys += [k for k in before if k.startswith(layout.row_prefix)]
     for name in SETS:
         entry = before.get(layout.key(name))
         if entry is not None and isinstance(entry.value, dict):
             keys += [layout.row(member) for member in entry.value]
-    transition = resolved.transition
     if transition is not None and transition.rows is Rows.JOB_ARG:
         keys.append(layout.row(guarded.job))
     return list(dict.fromkeys(keys))
@@ -310,7 +327,13 @@ def rule_d6(view: StepView) -> RuleResult:
     message = resolved.refusal
     if view.lua_reply != Refused(message):
         return False, f"the lua host should refuse with {message!r}, answered {view.lua_reply!r}"
-    if not (isinstance(view.native_reply, ErrorReply) and view.native_reply.message == message):
+    # the host's guards run before anything is sent; the server checks the caller's ACL on the
+    # native command's keys before the command's own argument rules (docs/decisions.md)
+    refused_by_acl = any((key, perm) in view.denied for key in checked_keys(resolved) for perm in (READ, WRITE))
+    if refused_by_acl:
+        if _error_code(view.native_reply) != "NOPERM":
+            return False, f"native should be refused by the server (NOPERM), answered {view.native_reply!r}"
+    elif not (isinstance(view.native_reply, ErrorReply) and view.native_reply.message == message):
         return False, f"native should answer {message!r}, answered {view.native_reply!r}"
     if view.native_after != view.before or view.lua_after != view.before:
         return False, "a refused call must write nothing"
@@ -462,6 +485,41 @@ def rule_n2(view: StepView) -> RuleResult:
     return _native_refused(view, "NOPERM")
 
 
+def _declared_denied(view: StepView) -> bool:
+    """The server refuses the native command itself: the caller may not read or write one of its
+    declared keys (a module command's keys need both; the base key is granted to every caller)."""
+    transition, guarded = view.transition, view.guarded
+    assert transition is not None and guarded is not None
+    layout = guarded.layout
+    declared = [key for key in layout.declared(transition) if key != layout.base]
+    return any((key, perm) in view.denied for key in declared for perm in (READ, WRITE))
+
+
+def rule_n3(view: StepView) -> RuleResult:
+    """A CLAIM whose caller the server refuses a declared key, where the Lua host's `paused?` read
+    answered something (paused, or an error): the host answers empty without sending its script,
+    the native command is refused before it runs."""
+    if not _claim_call(view) or not _declared_denied(view) or _lua_read(view) is None:
+        return None
+    lua_ok = (
+        view.lua_reply == [] and view.lua_after == view.before,
+        f"lua should answer empty and write nothing, answered {view.lua_reply!r}",
+    )
+    return _both(lua_ok, _native_refused(view, "NOPERM"))
+
+
+def rule_n4(view: StepView) -> RuleResult:
+    """PAUSE or RESUME by a caller who may write meta but not read it: the Lua host's HSET / HDEL
+    need only the write permission; the native command's declared key needs both."""
+    transition, guarded = view.transition, view.guarded
+    if guarded is None or transition is None or transition.scripted or not view.resolved.sends_transition:
+        return None
+    meta = guarded.layout.meta
+    if (meta, READ) not in view.denied or (meta, WRITE) in view.denied:
+        return None
+    return _native_refused(view, "NOPERM")
+
+
 def _counters(view: StepView) -> list[bytes | None]:
     """The stored values of the counters this call would increment (before any write): each
     metrics hash's count, and CLAIM's head row's attempts (a swept member's `stalled` is D8's)."""
@@ -529,7 +587,7 @@ RULES: dict[str, Rule] = {
     r.id: r
     for r in (
         Rule("D6", (), "arguments out of shape, layout or range", "refused by the host before sending",
-             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False),
+             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False, host_side=True),
         Rule("D2", (Verb.CLAIM,), "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
              "empty, nothing written", "that error, nothing written", rule_d2),
         Rule("D1", (Verb.CLAIM,), "PAUSE or RESUME (or a write to meta) lands between the Lua host's paused? read and "
@@ -554,6 +612,13 @@ RULES: dict[str, Rule] = {
         Rule("N2", (Verb.EXTEND,), "the caller may read but not write the row (project decision, docs/decisions.md)",
              "extends: the script never writes the row",
              "NOPERM, nothing written: re-stamping lease_epoch writes the row", rule_n2),
+        Rule("N3", (Verb.CLAIM,), "the caller is denied a declared key and the host's paused? read answered "
+             "(paused, or an error) (project decision, docs/decisions.md)",
+             "empty, nothing written: the host sends no script", "NOPERM, nothing written: the server refuses it",
+             rule_n3, host_side=True),
+        Rule("N4", (Verb.PAUSE, Verb.RESUME), "the caller may write meta but not read it (project decision, "
+             "docs/decisions.md)", "HSET / HDEL run: they need only write", "NOPERM, nothing written", rule_n4,
+             host_side=True),
         Rule("N1", (Verb.CLAIM, Verb.EXTEND), "-", "no lease_epoch", "lease_epoch = the server's run_id", rule_n1,
              resync=False, always=True),
     )
@@ -591,7 +656,12 @@ def _alternatives(view: StepView) -> Verdict:
         same = view.lua_after == view.native_after
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
     failures = []
+    # a native command the server refuses on the caller's ACL never runs, nor does a script the
+    # host sends: only what the host decides before sending can differ
+    refused_by_server = view.guarded is not None and view.resolved.sends_transition and _declared_denied(view)
     for rule in ALTERNATIVES:
+        if refused_by_server and not rule.host_side:
+            continue
         result = rule.check(view)
         if result is None:
             continue

@@ -9,20 +9,43 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest.commands import SWEEP_VERDICTS, TRANSITIONS, Moves, Stamp
+from difftest import domains
+from difftest.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
 from difftest.commands import reply_kind as _moved_kind
 from difftest.contract import RULES
+from difftest.history import RawWrite
 from difftest.invariants import INVARIANTS
+from difftest.model import hash_fields, zset
 from difftest.replay import ReplayResult
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.resolve import Resolved
+from difftest.snapshot import Snapshot
 
 REPLY_KINDS: dict[str, tuple[str, ...]] = {verb: t.reply_kinds for verb, t in TRANSITIONS.items()}
+
+# The classes where defects hide (issue 18), each label derived from the command table and the
+# decisions (difftest/domains.py): every bound of every integer argument, every value another
+# writer may leave in a field a transition reads, every key a transition writes made of another
+# type just before it, every permission a caller may have on every key a transition reaches, ids,
+# payloads and errors at their edges, and counters and tokens past one digit.
+FIELD_NAMES: tuple[str, ...] = (*(f.decode() for f in domains.ROW_FIELDS), "paused", "count")
+CLASS_LABELS: tuple[str, ...] = (
+    *(f"bound:{verb}:{arg}:{edge}" for verb, arg in domains.INT_ARGS for edge in domains.BOUND_EDGES),
+    *(f"value:{field}:{cls}" for field, classes in domains.FIELD_CLASSES.items() for cls in classes),
+    *(f"value:score:{name}:{cls}" for name in domains.SCORE_READERS for cls in domains.SCORE_CLASSES),
+    *(f"value:{arg}:{cls}" for arg in ("id", "payload", "error") for cls in domains.BYTES_EDGES),
+    *(f"wrongtype:{verb}:{kind}" for verb, t in TRANSITIONS.items() for kind in domains.written_keys(t)),
+    *(f"wrongtype:as:{wrong}" for wrong in domains.WRONG_TYPES),
+    *domains.acl_labels(),
+    "long:claimed", "long:fenced-held", "long:fenced-stale", "long:stalled",
+)  # fmt: skip
 
 REQUIRED: tuple[str, ...] = (
     *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
     *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
     *(f"contract:{rule}" for rule in RULES),
     *(f"invariant:{name}" for name in INVARIANTS),
+    *CLASS_LABELS,
 )
 
 
@@ -71,7 +94,124 @@ def labels(result: ReplayResult) -> Counter[str]:
         reached["invariant:fence"] += 1
     if result.records and not result.divergence:
         reached["invariant:attempts-monotonic"] += int(reached["reply:CLAIM:claimed"] > 1)
+    reached.update(class_labels(result))
     return reached
+
+
+def _key_kind(key: bytes) -> str | None:
+    """A key's kind as domains names it: a set, meta, "job:*" or "metrics:<which>"."""
+    name = parse_key(key)
+    if name is None:
+        return None
+    if name.job is not None:
+        return domains.ROWS_KEY
+    return name.rest.decode(errors="replace")
+
+
+def _raw_labels(command: tuple[bytes, ...]) -> tuple[str | None, tuple[str, str] | None]:
+    """What a raw write leaves for the next transition: a value label, and (kind, wrong type)."""
+    if len(command) < 2:
+        return None, None
+    verb, key = command[0].upper(), command[1]
+    kind = _key_kind(key)
+    if kind is None:
+        return None, None
+    own = domains.key_type(kind)
+    value_label = None
+    if verb in (b"HSET", b"HDEL") and own == "hash" and len(command) in (3, 4):
+        field = command[2].decode(errors="replace")
+        if field in FIELD_NAMES:
+            value = command[3] if len(command) == 4 else None
+            value_label = f"value:{field}:{domains.value_class(value)}"
+    if verb == b"ZADD" and own == "zset" and len(command) == 4 and kind in domains.SCORE_READERS:
+        classes = {v: k for k, v in domains.SCORE_CLASSES.items()}
+        if command[2] in classes:
+            value_label = f"value:score:{kind}:{classes[command[2]]}"
+    made = {b"SET": "string", b"RPUSH": "list", b"SADD": "set", b"HSET": "hash", b"ZADD": "zset"}.get(verb)
+    wrong = None
+    if made is not None and made != own:
+        wrong = (kind, made if made in ("string", "list", "set") else "other-container")
+    return value_label, wrong
+
+
+def _int_at(raw: bytes) -> int | None:
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def class_labels(result: ReplayResult) -> Counter[str]:
+    """The labels of the classes (CLASS_LABELS) this replay reached: what each call was sent with,
+    as whom, and what the raw writes just before it left (pure, over the records and observations)."""
+    reached: Counter[str] = Counter()
+    befores: dict[int, Snapshot] = {}
+    previous: Snapshot = {}
+    for observation in result.observations:
+        befores[observation.resolved.index] = previous
+        previous = observation.native_after
+    value_label: str | None = None
+    wrong: tuple[str, str] | None = None
+    for record in result.records:
+        resolved = record.resolved
+        if isinstance(resolved.step, RawWrite):
+            label, made = _raw_labels(resolved.step.command)
+            value_label, wrong = label or value_label, made or wrong
+            continue
+        transition, call = resolved.transition, resolved.call
+        sent = resolved.sends_transition and not isinstance(record.native_reply, NotSent)
+        if transition is None or call is None or not sent:
+            value_label = wrong = None
+            continue
+        if value_label is not None:
+            reached[value_label] += 1
+        if wrong is not None and wrong[0] in domains.written_keys(transition):
+            reached[f"wrongtype:{transition.verb}:{wrong[0]}"] += 1
+            reached[f"wrongtype:as:{wrong[1]}"] += 1
+        value_label = wrong = None
+        restriction = domains.RESTRICTIONS.get(resolved.user or "")
+        if restriction is not None:
+            reached.update(domains.acl_reached(transition, restriction))
+        args = call.rest[transition.numkeys :] if call.numkeys == str(transition.numkeys).encode() else ()
+        for spec, raw in zip(transition.args, args, strict=False):
+            if spec.kind is ArgKind.INT:
+                edge = domains.bound_edge(transition.verb, spec.name, raw)
+                if edge is not None:
+                    reached[f"bound:{transition.verb}:{spec.name}:{edge}"] += 1
+            else:
+                cls = domains.bytes_class(raw)
+                if cls is not None:
+                    reached[f"value:{spec.name if spec.name in ('payload', 'error') else 'id'}:{cls}"] += 1
+        _long_labels(reached, resolved, record.native_reply, befores.get(resolved.index, {}))
+    return reached
+
+
+def _long_labels(reached: Counter[str], resolved: Resolved, reply: Reply, before: Snapshot) -> None:
+    """Counters and tokens past one digit: a claim of a tenth attempt or more, a fence that held or
+    refused a multi-digit token, a sweep of a lease stalled nine times or more."""
+    transition, guarded = resolved.transition, resolved.guarded
+    if transition is None or guarded is None:
+        return
+    layout = guarded.layout
+    claimed = isinstance(reply, list) and len(reply) == 3 and isinstance(reply[2], int) and reply[2] >= 10
+    if transition.verb == Verb.CLAIM and claimed:
+        reached["long:claimed"] += 1
+    if transition.fenced and transition.rows is Rows.JOB_ARG:
+        token = guarded.args[1]
+        stored = (hash_fields(before, layout.row(guarded.job)) or {}).get(b"attempts")
+        stored_int = _int_at(stored) if stored is not None else None
+        if isinstance(token, int) and stored_int is not None and stored_int >= 10:
+            kind = reply_kind(transition.verb, reply)
+            if token == stored_int and kind not in ("fenced",) and not kind.startswith(("error", "refused")):
+                reached["long:fenced-held"] += 1
+            elif token != stored_int and kind == "fenced":
+                reached["long:fenced-stale"] += 1
+    if transition.verb == Verb.SWEEP:
+        for member in zset(before, layout.active) or {}:
+            stalled = (hash_fields(before, layout.row(member)) or {}).get(b"stalled")
+            if stalled is not None and (_int_at(stalled) or 0) >= 9:
+                reached["long:stalled"] += 1
+                break
 
 
 def _invariant_labels(reached: Counter[str], moves: Moves, kind: str, moved: bool) -> None:

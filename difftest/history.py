@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -193,6 +193,13 @@ def step_to_json(step: Step) -> dict[str, Any]:
     if isinstance(step, Restart):
         return {"op": "crash" if step.crash else "restart"}
     return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
+
+
+def only_users_called(history: History) -> History:
+    """The history with only the users its steps call as: a generated history declares one user
+    per permission class, and an artifact should say only what its steps need."""
+    called = {step.user for step in history.steps if isinstance(step, CallStep | BeginClaim) and step.user}
+    return replace(history, users={name: rules for name, rules in history.users.items() if name in called})
 
 
 def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[str, Any]:

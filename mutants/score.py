@@ -82,6 +82,9 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
         seed=budget.seed, module=module, reports=reports, examples=budget.examples, seconds=budget.timeout_s,
         workers=1, lua_scripts=lua_scripts, max_steps=budget.max_steps, database=None, pin=False,
         shrink_seconds=budget.shrink_s, restarts=budget.restarts,
+        # without the class corpus: a mutant's histories to a kill measure what the generator finds
+        # on its own (the corpus would catch each class's mutant by construction, in its first batch)
+        corpus=False,
     )  # fmt: skip
     started = time.perf_counter()
     try:

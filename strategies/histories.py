@@ -15,8 +15,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from difftest import domains
 from difftest.calls import Call
-from difftest.commands import MAX_DURATION_MS, TRANSITIONS, base_key, queue_keys
+from difftest.commands import MAX_DURATION_MS, SETS, TRANSITIONS, Layout, base_key, queue_keys
 from difftest.history import (
     Advance,
     BeginClaim,
@@ -44,37 +45,22 @@ I64_MAX = str(2**63 - 1).encode()
 BAD_INTEGERS = (b"abc", b"", b"0", b"-1", b"007", b"+5", b"9" * 20, str(MAX_DURATION_MS + 1).encode())
 
 
-def _rules_for(queue: bytes, *suffixes: str) -> tuple[str, ...]:
-    base = base_key(queue).decode("latin-1")
-    return tuple(f"~{base}{suffix}" for suffix in suffixes)
-
-
-def _user_rules() -> dict[str, tuple[str, ...]]:
-    """ACL users with access to some of each queue's keys and not others."""
-    sets = ("pending", "active", "delayed", "dead", "done")
-    users: dict[str, tuple[str, ...]] = {}
-    for name, suffixes, extra in (
-        ("nometa", (*sets, "job:*", "metrics:*"), ()),
-        ("norows", (*sets, "meta", "metrics:*"), ()),
-        ("readrows", (*sets, "meta", "metrics:*"), ("%R~emq:{{{q}}}:job:*",)),
-        ("nometrics", (*sets, "meta", "job:*"), ()),
-    ):
-        rules: list[str] = []
-        for queue in QUEUES:
-            # the base key is declared by every transition: a worker needs it to call at all
-            rules += _rules_for(queue, "", *suffixes)
-            rules += [e.format(q=queue.decode()) for e in extra]
-        users[name] = tuple(rules)
-    return users
-
-
-USERS = _user_rules()
-# the transition that reaches each user's denied keys first
-# (readrows: EXTEND re-stamps the row it may only read (N2); SWEEP writes the rows of the leases it
-# exempts (D7 held to the caller's permissions))
+# One user per key kind a transition reaches and per restricted permission (none, read only, write
+# only), derived from the command table (strategies/domains.py); each mostly calls the transitions
+# that reach the key it is restricted on.
+USERS = domains.permission_users(QUEUES)
 USER_PROBES: dict[str, tuple[str, ...]] = {
-    "nometa": ("CLAIM",), "norows": ("CLAIM",), "readrows": ("EXTEND", "SWEEP"), "nometrics": ("COMPLETE",),
-}  # fmt: skip
+    user: tuple(verb for verb, t in TRANSITIONS.items() if r.kind in domains.reached_keys(t))
+    for user, r in domains.RESTRICTIONS.items()
+}
+# the derived keys (rows, meta, metrics), which the native checks itself, more often than the
+# declared sets, which the server checks alike for both executors
+USER_KIND_WEIGHTS = {kind: 4 if kind == domains.ROWS_KEY else 1 if kind in SETS else 2 for kind in domains.KEY_KINDS}
+USER_KINDS = tuple(kind for kind, weight in USER_KIND_WEIGHTS.items() for _ in range(weight))
+# a caller who may read rows but not write them: EXTEND re-stamps the row it may only read (N2),
+# SWEEP writes the rows of the leases it exempts (D7 held to the caller's permissions)
+_READ_ROWS = domains.acl_user(domains.ROWS_KEY, "read")
+USER_PROBES[_READ_ROWS] = (*USER_PROBES[_READ_ROWS], "EXTEND", "EXTEND", "EXTEND", "SWEEP", "SWEEP")
 
 
 @dataclass(frozen=True)
@@ -111,6 +97,12 @@ class Chooser:
     def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
         return pool[self._next() % len(pool)]
 
+    def spread(self, pool: tuple[Any, ...] | list[Any]) -> Any:
+        """Like pick, but the seed value is mixed first: Hypothesis often draws a step's values
+        alike, and picks from pools of coprime sizes then come in lockstep, leaving some
+        combinations of class and target undrawn. 0 still picks the first (shrinks as pick)."""
+        return pool[((self._next() * 0x9E3779B1) >> 11) % len(pool)]
+
     def integer(self, low: int, high: int) -> int:
         return low + self._next() % (high - low + 1)
 
@@ -136,42 +128,76 @@ def _pick(draw: Chooser, pool: tuple[Any, ...]) -> Any:
     return draw.pick(pool)
 
 
-def _held(draw: Chooser, hints: QueueHints) -> tuple[bytes, int]:
-    """Mostly an id a worker holds with its current token; sometimes any id, any token."""
-    if draw.aim(4) and hints.active:
-        job = draw.pick(sorted(hints.active))
+def _edged(draw: Chooser, pool: tuple[bytes, ...]) -> bytes:
+    """Mostly the pool's values; now and then bytes at an edge (empty, spaces, CR/LF, NUL, invalid
+    UTF-8, braces, large)."""
+    if draw.chance(12):
+        return bytes(draw.spread(tuple(domains.BYTES_EDGES.values())))
+    return bytes(draw.pick(pool))
+
+
+def _held(draw: Chooser, hints: QueueHints, job: bytes | None = None) -> tuple[bytes, int | bytes]:
+    """Mostly an id a worker holds with its current token; sometimes a stale token that is close to
+    it (one less, one more, its leading digits, ten times it: a fence must compare the whole
+    number); sometimes any id, any token."""
+    if job is not None or (draw.aim(4) and hints.active):
+        job = job if job is not None else draw.pick(sorted(hints.active))
         token = hints.attempts.get(job, 1)
-        return job, token - 1 if draw.chance(6) else token
-    return _pick(draw, IDS), _pick(draw, TOKENS)
+        if draw.chance(6):
+            close = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
+            return job, draw.pick(close) if token >= 10 else token - 1
+        return job, token
+    return _edged(draw, IDS), _pick(draw, TOKENS)
 
 
-def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, now: int) -> Call:
-    """A call with arguments that collide: held ids with their tokens, dead ids to revive."""
+def _at_a_bound(draw: Chooser, call: Call) -> Call:
+    """The call with one integer argument at one of its bounds, or one past it (docs/decisions.md:
+    every minimum and maximum is inclusive)."""
+    transition = TRANSITIONS[call.verb]
+    ints = [i for i, a in enumerate(transition.args) if a.kind.value == "int"]
+    if not ints:
+        return call
+    position = draw.spread(ints)
+    edge = draw.spread(domains.BOUND_EDGES)
+    rest = list(call.rest)
+    rest[transition.numkeys + position] = domains.bound_value(call.verb, transition.args[position].name, edge)
+    return Call(call.verb, call.numkeys, tuple(rest))
+
+
+def _transition_call(
+    draw: Chooser, verb: str, queue: bytes, hints: QueueHints, now: int, job: bytes | None = None
+) -> Call:
+    """A call with arguments that collide: held ids with their tokens, dead ids to revive (`job`:
+    the id argument is that one, with the token the hints believe it has)."""
     args: tuple[Any, ...]
     if verb == "ENQUEUE":
-        job, delay = _pick(draw, IDS), draw.pick((0, 0, 0, *DURATIONS))
-        args = (job, _pick(draw, PAYLOADS), delay)
+        job, delay = job if job is not None else _edged(draw, IDS), draw.pick((0, 0, 0, *DURATIONS))
+        args = (job, _edged(draw, PAYLOADS), delay)
         hints.enqueue(job, now, delay)
     elif verb == "CLAIM":
         lease = _pick(draw, DURATIONS)
         args = (lease,)
         hints.claim(now, lease)
     elif verb == "EXTEND":
-        job, token = _held(draw, hints)
+        job, token = _held(draw, hints, job)
         lease = _pick(draw, DURATIONS)
         args = (job, token, lease)
-        hints.extend(job, token, now, lease)
+        if isinstance(token, int):
+            hints.extend(job, token, now, lease)
     elif verb == "COMPLETE":
-        job, token = _held(draw, hints)
+        job, token = _held(draw, hints, job)
         args = (job, token)
-        hints.complete(job, token)
+        if isinstance(token, int):
+            hints.complete(job, token)
     elif verb == "FAIL":
-        job, token = _held(draw, hints)
+        job, token = _held(draw, hints, job)
         max_attempts, backoff = draw.integer(1, 3), draw.pick((0, *DURATIONS))
-        if 1 <= token <= 3 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
-            max_attempts = token  # exactly exhausted: the dead-letter path and its boundary
-        args = (job, token, _pick(draw, ERRORS), max_attempts, backoff)
-        hints.fail(job, token, max_attempts, now, backoff)
+        if isinstance(token, int) and token >= 1 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
+            # exactly exhausted (the dead-letter path and its boundary), or one short of it
+            max_attempts = token + 1 if token >= 10 and draw.chance(2) else token
+        args = (job, token, _edged(draw, ERRORS), max_attempts, backoff)
+        if isinstance(token, int):
+            hints.fail(job, token, max_attempts, now, backoff)
     elif verb == "PROMOTE":
         limit = draw.integer(1, 3)
         args = (limit,)
@@ -185,13 +211,15 @@ def _transition_call(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, 
         hints.sweep(now, max_stalled, limit)
     elif verb == "REVIVE":
         dead = sorted(hints.dead)
-        job = draw.pick(dead) if draw.aim(2) and dead else _pick(draw, IDS)
+        if job is None:
+            job = draw.pick(dead) if draw.aim(2) and dead else _edged(draw, IDS)
         args = (job,)
         hints.revive(job, now)
     else:
         args = ()
         hints.paused = verb == "PAUSE"
-    return Call.of(verb, queue, *args)
+    call = Call.of(verb, queue, *args)
+    return _at_a_bound(draw, call) if draw.chance(16) else call
 
 
 PLAIN_VERB_WEIGHTS = (
@@ -308,14 +336,141 @@ def _corruption(draw: Chooser, queue: bytes, hints: QueueHints) -> RawWrite:
     return RawWrite((b"HSET", row, b"lease_epoch", b"0" * 40))
 
 
-# Weights per 254 steps. A restart costs ~12 ms of server start-up and an advance ~1 ms until
+def _reader_row(draw: Chooser, verb: str, hints: QueueHints) -> bytes | None:
+    """The id whose row `verb` reads next, as far as the hints know (None: none to aim at)."""
+    match verb:
+        case "CLAIM":
+            return hints.head() if hints.pending else None
+        case "EXTEND" | "COMPLETE" | "FAIL":
+            return draw.pick(sorted(hints.active)) if hints.active else None
+        case "SWEEP":
+            return hints.first_to_expire() if hints.active else None
+        case "PROMOTE":
+            return min(hints.delayed, key=lambda j: (hints.delayed[j], j)) if hints.delayed else None
+        case "REVIVE":
+            return draw.pick(sorted(hints.dead)) if hints.dead else None
+    return draw.pick(sorted(hints.rows)) if hints.rows else None
+
+
+def _then(draw: Chooser, verb: str, queue: bytes, hints: QueueHints, now: int, job: bytes | None) -> list[Step]:
+    """The transition that reads what the step before left (a SWEEP first waits for its lease)."""
+    steps: list[Step] = []
+    if verb == "SWEEP" and job is not None and job in hints.active and hints.active[job] > now:
+        steps.append(Advance(hints.active[job] - now))
+        now = hints.active[job]
+    forced = job if job is not None and TRANSITIONS[verb].rows.value == "job-arg" else None
+    steps.append(CallStep(_transition_call(draw, verb, queue, hints, now, forced)))
+    return steps
+
+
+def _value_step(draw: Chooser, queue: bytes, hints: QueueHints, now: int) -> list[Step]:
+    """A value another writer left in a field a transition reads (or a score in a set it reads in
+    order), then that transition: the values of strategies/domains.py, aimed at the row, the meta
+    or the metrics hash the reader reaches next."""
+    layout = Layout(queue)
+    target = draw.spread(("row", "row", "row", "row", "meta", "count", "count", "score"))
+    if target == "meta":
+        value = domains.field_value(draw.spread, "paused")
+        flag = domains.META_FIELD
+        write = (b"HDEL", layout.meta, flag) if value is None else (b"HSET", layout.meta, flag, value)
+        hints.paused = value is not None
+        return [RawWrite(write), *_then(draw, draw.pick(domains.META_READERS), queue, hints, now, None)]
+    if target == "count":
+        value = domains.field_value(draw.spread, "count")
+        which = draw.pick(tuple(domains.COUNT_READERS))
+        key = layout.metrics(which)
+        write = (b"HDEL", key, b"count") if value is None else (b"HSET", key, b"count", value)
+        verb = draw.pick(domains.COUNT_READERS[which])
+        return [RawWrite(write), *_then(draw, verb, queue, hints, now, _reader_row(draw, verb, hints))]
+    if target == "score":
+        name = draw.pick(tuple(domains.SCORE_READERS))
+        verb = draw.pick(domains.SCORE_READERS[name])
+        members = getattr(hints, name)
+        job = draw.pick(sorted(members)) if members and draw.aim(4) else _pick(draw, IDS)
+        score = draw.spread(tuple(domains.SCORE_CLASSES.values()))
+        if isinstance(members, dict) and job in members:
+            members[job] = now  # due or expired as far as the hints can tell
+        return [RawWrite((b"ZADD", layout.key(name), score, job)), *_then(draw, verb, queue, hints, now, job)]
+    field = draw.spread(tuple(domains.ROW_FIELDS))
+    value = domains.field_value(draw.spread, field.decode())
+    verb = draw.pick(domains.ROW_FIELDS[field])
+    job = _reader_row(draw, verb, hints)
+    if job is None:
+        job = _pick(draw, IDS)
+    row = layout.row(job)
+    write = (b"HDEL", row, field) if value is None else (b"HSET", row, field, value)
+    if field == b"attempts":
+        token = domains.lenient_integer(value)  # the token a worker would present for it
+        if token is not None and token >= 0:
+            hints.attempts[job] = token
+    return [RawWrite(write), *_then(draw, verb, queue, hints, now, job)]
+
+
+# Counters past one digit, as a job claimed, failed, swept and revived ten times and more leaves them
+LONG_COUNTERS = (9, 10, 11, 99, 100, 1000)
+
+
+def _long_step(draw: Chooser, queue: bytes, hints: QueueHints, now: int) -> list[Step]:
+    """A long-lived job: its attempts or stalled set past one digit (what many cycles of claim,
+    fail, sweep and revive leave), then the transition that reads it: a CLAIM of it, a fenced call
+    with its token or a stale token close to it, a SWEEP of it with max_stalled at the edge."""
+    layout = Layout(queue)
+    counter = int(draw.pick(LONG_COUNTERS))
+    choice = draw.pick(("claim", "fence", "fence", "sweep"))
+    if choice == "claim" and hints.pending:
+        job = hints.head()
+        return [RawWrite((b"HSET", layout.row(job), b"attempts", str(counter).encode())),
+                *_then(draw, "CLAIM", queue, hints, now, job)]  # fmt: skip
+    if choice == "sweep" and hints.active:
+        job = hints.first_to_expire()
+        steps: list[Step] = [RawWrite((b"HSET", layout.row(job), b"stalled", str(counter).encode()))]
+        if hints.active[job] > now:
+            steps.append(Advance(hints.active[job] - now))
+        max_stalled = draw.pick((counter + 1, counter + 2, counter))
+        steps.append(CallStep(Call.of("SWEEP", queue, max_stalled, draw.integer(1, 3))))
+        hints.stalled[job] = counter
+        hints.sweep(max(now, hints.active[job]), max_stalled, 3)
+        return steps
+    if not hints.active:
+        return []
+    job = draw.pick(sorted(hints.active))
+    hints.attempts[job] = counter
+    verb = draw.pick(("EXTEND", "COMPLETE", "FAIL"))
+    return [RawWrite((b"HSET", layout.row(job), b"attempts", str(counter).encode())),
+            *_then(draw, verb, queue, hints, now, job)]  # fmt: skip
+
+
+def _typed_step(draw: Chooser, queue: bytes, hints: QueueHints, now: int) -> list[Step]:
+    """A key a transition writes made of another type just before that transition: for every verb
+    and every key it reaches, derived keys included (strategies/domains.py)."""
+    layout = Layout(queue)
+    verb = draw.weighted(PLAIN_VERB_WEIGHTS)
+    kind = draw.spread(domains.written_keys(TRANSITIONS[verb]))
+    job = _reader_row(draw, verb, hints)
+    if kind == domains.ROWS_KEY:
+        if job is None:
+            job = _pick(draw, IDS)
+        key = layout.row(job)
+    else:
+        key = layout.key(kind)
+        if kind in ("pending", "active", "delayed", "dead", "done"):
+            hints.broken.add(kind.encode())
+    wrong = draw.spread(domains.WRONG_TYPES)
+    writes: list[Step] = [RawWrite(c) for c in domains.wrong_type_commands(key, kind, wrong)]
+    return [*writes, *_then(draw, verb, queue, hints, now, job)]
+
+
+# Weights per 256 steps. A restart costs ~12 ms of server start-up and an advance ~1 ms until
 # the servers read the new time, against ~0.1 ms for a call: both are kept rare enough that a
 # campaign spends its time on transitions, often enough that a default campaign reaches D7.
 STEP_WEIGHTS = (
-    ("call", 148), ("advance", 38), ("begin", 12), ("end", 12), ("corrupt", 16),
-    ("user", 11), ("malformed", 11), ("restart", 6),
+    ("call", 118), ("advance", 38), ("begin", 12), ("end", 12), ("corrupt", 14),
+    ("user", 17), ("malformed", 10), ("restart", 6), ("value", 14), ("typed", 9), ("long", 6),
 )  # fmt: skip
 
+
+# steps that write what the next transition reads, then run it (issue 18's classes)
+COMPOUND_STEPS = {"value": _value_step, "typed": _typed_step, "long": _long_step}
 
 STEP_SEED = st.tuples(*[st.integers(0, SEED_VALUES - 1)] * SEED_WIDTH)
 
@@ -342,6 +497,9 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
     enabled = {
         "restart": shape.restarts or shape.crashes,
         "corrupt": shape.corruption,
+        "value": shape.corruption,
+        "typed": shape.corruption,
+        "long": shape.corruption,
         "user": shape.users,
         "begin": shape.interleaving,
         "end": shape.interleaving,
@@ -369,6 +527,10 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             steps.append(Restart(crash=crash))
         elif kind == "corrupt":
             steps.append(_corruption(draw, queue, hints[queue]))
+        elif kind in ("value", "typed", "long"):
+            made = COMPOUND_STEPS[kind](draw, queue, hints[queue], now)
+            now += sum(step.ms for step in made if isinstance(step, Advance))
+            steps += made
         elif kind == "begin":
             idle = [w for w in WORKERS if w not in open_claims]
             if idle:
@@ -382,12 +544,12 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
                 open_claims.remove(worker)
                 steps.append(EndClaim(worker))
         else:
-            user = _pick(draw, tuple(USERS)) if kind == "user" else None
+            user = domains.acl_user(draw.spread(USER_KINDS), draw.spread(domains.PERMS)) if kind == "user" else None
             # a restricted user mostly calls what reaches the keys it is denied (with a held
             # token where it needs one): EXTEND as readrows reaches N2, COMPLETE as nometrics
             # reaches the metrics check; otherwise any transition
             probes = USER_PROBES.get(user or "", ())
-            probe = _pick(draw, probes) if probes and draw.aim(2) else None
+            probe = draw.spread(probes) if probes and draw.aim(2) else None
             verb = probe or _verb(draw, hints[queue], now, bool(open_claims))
             call = _transition_call(draw, verb, queue, hints[queue], now)
             if kind == "malformed":

@@ -3,6 +3,7 @@ reported unreached by a campaign without restarts and reached by one with them; 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,35 @@ def test_only_embedded_servers(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     code = main(["run", "--native-coverage", "--backend", "docker", "--examples", "1", "--reports", str(tmp_path)])
     assert code == EXIT_SETUP
     assert "--native-coverage runs embedded servers only" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(900)  # a fresh cache first builds the instrumented module's dependencies
+def test_merge_sums_the_shards_native_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two shards measured apart, merged: a line is unreached in the merge exactly when neither shard
+    reached it, and the merge counts every shard's server profiles."""
+    from difftest.cli import EXIT_OK
+
+    shards = []
+    for index in (1, 2):
+        reports = tmp_path / f"shard-{index}"
+        argv = ["run", "--native-coverage", "--seed", "3", "--examples", "80", "--shard", f"{index}/2",
+                "--workers", "1", "--no-database", "--reports", str(reports)]  # fmt: skip
+        assert main(argv) == EXIT_OK, capsys.readouterr()
+        (run,) = reports.iterdir()
+        shards.append(run)
+    merged = tmp_path / "merged"
+    assert main(["merge", str(merged), *map(str, shards)]) == EXIT_OK
+    documents = [json.loads((d / native_coverage.JSON_FILE).read_text()) for d in shards]
+    whole = json.loads((merged / native_coverage.JSON_FILE).read_text())
+    assert (merged / native_coverage.PROFDATA_FILE).is_file()
+
+    def unreached(document: dict[str, Any]) -> set[tuple[str, int]]:
+        return {(group["file"], number) for group in document["unreached"] for number, _ in group["lines"]}
+
+    assert unreached(whole) == unreached(documents[0]) & unreached(documents[1])
+    assert whole["profiles"]["written"] == sum(d["profiles"]["written"] for d in documents)
+    assert whole["totals"]["lines"]["total"] == documents[0]["totals"]["lines"]["total"]
+    assert whole["totals"]["lines"]["reached"] >= max(d["totals"]["lines"]["reached"] for d in documents)
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["native_coverage"]["totals"] == whole["totals"]
+    assert "Native code coverage" in (merged / "report.html").read_text()

@@ -116,6 +116,9 @@ pub fn bulk(bytes: &[u8]) -> ValkeyValue {
 /// What the caller must be allowed on a derived key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
+    /// EXISTS, TYPE: the key must match one of the caller's patterns, with any permission (the
+    /// server's key spec for EXISTS asks for no read: a write-only caller may run it)
+    Exists,
     Read,
     Write,
     ReadWrite,
@@ -161,6 +164,7 @@ impl Caller {
             return Ok(());
         };
         let perms = match access {
+            Access::Exists => AclPermissions::empty(),
             Access::Read => AclPermissions::ACCESS,
             Access::Write => AclPermissions::UPDATE,
             Access::ReadWrite => AclPermissions::ACCESS | AclPermissions::UPDATE,

@@ -17,7 +17,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
 
     // the script's EXISTS: a row of any type makes it a duplicate
     let row = c.q.job(id);
-    caller.open(ctx, &row, Access::Read)?;
+    caller.open(ctx, &row, Access::Exists)?;
     match host::read(ctx, "EXISTS", &[&row])? {
         Reply::Int(0) => {}
         Reply::Int(_) => return Ok(ValkeyValue::Integer(0)),

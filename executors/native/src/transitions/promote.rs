@@ -27,14 +27,14 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     };
 
     // every member decided before any write, each check where the script's write would meet it:
-    // the row's EXISTS (ACL read), pending's ZADD (D3), the row's HSET (ACL write, then D9)
+    // the row's EXISTS (any permission: its key spec asks for no read), pending's ZADD (D3), the row's HSET (ACL write, then D9)
     let mut plan: Vec<Op> = Vec::with_capacity(due.len() * 3);
     let mut pending_checked = false;
     let mut promoted = 0i64;
     for (id, score) in &due {
         plan.push(op("ZREM", &[delayed, id], Expect::Int(1)));
         let row = c.q.job(id);
-        caller.open(ctx, &row, Access::Read)?;
+        caller.open(ctx, &row, Access::Exists)?;
         let row_type = host::key_type(ctx, &row)?;
         if row_type == b"none" {
             // a ghost is dropped: it leaves delayed and goes nowhere

@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     }
     let leave_dead = op("ZREM", &[dead, id], Expect::Int(1));
     let row = c.q.job(id);
-    caller.open(ctx, &row, Access::Read)?;
+    caller.open(ctx, &row, Access::Exists)?;
     let row_type = host::key_type(ctx, &row)?;
     if row_type == b"none" {
         // a ghost: it leaves dead, nothing is minted (docs/decisions.md)

@@ -52,7 +52,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     let (mut pending_checked, mut dead_checked) = (false, false);
     for id in expired {
         let row = c.q.job(&id);
-        caller.open(ctx, &row, Access::Read)?;
+        caller.open(ctx, &row, Access::Exists)?;
         let swept = verdict(ctx, &caller, &row, run_id, max_stalled)?;
         match swept {
             Swept::Ghost => {}

@@ -1,0 +1,139 @@
+"""The class corpus: one short directed history per class label (difftest/coverage.py, CLASS_LABELS),
+built from the command table and the value domains (difftest/domains.py).
+
+A campaign replays it as Hypothesis's explicit examples in its first batch, before generating: every
+bound, every value class of every field a transition reads, every key a transition writes made of
+another type, every permission on every key it reaches, ids, payloads and errors at their edges and
+long-lived counters are met at least once whatever the seed. The generator draws the same classes at
+random beside everything else, in combinations no corpus lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from difftest import domains
+from difftest.calls import Call
+from difftest.commands import TRANSITIONS, Layout, Verb
+from difftest.history import Advance, CallStep, History, RawWrite, Step
+from strategies.histories import QUEUES, USERS
+
+QUEUE = QUEUES[0]
+LAYOUT = Layout(QUEUE)
+HELD, DUE, DEAD, SPARE = b"j1", b"j2", b"j3", b"j4"
+
+# j1 active (attempt 1, its lease expired by the end), j2 delayed and due, j3 dead, j4 pending
+PRELUDE: tuple[Step, ...] = (
+    CallStep(Call.of(Verb.ENQUEUE, QUEUE, HELD, b"p", 0)),
+    CallStep(Call.of(Verb.ENQUEUE, QUEUE, DUE, b"p", 5)),
+    CallStep(Call.of(Verb.ENQUEUE, QUEUE, DEAD, b"p", 0)),
+    CallStep(Call.of(Verb.CLAIM, QUEUE, 10)),
+    CallStep(Call.of(Verb.CLAIM, QUEUE, 100)),
+    CallStep(Call.of(Verb.FAIL, QUEUE, DEAD, 1, b"e", 1, 0)),
+    CallStep(Call.of(Verb.ENQUEUE, QUEUE, SPARE, b"p", 0)),
+    Advance(10),
+)
+
+# each verb's arguments aimed at the prelude's jobs (the held token is 1)
+PLAIN_ARGS: dict[str, tuple[bytes | int, ...]] = {
+    Verb.ENQUEUE: (b"j5", b"p", 0),
+    Verb.CLAIM: (10,),
+    Verb.EXTEND: (HELD, 1, 10),
+    Verb.COMPLETE: (HELD, 1),
+    Verb.FAIL: (HELD, 1, b"e", 1, 0),
+    Verb.PROMOTE: (3,),
+    Verb.SWEEP: (1, 3),
+    Verb.REVIVE: (DEAD,),
+    Verb.PAUSE: (),
+    Verb.RESUME: (),
+}
+# a call that reaches each kind of key through the row or set the prelude left for it
+ROW_OF: dict[str, bytes] = {
+    Verb.ENQUEUE: b"j5", Verb.CLAIM: SPARE, Verb.EXTEND: HELD, Verb.COMPLETE: HELD, Verb.FAIL: HELD,
+    Verb.PROMOTE: DUE, Verb.SWEEP: HELD, Verb.REVIVE: DEAD,
+}  # fmt: skip
+
+
+def _call(verb: str, *args: bytes | int) -> Call:
+    return Call.of(verb, QUEUE, *(args or PLAIN_ARGS[verb]))
+
+
+def _history(note: str, *steps: Step, users: dict[str, tuple[str, ...]] | None = None) -> History:
+    return History((*PRELUDE, *steps), users=users or {}, note=f"class corpus: {note}")
+
+
+def _bounds() -> Iterator[History]:
+    for verb, arg in domains.INT_ARGS:
+        transition = TRANSITIONS[verb]
+        position = next(i for i, a in enumerate(transition.args) if a.name == arg)
+        for edge in domains.BOUND_EDGES:
+            args = list(PLAIN_ARGS[verb])
+            args[position] = domains.bound_value(verb, arg, edge)
+            yield _history(f"bound:{verb}:{arg}:{edge}", CallStep(_call(verb, *args)))
+
+
+def _values() -> Iterator[History]:
+    for field_bytes, readers in domains.ROW_FIELDS.items():
+        field = field_bytes.decode()
+        for cls in domains.FIELD_CLASSES[field]:
+            value = domains.FIELD_VALUE_CLASSES[cls]
+            reader = readers[0]
+            row = LAYOUT.row(ROW_OF[reader])
+            write = (b"HDEL", row, field_bytes) if value is None else (b"HSET", row, field_bytes, value)
+            token = domains.lenient_integer(value) if field == "attempts" else None
+            args = list(PLAIN_ARGS[reader])
+            if reader in (Verb.EXTEND, Verb.COMPLETE, Verb.FAIL) and token is not None and token >= 0:
+                args[1] = token  # the number a careless reader takes it for
+            yield _history(f"value:{field}:{cls}", RawWrite(write), CallStep(_call(reader, *args)))
+    for cls in domains.FIELD_CLASSES["paused"]:
+        value = domains.FIELD_VALUE_CLASSES[cls]
+        meta = LAYOUT.meta
+        write = (b"HDEL", meta, b"paused") if value is None else (b"HSET", meta, b"paused", value)
+        yield _history(f"value:paused:{cls}", RawWrite(write), CallStep(_call(Verb.CLAIM)))
+    for cls in domains.FIELD_CLASSES["count"]:
+        value = domains.FIELD_VALUE_CLASSES[cls]
+        metrics = LAYOUT.metrics("completed")
+        write = (b"HDEL", metrics, b"count") if value is None else (b"HSET", metrics, b"count", value)
+        yield _history(f"value:count:{cls}", RawWrite(write), CallStep(_call(Verb.COMPLETE)))
+    for name, readers in domains.SCORE_READERS.items():
+        member = {"pending": SPARE, "delayed": DUE, "active": HELD}[name]
+        for cls, score in domains.SCORE_CLASSES.items():
+            write = (b"ZADD", LAYOUT.key(name), score, member)
+            yield _history(f"value:score:{name}:{cls}", RawWrite(write), CallStep(_call(readers[0])))
+    for cls, raw in domains.BYTES_EDGES.items():
+        yield _history(f"value:id:{cls}", CallStep(_call(Verb.ENQUEUE, raw, b"p", 0)))
+        yield _history(f"value:payload:{cls}", CallStep(_call(Verb.ENQUEUE, b"j5", raw, 0)))
+        yield _history(f"value:error:{cls}", CallStep(_call(Verb.FAIL, HELD, 1, raw, 1, 0)))
+
+
+def _wrong_types() -> Iterator[History]:
+    for verb, transition in TRANSITIONS.items():
+        for index, kind in enumerate(domains.written_keys(transition)):
+            key = LAYOUT.row(ROW_OF[verb]) if kind == domains.ROWS_KEY else LAYOUT.key(kind)
+            wrong = domains.WRONG_TYPES[index % len(domains.WRONG_TYPES)]
+            writes = [RawWrite(c) for c in domains.wrong_type_commands(key, kind, wrong)]
+            yield _history(f"wrongtype:{verb}:{kind} as {wrong}", *writes, CallStep(_call(verb)))
+
+
+def _permissions() -> Iterator[History]:
+    for verb, transition in TRANSITIONS.items():
+        for kind in domains.reached_keys(transition):
+            for perm in domains.PERMS:
+                user = domains.acl_user(kind, perm)
+                yield _history(f"acl:{verb}:{kind}:{perm}", CallStep(_call(verb), user), users={user: USERS[user]})
+
+
+def _long_lived() -> Iterator[History]:
+    spare, held = LAYOUT.row(SPARE), LAYOUT.row(HELD)
+    yield _history("long:claimed", RawWrite((b"HSET", spare, b"attempts", b"10")), CallStep(_call(Verb.CLAIM)))
+    yield _history("long:fenced-held", RawWrite((b"HSET", held, b"attempts", b"10")),
+                   CallStep(_call(Verb.COMPLETE, HELD, 10)))  # fmt: skip
+    yield _history("long:fenced-stale", RawWrite((b"HSET", held, b"attempts", b"10")),
+                   CallStep(_call(Verb.COMPLETE, HELD, 1)))  # fmt: skip
+    yield _history("long:stalled", RawWrite((b"HSET", held, b"stalled", b"9")), CallStep(_call(Verb.SWEEP, 10, 3)))
+
+
+def class_corpus() -> list[History]:
+    """Every directed history, in a fixed order."""
+    return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived()]
+
