@@ -8,6 +8,7 @@ Rewriting the file (atomically, by rename) is the only way time moves.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,8 +71,13 @@ def format_timestamp(ms: int) -> str:
     """
     if ms < 0:
         raise ValueError(f"the frozen clock cannot go before the epoch: {ms} ms")
-    moment = dt.datetime.fromtimestamp(ms // 1000, tz=dt.UTC)
-    return f"{moment:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d}0001"
+    return f"{_second(ms // 1000)}.{ms % 1000:03d}0001"
+
+
+@functools.lru_cache(maxsize=256)
+def _second(seconds: int) -> str:
+    """The date and time of a second, formatted once (a history's clock stays within a few)."""
+    return f"{dt.datetime.fromtimestamp(seconds, tz=dt.UTC):%Y-%m-%d %H:%M:%S}"
 
 
 class FrozenClock:
@@ -79,6 +85,7 @@ class FrozenClock:
 
     def __init__(self, path: Path, start_ms: int = DEFAULT_START_MS) -> None:
         self.path = path
+        self._scratch = str(path.with_suffix(".tmp"))
         self.library = find_libfaketime()
         self._now_ms = start_ms
         self._write()
@@ -115,6 +122,10 @@ class FrozenClock:
 
     def _write(self) -> None:
         # a half-written file makes libfaketime abort the server: write aside, then rename
-        scratch = self.path.with_suffix(".tmp")
-        scratch.write_text(format_timestamp(self._now_ms) + "\n")
-        os.replace(scratch, self.path)
+        # (os-level calls: the clock moves at every advance and every history)
+        scratch = os.open(self._scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(scratch, f"{format_timestamp(self._now_ms)}\n".encode())
+        finally:
+            os.close(scratch)
+        os.replace(self._scratch, self.path)

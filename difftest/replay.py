@@ -167,10 +167,13 @@ class Replayer:
             self.lua.prepare(history.users)
             self.native.prepare(history.users)
             self.lua.open_claims.clear()
+        # both servers flushed and asked their AOF's size at once: one round trip for the pair
         for side in (self.lua, self.native):
-            side.wires[None].call(b"FLUSHALL")
-        for server in (self.lua_server, self.native_server):
-            server.compact_aof(AOF_COMPACT_BYTES)
+            side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence")])
+        for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
+            admin = side.wires[None]
+            admin.read()
+            server.compact_aof(AOF_COMPACT_BYTES, aof_size(admin.read()))
         if self.group.clock.now_ms != history.start_ms:
             self.group.clock.set(history.start_ms)
         # always confirmed: the clock may have been written ahead at the end of the last replay
@@ -333,6 +336,15 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 self._acl[(user, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)])
+
+
+def aof_size(info: Reply) -> int:
+    """aof_current_size from an INFO persistence reply (0 when absent: AOF off)."""
+    if isinstance(info, bytes):
+        for line in info.splitlines():
+            if line.startswith(b"aof_current_size:"):
+                return int(line.split(b":", 1)[1])
+    return 0
 
 
 def _lap(stages: defaultdict[str, float], stage: str, since: float) -> float:

@@ -3,6 +3,7 @@ for a pair that only publishes ports (the compose pair)."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class SocketClients:
 
     socket_path: Path
     _client: valkey.Valkey | None = None
+    _clock: socket.socket | None = None  # a raw connection for TIME alone (`send_time`, `read_time`)
 
     @property
     def address(self) -> Address:
@@ -81,6 +83,9 @@ class SocketClients:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
 
     @property
     def run_id(self) -> str:
@@ -91,19 +96,60 @@ class SocketClients:
         seconds, micros = self.client.time()  # type: ignore[misc]
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def compact_aof(self, above_bytes: int) -> bool:
+    def send_time(self) -> None:
+        """Ask the server's time on a raw connection of its own; `read_time` reads the answer. The
+        group asks all its servers at once, then reads them: one round trip for all, and no client
+        library on the way (the clock is confirmed at every advance and every history)."""
+        try:
+            if self._clock is None:
+                address = self.address
+                if isinstance(address, tuple):
+                    probe = socket.create_connection(address, timeout=30)
+                else:
+                    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    probe.settimeout(30)
+                    probe.connect(str(address))
+                self._clock = probe
+            self._clock.sendall(b"*1\r\n$4\r\nTIME\r\n")
+        except OSError as lost:
+            self._drop_client()
+            raise valkey.ConnectionError(f"TIME could not be sent: {lost}") from lost
+
+    def read_time(self) -> int:
+        """The server's time in ms, answering `send_time`."""
+        reply = b""
+        try:
+            assert self._clock is not None
+            # *2, $10, seconds, $n, microseconds: five lines
+            while reply.count(b"\r\n") < 5:
+                chunk = self._clock.recv(64)
+                if not chunk:
+                    raise OSError("connection closed")
+                reply += chunk
+        except OSError as lost:
+            self._drop_client()
+            raise valkey.ConnectionError(f"TIME was not answered: {lost}") from lost
+        lines = reply.split(b"\r\n")
+        if lines[0] != b"*2":
+            self._drop_client()
+            raise valkey.ResponseError(f"TIME answered {reply!r}")
+        return int(lines[2]) * 1000 + int(lines[4]) // 1000
+
+    def compact_aof(self, above_bytes: int, current_bytes: int | None = None) -> bool:
         """Rewrite the AOF, and wait for it, when it has grown past `above_bytes`; True if it did.
 
         Called between histories, on an empty keyspace: a restart replays the whole AOF, and every
         history appends to it, so without this a long campaign's restarts get slower and slower.
         Servers run with automatic rewrites off, so a rewrite never lands in the middle of a history
         (it would snapshot writes the module did not propagate, and hide a lost write)."""
-        info: dict[str, Any] = self.client.info("persistence")  # type: ignore[assignment]
-        if int(info.get("aof_current_size", 0)) <= above_bytes:
+        if current_bytes is None:  # not read already (with the FLUSHALL between histories)
+            info: dict[str, Any] = self.client.info("persistence")  # type: ignore[assignment]
+            current_bytes = int(info.get("aof_current_size", 0))
+        if current_bytes <= above_bytes:
             return False
         self.client.execute_command("BGREWRITEAOF")
         while True:
-            info = self.client.info("persistence")  # type: ignore[assignment]
-            if not int(info.get("aof_rewrite_in_progress", 0)) and not int(info.get("aof_rewrite_scheduled", 0)):
+            state: dict[str, Any] = self.client.info("persistence")  # type: ignore[assignment]
+            if not int(state.get("aof_rewrite_in_progress", 0)) and not int(state.get("aof_rewrite_scheduled", 0)):
                 return True
             time.sleep(0.001)

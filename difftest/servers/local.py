@@ -464,15 +464,19 @@ class ServerGroup:
         here), so each server is asked until it answers the new time: no step can run early.
         """
         expected = self.clock.now_ms
-        for server in self.servers:
-            if not server.running:
-                continue
-            deadline = time.monotonic() + 5.0
-            while (seen := server.time_ms()) != expected:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"{server.name} reads {seen} ms, not the frozen {expected} ms: is libfaketime preloaded?"
-                    )
+        waiting = [server for server in self.servers if server.running]
+        deadline = time.monotonic() + 5.0
+        while waiting:
+            # every server asked at once, then read: one round trip for the group
+            for server in waiting:
+                server.send_time()
+            seen = [(server, server.read_time()) for server in waiting]
+            waiting = [server for server, ms in seen if ms != expected]
+            if waiting and time.monotonic() > deadline:
+                server, ms = next((s, ms) for s, ms in seen if ms != expected)
+                raise RuntimeError(
+                    f"{server.name} reads {ms} ms, not the frozen {expected} ms: is libfaketime preloaded?"
+                )
 
     def close(self) -> None:
         for server in self.servers:
