@@ -215,12 +215,34 @@ def relative_source(path: str, crate: Path = CRATE_DIR) -> str | None:
     return "src/" + path.rsplit("/src/", 1)[1]
 
 
-def transition_of(relative: str) -> str | None:
-    """The transition a source file belongs to: src/transitions/<verb>.rs says it (mod.rs: none)."""
+def _verbs_of(text: str, stem: str) -> set[str]:
+    """The verbs a transition file handles: its own name's, and each `pub fn <verb>` (pause.rs: both)."""
+    from difftest.commands import Verb
+
+    verbs = {verb.value for verb in Verb}
+    names = {stem, *re.findall(r"\bpub fn (\w+)", text)}
+    return {name.upper() for name in names if name.upper() in verbs}
+
+
+def transition_of(relative: str, crate: Path = CRATE_DIR) -> str | None:
+    """The transition(s) a source file belongs to: src/transitions/<verb>.rs is that verb's (pause.rs:
+    PAUSE, RESUME); a helper there (fence.rs, metrics.rs) belongs to the transitions whose files use
+    it (`use super::fence`); other files (mod.rs, and everything outside src/transitions/): none."""
     parts = Path(relative).parts
-    if len(parts) == 3 and parts[1] == "transitions" and parts[2] != "mod.rs":
-        return Path(parts[2]).stem.upper()
-    return None
+    if len(parts) != 3 or parts[1] != "transitions" or parts[2] == "mod.rs":
+        return None
+    stem = Path(parts[2]).stem
+    folder = crate / "src" / "transitions"
+    own = _verbs_of("\n".join(_source_lines(folder / parts[2])), stem)
+    if not own:
+        uses = re.compile(rf"\bsuper::(?:{stem}\b|\{{[^}}]*\b{stem}\b)")
+        for path in sorted(folder.glob("*.rs")):
+            text = "\n".join(_source_lines(path))
+            if path.stem != stem and uses.search(text):
+                own |= _verbs_of(text, path.stem)
+    if not own:
+        return stem.upper()  # a file of its own that no transition uses (yet): named by itself
+    return ", ".join(sorted(own))
 
 
 _ESCAPES = {"$LT$": "<", "$GT$": ">", "$RF$": "&", "$BP$": "*", "$C$": ",", "$SP$": "@", "$LP$": "(",
@@ -288,7 +310,7 @@ def export(tools: Tools, profdata: Path, module: Path, crate: Path = CRATE_DIR) 
         paths[relative] = entry["filename"]
         summary = entry["summary"]
         branches = _pair(summary["branches"]) if tools.branches else None
-        files.append({"file": relative, "transition": transition_of(relative), "lines": _pair(summary["lines"]),
+        files.append({"file": relative, "transition": transition_of(relative, crate), "lines": _pair(summary["lines"]),
                       "regions": _pair(summary["regions"]), "branches": branches,
                       "functions": _pair(summary["functions"])})  # fmt: skip
     files.sort(key=lambda f: f["file"])
@@ -362,7 +384,7 @@ def _unreached(lcov: str, spans: dict[str, list[tuple[int, int, str]]], crate: P
             by_function.setdefault(_innermost(spans.get(relative, []), number), []).append(number)
         for function, numbers in sorted(by_function.items(), key=lambda item: item[1][0]):
             lines = [[n, source[n - 1] if 0 < n <= len(source) else ""] for n in numbers]
-            groups.append({"file": relative, "transition": transition_of(relative), "function": function,
+            groups.append({"file": relative, "transition": transition_of(relative, crate), "function": function,
                            "lines": lines})  # fmt: skip
     return groups
 
@@ -486,7 +508,8 @@ def html_section(document: dict[str, Any]) -> list[str]:
         out.append("<p>none: every line of executors/native/src was reached.</p>")
     for group in unreached:
         transition = group.get("transition")
-        where = f"{group['file']}" + (f", transition {transition}" if transition else ", shared by the transitions")
+        where = f"{group['file']}" + (f", {'transitions' if ',' in transition else 'transition'} {transition}"
+                                      if transition else ", shared by the transitions")  # fmt: skip
         text = "\n".join(f"{number:>4}  {line}" for number, line in group["lines"])
         out.append(f'<details open><summary><code>{esc(group["function"])}</code> <span class="note">'
                    f"({esc(where)}; {len(group['lines'])} line(s))</span></summary>"

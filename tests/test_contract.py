@@ -54,7 +54,58 @@ def step(verb: str, *args: object) -> CallStep:
 
 
 def test_every_rule_is_described() -> None:
-    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2"}
+    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2", "N3", "N4"}
+
+
+def as_user(step_view: StepView, user: str, denied: set[tuple[bytes, str]]) -> StepView:
+    """The same view, the call made by `user`, who may not touch `denied`."""
+    step = step_view.resolved.step
+    assert isinstance(step, CallStep)
+    resolved = resolve((CallStep(step.call, user),))[0]
+    return StepView(**{**step_view.__dict__, "resolved": resolved, "denied": frozenset(denied)})
+
+
+NOPERM = ErrorReply("NOPERM No permissions to access a key")
+PENDING, META = b"emq:{q}:pending", b"emq:{q}:meta"
+
+
+def test_n3_a_paused_claim_by_a_caller_denied_a_declared_key() -> None:
+    state = ks(pending=Z(j1=5), meta=H(paused=b"1"), job__j1=H(payload=b"p"))
+    allowed = as_user(view(step("CLAIM", 10), state, [], NOPERM), "u", {(PENDING, "write")})
+    assert judge(allowed) == Verdict("allowed", "N3")
+    # the native must be refused and write nothing; the Lua host must answer empty
+    wrote = as_user(view(step("CLAIM", 10), state, [], NOPERM, native_after={}), "u", {(PENDING, "write")})
+    assert judge(wrote).kind == "divergence"
+    claimed = as_user(view(step("CLAIM", 10), state, [], [b"j1", b"p", 1]), "u", {(PENDING, "write")})
+    assert judge(claimed).kind == "divergence"
+    # not paused: the host sends its script, and the server refuses both alike (no rule)
+    running = ks(pending=Z(j1=5), job__j1=H(payload=b"p"))
+    assert judge(as_user(view(step("CLAIM", 10), running, NOPERM, NOPERM), "u", {(PENDING, "read")})).kind == "match"
+    assert judge(as_user(view(step("CLAIM", 10), running, [], NOPERM), "u", {(PENDING, "read")})).kind == "divergence"
+
+
+def test_n4_pause_by_a_caller_who_may_write_meta_but_not_read_it() -> None:
+    state = ks(pending=Z(j1=5))
+    paused = ks(pending=Z(j1=5), meta=H(paused=b"1"))
+    allowed = as_user(view(step("PAUSE"), state, 1, NOPERM, lua_after=paused), "u", {(META, "read")})
+    assert judge(allowed) == Verdict("allowed", "N4")
+    # the native obeys a write-only caller's pause: not the documented outcome
+    obeyed = as_user(view(step("PAUSE"), state, 1, 1, lua_after=paused, native_after=paused), "u", {(META, "read")})
+    assert judge(obeyed).kind == "divergence"
+    # a caller who may not write meta is refused by both
+    refused = as_user(view(step("PAUSE"), state, NOPERM, NOPERM), "u", {(META, "write")})
+    assert judge(refused).kind == "match"
+
+
+def test_d6_the_server_refuses_a_caller_denied_a_key_before_the_arguments() -> None:
+    state = ks(pending=Z(j1=5))
+    bad = step("ENQUEUE", "j2", "p", -1)
+    refusal = Refused(errors.ARG)
+    by_acl = as_user(view(bad, state, refusal, NOPERM), "u", {(PENDING, "write")})
+    assert judge(by_acl) == Verdict("allowed", "D6")
+    # a caller the server lets through gets the argument error
+    assert judge(as_user(view(bad, state, refusal, NOPERM), "u", set())).kind == "divergence"
+    assert judge(as_user(view(bad, state, refusal, ErrorReply(errors.ARG)), "u", set())) == Verdict("allowed", "D6")
 
 
 def test_exact_match_without_a_rule() -> None:

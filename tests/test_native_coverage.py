@@ -95,6 +95,10 @@ def test_a_branch_only_restarts_reach_is_unreached_without_them_and_reached_with
 def test_the_pure_parts() -> None:
     assert native_coverage.transition_of("src/transitions/sweep.rs") == "SWEEP"
     assert native_coverage.transition_of("src/transitions/mod.rs") is None
+    # a file that handles two verbs, and helpers named by the transitions that use them
+    assert native_coverage.transition_of("src/transitions/pause.rs") == "PAUSE, RESUME"
+    assert native_coverage.transition_of("src/transitions/fence.rs") == "COMPLETE, EXTEND, FAIL"
+    assert native_coverage.transition_of("src/transitions/metrics.rs") == "COMPLETE, FAIL, SWEEP"
     assert native_coverage.transition_of("src/host.rs") is None
     crate = native_coverage.CRATE_DIR
     assert native_coverage.relative_source(f"{crate}/src/transitions/claim.rs") == "src/transitions/claim.rs"
