@@ -64,6 +64,8 @@ class CampaignConfig:
     # seed), with a time cap only as a guard; then a last pass of step deletion
     shrink_tries: int = 600
     shrink_seconds: float = 300.0
+    # a replica beside each server, compared with it after every segment (difftest/replicas.py)
+    replicas: bool = False
     # the first batch first replays the class corpus (strategies/corpus.py) as explicit examples
     corpus: bool = True
 
@@ -239,6 +241,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
 
     from difftest.artifacts import save_divergence
     from difftest.exampledb import open_database
+    from strategies.corpus import CORPUS_NOTE
     from strategies.histories import HistoryShape, histories
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
@@ -285,7 +288,8 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
             report.replay_s += time.perf_counter() - started
             reached = coverage.labels(result)
             if not known:  # shrinking replays do not count as coverage
-                report.histories += 1
+                # the class corpus adds to steps and coverage; the budget counts generated histories
+                report.histories += int(not history.note.startswith(CORPUS_NOTE))
                 report.steps += len(history.steps)
                 report.labels.update(reached)
             for label in reached:
@@ -408,7 +412,8 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
             _mark_owner(group)
             if on_root is not None:
                 on_root(group.root)
-            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
+            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts,
+                          replicas=config.replicas) as replayer:  # fmt: skip
                 _batches(config, worker, replayer, report, sizes, deadline, notify)
         finally:
             if group is not None:

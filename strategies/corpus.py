@@ -58,8 +58,11 @@ def _call(verb: str, *args: bytes | int) -> Call:
     return Call.of(verb, QUEUE, *(args or PLAIN_ARGS[verb]))
 
 
+CORPUS_NOTE = "class corpus: "  # how a corpus history is told from a generated one
+
+
 def _history(note: str, *steps: Step, users: dict[str, tuple[str, ...]] | None = None) -> History:
-    return History((*PRELUDE, *steps), users=users or {}, note=f"class corpus: {note}")
+    return History((*PRELUDE, *steps), users=users or {}, note=CORPUS_NOTE + note)
 
 
 def _bounds() -> Iterator[History]:
@@ -120,7 +123,13 @@ def _permissions() -> Iterator[History]:
         for kind in domains.reached_keys(transition):
             for perm in domains.PERMS:
                 user = domains.acl_user(kind, perm)
-                yield _history(f"acl:{verb}:{kind}:{perm}", CallStep(_call(verb), user), users={user: USERS[user]})
+                note = f"acl:{verb}:{domains.acl_key(kind)}:{perm}"
+                yield _history(note, CallStep(_call(verb), user), users={user: USERS[user]})
+        # a caller restricted on a key the transition does not reach: it may read and write all it does
+        elsewhere = next(kind for kind in domains.KEY_KINDS if kind not in domains.reached_keys(transition))
+        user = domains.acl_user(elsewhere, "none")
+        yield _history(f"acl:{verb}:{domains.acl_keys(transition)[0]}:both", CallStep(_call(verb), user),
+                       users={user: USERS[user]})  # fmt: skip
 
 
 def _long_lived() -> Iterator[History]:

@@ -15,8 +15,9 @@ from tests.helpers import planted_scripts
 
 
 def config(tmp_path: Path, **overrides: object) -> CampaignConfig:
+    # without the class corpus unless a test asks: these tests are about what Hypothesis generates
     settings: dict[str, object] = {"seed": 7, "module": DEFAULT_MODULE, "reports": tmp_path / "run",
-                                   "examples": 30, "workers": 1, "pin": False}  # fmt: skip
+                                   "examples": 30, "workers": 1, "pin": False, "corpus": False}  # fmt: skip
     settings.update(overrides)
     return CampaignConfig(**settings)  # type: ignore[arg-type]
 
