@@ -14,6 +14,7 @@ from valkey._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from valkey.connection import DefaultParser
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import InvalidResponse, ResponseError
+from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
 from difftest.replies import ErrorReply, NilArray, Reply, Simple
 
@@ -66,6 +67,44 @@ class TypedParser(_RESP2Parser):
         raise InvalidResponse(f"Protocol Error: {raw!r}")
 
 
+class _Incomplete(Exception):
+    """The buffer ends inside a reply: more bytes are needed."""
+
+
+_BULK, _INTEGER, _ARRAY, _SIMPLE, _ERROR = b"$:*+-"
+
+
+def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
+    """One RESP2 reply from `buffer` at offset `at`, typed as `TypedParser` types it, and the offset
+    after it; raises _Incomplete when the buffer ends first."""
+    end = buffer.find(b"\r\n", at)
+    if end < 0:
+        raise _Incomplete
+    kind, line, after = buffer[at], buffer[at + 1 : end], end + 2
+    if kind == _BULK:
+        if line == b"-1":
+            return None, after
+        stop = after + int(line)
+        if stop + 2 > len(buffer):
+            raise _Incomplete
+        return buffer[after:stop], stop + 2
+    if kind == _INTEGER:
+        return int(line), after
+    if kind == _ARRAY:
+        if line == b"-1":
+            return NilArray(), after
+        items = []
+        for _ in range(int(line)):
+            item, after = parse_reply(buffer, after)
+            items.append(item)
+        return items, after
+    if kind == _SIMPLE:
+        return Simple(line), after
+    if kind == _ERROR:
+        return ResponseError(line.decode("utf-8", errors="replace")), after
+    raise InvalidResponse(f"Protocol Error: {buffer[at:end]!r}")
+
+
 def as_reply(value: Any) -> Reply:
     """Normalise what valkey-py returned into a Reply (errors inside arrays included)."""
     if isinstance(value, ResponseError):
@@ -91,16 +130,48 @@ class Wire:
         self.connection = kind(**{**options, "parser_class": TypedParser})
         self.connection.connect()
         self.connection._parser.typed = True  # the handshake (AUTH, HELLO) read its +OK as bytes
+        # from here on replies are read by `parse_reply`, from the socket, whole buffers at a time:
+        # valkey-py's reader goes line by line through Python calls (most of a reply's cost)
+        self._socket: Any = self.connection._sock  # the socket `_unread` came from
+        self._unread = b""  # received, not yet parsed
+        self._at = 0
 
     def send(self, commands: Sequence[Command]) -> None:
         self.connection.send_packed_command(self.connection.pack_commands(commands), check_health=False)
 
     def read_raw(self) -> Any:
-        """The next reply as the parser gives it; an error reply comes back as an ErrorReply."""
+        """The next reply, typed as `TypedParser` types it; an error reply comes back as an
+        ErrorReply (one inside an array stays a ResponseError, for `as_reply`)."""
+        while True:
+            try:
+                value, self._at = parse_reply(self._unread, self._at)
+                break
+            except _Incomplete:
+                self._receive()
+        if self._at == len(self._unread):
+            self._unread, self._at = b"", 0
+        if isinstance(value, ResponseError):
+            return ErrorReply(str(value))
+        return value
+
+    def _receive(self) -> None:
+        if self.connection._sock is not self._socket:  # valkey-py connected again after a loss
+            self._socket, self._unread, self._at = self.connection._sock, b"", 0
+        if self._socket is None:
+            raise ValkeyConnectionError("Connection closed")
         try:
-            return self.connection.read_response(disable_decoding=True)
-        except ResponseError as exc:
-            return ErrorReply(str(exc))
+            chunk = self._socket.recv(65536)
+        except TimeoutError as late:
+            self.connection.disconnect()
+            raise ValkeyTimeoutError("Timeout reading from socket") from late
+        except OSError as lost:
+            self.connection.disconnect()
+            raise ValkeyConnectionError(f"Error while reading from socket: {lost}") from lost
+        if not chunk:
+            self.connection.disconnect()
+            raise ValkeyConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
+        self._unread = self._unread[self._at :] + chunk
+        self._at = 0
 
     def read(self) -> Reply:
         value = self.read_raw()
