@@ -31,6 +31,8 @@ EXPECTED_RULES = {
     "d9_promote_row_not_a_hash.jsonl": {"D9": 1},
     "n1_d7_restart_is_not_a_stall.jsonl": {"D7": 1},
     "n2_extend_row_read_only.jsonl": {"N2": 1},
+    "n3_paused_claim_declared_key_denied.jsonl": {"N3": 1},
+    "n4_pause_meta_write_only.jsonl": {"N4": 2, "D6": 1},
 }
 
 
@@ -54,7 +56,7 @@ def test_history_matches_under_the_contract(replayer: Replayer, name: str) -> No
 
 def test_every_contract_row_is_exercised() -> None:
     reached = set().union(*EXPECTED_RULES.values())
-    assert reached == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N2"}
+    assert reached == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N2", "N3", "N4"}
 
 
 def test_worked_example_d7_replies(replayer: Replayer) -> None:
