@@ -33,6 +33,7 @@ from executors.lua.adapter import load_scripts
 # restart replays one history's writes, not the whole campaign's (measured: 200 histories took 4 s
 # at the start of a campaign and 11 s after 1,200 without it)
 AOF_COMPACT_BYTES = 256 * 1024
+ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,9 @@ class Replayer:
             raise
         self.lua: LuaSide | None = None
         self.native: NativeSide | None = None
+        # (a user's ACL rules, key, perm) -> denied: what ACL DRYRUN answered, for every history (the
+        # answer depends on the rules alone, and histories declare the same users again and again)
+        self._acl: dict[tuple[tuple[str, ...], bytes, str], bool] = {}
         # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
         self.stages: defaultdict[str, float] = defaultdict(float)
 
@@ -159,7 +163,6 @@ class Replayer:
             if not server.running:
                 server.kill()  # reaps a process that died (a crash of the module), if any
                 server.start()
-        self._acl: dict[tuple[str, bytes, str], bool] = {}  # (user, key, perm) -> denied
         if self.lua is None or self.native is None:
             self.lua = LuaSide(self.lua_server, history.users, self.scripts)
             self.native = NativeSide(self.native_server, history.users)
@@ -322,20 +325,25 @@ class Replayer:
 
     def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:
         """Which derived keys the step's user may not read or write: asked of the server (ACL
-        DRYRUN) before judging, remembered for the rest of the history."""
+        DRYRUN) before judging, remembered by the user's rules for every later history."""
         user = resolved.user
         keys = acl_probe_keys(resolved, before)
         if user is None or not keys:
             return frozenset()
-        unknown = [(key, perm) for key in keys for perm in ("read", "write") if (user, key, perm) not in self._acl]
+        assert self.native is not None
+        rules = tuple(self.native.users[user])
+        known = self._acl
+        unknown = [(key, perm) for key in keys for perm in ("read", "write") if (rules, key, perm) not in known]
         if unknown:
+            if len(known) > ACL_ANSWERS_KEPT:
+                known.clear()
             pipe = self.native_server.client.pipeline(transaction=False)
             for key, perm in unknown:
                 probe = [b"HGET", key, b"f"] if perm == "read" else [b"HSET", key, b"f", b"v"]
                 pipe.execute_command(b"ACL", b"DRYRUN", user.encode(), *probe)
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
-                self._acl[(user, key, perm)] = answer not in (b"OK", "OK")
-        return frozenset((key, perm) for key in keys for perm in ("read", "write") if self._acl[(user, key, perm)])
+                known[(rules, key, perm)] = answer not in (b"OK", "OK")
+        return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
 
 
 def aof_size(info: Reply) -> int:
