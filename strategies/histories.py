@@ -545,13 +545,16 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
                 steps.append(EndClaim(worker))
         else:
             user = domains.acl_user(draw.spread(USER_KINDS), draw.spread(domains.PERMS)) if kind == "user" else None
-            # a restricted user mostly calls what reaches the keys it is denied (with a held
-            # token where it needs one): EXTEND as readrows reaches N2, COMPLETE as nometrics
-            # reaches the metrics check; otherwise any transition
+            # a restricted user mostly calls what reaches the key it is restricted on (with a held
+            # token where it needs one): EXTEND with read-only rows reaches N2, COMPLETE with
+            # write-only metrics the metrics check; otherwise any transition
             probes = USER_PROBES.get(user or "", ())
             probe = draw.spread(probes) if probes and draw.aim(2) else None
             verb = probe or _verb(draw, hints[queue], now, bool(open_claims))
-            call = _transition_call(draw, verb, queue, hints[queue], now)
+            # a probe of a fenced transition holds a lease: the caller's permissions then decide
+            active = hints[queue].active
+            held = draw.pick(sorted(active)) if probe and active and TRANSITIONS[verb].fenced else None
+            call = _transition_call(draw, verb, queue, hints[queue], now, held)
             if kind == "malformed":
                 call = _malformed(draw, call)
             steps.append(CallStep(call, user))
