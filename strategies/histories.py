@@ -528,9 +528,12 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
         elif kind == "corrupt":
             steps.append(_corruption(draw, queue, hints[queue]))
         elif kind in ("value", "typed", "long"):
-            made = COMPOUND_STEPS[kind](draw, queue, hints[queue], now)
-            now += sum(step.ms for step in made if isinstance(step, Advance))
-            steps += made
+            for made in COMPOUND_STEPS[kind](draw, queue, hints[queue], now):
+                if isinstance(made, Advance):
+                    now += made.ms
+                    if steps and isinstance(steps[-1], Advance):  # one wait for the clock, not two
+                        made = Advance(steps.pop().ms + made.ms)
+                steps.append(made)
         elif kind == "begin":
             idle = [w for w in WORKERS if w not in open_claims]
             if idle:
