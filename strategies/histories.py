@@ -531,8 +531,10 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             for made in COMPOUND_STEPS[kind](draw, queue, hints[queue], now):
                 if isinstance(made, Advance):
                     now += made.ms
-                    if steps and isinstance(steps[-1], Advance):  # one wait for the clock, not two
-                        made = Advance(steps.pop().ms + made.ms)
+                    last = steps[-1] if steps else None
+                    if isinstance(last, Advance):  # one wait for the clock, not two
+                        steps.pop()
+                        made = Advance(last.ms + made.ms)
                 steps.append(made)
         elif kind == "begin":
             idle = [w for w in WORKERS if w not in open_claims]
