@@ -201,6 +201,8 @@ class _Tally:
 
 _stop: Any = None  # in a worker process: an event the main process sets when another worker diverged
 _parent = 0  # in a worker process: the runner's pid (a worker whose runner is gone stops)
+# in a worker process: the next position of the shard's batches no worker has taken yet (shared)
+_dealer: Any = None
 _signalled = 0  # the SIGINT or SIGTERM that is stopping this worker (0: none)
 
 
@@ -429,7 +431,10 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
 
 def _batches(config: CampaignConfig, worker: int, replayer: Any, report: WorkerReport, sizes: list[int] | None,
              deadline: float | None, notify: Callable[[WorkerReport], None] | None) -> None:  # fmt: skip
-    position = worker  # the workers deal out the shard's batches: positions w, w+n, ...
+    # Several workers take the shard's positions one at a time, each the next one no worker has taken
+    # (so none waits idle at the end while another still has batches of its share); one worker alone
+    # takes them all in order. Which worker runs a batch never changes its histories.
+    position = _next_position(worker)
     while True:
         batch = shard_batch(config.shard, position)
         if sizes is not None and batch >= len(sizes):
@@ -449,7 +454,16 @@ def _batches(config: CampaignConfig, worker: int, replayer: Any, report: WorkerR
             notify(report)
         if not agreed:
             break
-        position += config.workers
+        position = _next_position(position + config.workers)
+
+
+def _next_position(otherwise: int) -> int:
+    if _dealer is None:
+        return otherwise
+    with _dealer.get_lock():
+        position = int(_dealer.value)
+        _dealer.value = position + 1
+    return position
 
 
 # ---- leftovers: what a killed process could not remove ----------------------------------------------
@@ -522,14 +536,15 @@ def _portable(error: BaseException) -> BaseException:
     return error
 
 
-def _worker_process(config: CampaignConfig, worker: int, messages: Any, stop: Any, parent: int) -> None:
+def _worker_process(config: CampaignConfig, worker: int, messages: Any, stop: Any, parent: int,
+                    dealer: Any = None) -> None:  # fmt: skip
     """A worker process's whole life: its reports go to `messages` (each finished batch, then the
     whole report, or its error); SIGINT and SIGTERM (also the runner's death) end it cleanly."""
-    global _stop, _parent
+    global _stop, _parent, _dealer
     with _signals(_interrupt_once):
         if not _bind_to_parent(parent):
             return
-        _stop, _parent = stop, parent
+        _stop, _parent, _dealer = stop, parent, dealer
 
         def batch_done(report: WorkerReport) -> None:
             record = report.records[-1]
@@ -557,6 +572,7 @@ class _Workers:
         self.context = context
         self.messages = context.Queue()  # ("root" | "batch" | "done" | "error", worker, ...)
         self.stop = context.Event()  # set at the first divergence: the others stop at their next batch
+        self.dealer = context.Value("q", 0)  # the next position of the shard's batches to take
         self.processes: dict[int, BaseProcess] = {}
         self.roots: dict[int, str] = {}
         self.records: dict[int, list[BatchRecord]] = {}
@@ -565,7 +581,7 @@ class _Workers:
 
     def start(self) -> None:
         for worker in range(self.config.workers):
-            args = (self.config, worker, self.messages, self.stop, os.getpid())
+            args = (self.config, worker, self.messages, self.stop, os.getpid(), self.dealer)
             process = self.context.Process(target=_worker_process, name=f"difftest-worker-{worker}", args=args)
             process.start()
             self.processes[worker] = process
