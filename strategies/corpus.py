@@ -78,16 +78,18 @@ def _bounds() -> Iterator[History]:
 def _values() -> Iterator[History]:
     for field_bytes, readers in domains.ROW_FIELDS.items():
         field = field_bytes.decode()
+        # each kind of reader once: CLAIM's increment, and the fence of the calls that present a token
+        kinds = {TRANSITIONS[r].fenced: r for r in reversed(readers)}
         for cls in domains.FIELD_CLASSES[field]:
             value = domains.FIELD_VALUE_CLASSES[cls]
-            reader = readers[0]
-            row = LAYOUT.row(ROW_OF[reader])
-            write = (b"HDEL", row, field_bytes) if value is None else (b"HSET", row, field_bytes, value)
-            token = domains.lenient_integer(value) if field == "attempts" else None
-            args = list(PLAIN_ARGS[reader])
-            if reader in (Verb.EXTEND, Verb.COMPLETE, Verb.FAIL) and token is not None and token >= 0:
-                args[1] = token  # the number a careless reader takes it for
-            yield _history(f"value:{field}:{cls}", RawWrite(write), CallStep(_call(reader, *args)))
+            for reader in kinds.values():
+                row = LAYOUT.row(ROW_OF[reader])
+                write = (b"HDEL", row, field_bytes) if value is None else (b"HSET", row, field_bytes, value)
+                token = domains.lenient_integer(value) if field == "attempts" else None
+                args = list(PLAIN_ARGS[reader])
+                if TRANSITIONS[reader].fenced and token is not None and token >= 0:
+                    args[1] = token  # the number a careless reader takes it for
+                yield _history(f"value:{field}:{cls} by {reader}", RawWrite(write), CallStep(_call(reader, *args)))
     for cls in domains.FIELD_CLASSES["paused"]:
         value = domains.FIELD_VALUE_CLASSES[cls]
         meta = LAYOUT.meta

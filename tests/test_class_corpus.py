@@ -59,7 +59,7 @@ def test_each_corpus_history_meets_its_own_class_and_the_executors_agree(replaye
         result = replayer.replay(history)
         assert result.divergence is None, (history.note, result.divergence)
         got = labels(result)
-        label = history.note.removeprefix(CORPUS_NOTE).split(" as ")[0]
+        label = history.note.removeprefix(CORPUS_NOTE).split(" ")[0]
         assert got[label] > 0, f"{history.note}: its label was not reached"
         reached.update(got)
     assert [label for label in CLASS_LABELS if reached[label] == 0] == []
