@@ -29,7 +29,8 @@ import valkey
 from difftest.clock import FrozenClock
 from difftest.problems import SetupProblem
 from difftest.servers.clients import Address
-from difftest.servers.docker import START_TIMEOUT_S, DockerServer, docker_client
+from difftest.servers.docker import CONTROL_SOCKET, START_TIMEOUT_S, DockerServer, docker_client
+from difftest.servers.fastboot import init_binary
 from difftest.servers.images import IMAGE_REPOSITORY, IN_IMAGE, build_image
 from difftest.servers.local import tcp_port_in_use
 
@@ -43,6 +44,7 @@ SERVICE_LABEL = "org.difftest.service"  # set in docker-compose.yml
 PROJECT_LABEL = "com.docker.compose.project"  # set by compose (v1 and v2) on all it makes
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 CLOCK_FILE = "faketime"  # FAKETIME_TIMESTAMP_FILE in docker-compose.yml is /clock/faketime
+CONTROL_DIR = "control"  # in the clock directory: control/<service>/init.sock, the servers' inits
 LOCK_FILE = "attach.lock"
 ATTACH_PREFIX = "compose:"  # a ServerGroup backend "compose:<project>" attaches to that pair
 SERVER_PORT = "6379/tcp"
@@ -173,6 +175,11 @@ def build_images(client: Any, module: Path) -> dict[str, str]:
     """Both images (reused by content), also tagged as docker-compose.yml's defaults."""
     if not module.is_file():
         raise SetupProblem(f"module {module} does not exist: build it with 'make setup' or pass --module PATH")
+    if init_binary() is None:
+        raise SetupProblem(
+            "the compose pair's images need the init (difftest/servers/init.c) built with a C compiler: "
+            "install one (apt-get install -y gcc)"
+        )
     images = {"lua": build_image(client, None), "native": build_image(client, module)}
     for service, tag in images.items():
         client.images.get(tag).tag(IMAGE_REPOSITORY, service)
@@ -183,6 +190,8 @@ def prepare_clock(clock_dir: Path) -> Path:
     """The timestamp file the servers read from their start; an existing one is kept (a running
     pair reads it), a new one is the harness's fixed origin."""
     clock_dir.mkdir(parents=True, exist_ok=True)
+    for service in SERVICES:  # where each server's init listens (docker-compose.yml mounts them)
+        (clock_dir / CONTROL_DIR / service).mkdir(parents=True, exist_ok=True)
     path = clock_dir / CLOCK_FILE
     if not path.is_file():
         FrozenClock(path)
@@ -352,7 +361,10 @@ class AttachedPair:
             raise SetupProblem("an attached pair runs as docker-compose.yml configures it: drop the extra settings")
         container = self.containers[name]
         self._check_module(name, container, module)
-        return AttachedServer(name, container, self._docker, clock, module)
+        # a pair brought up from an older docker-compose.yml has no init: its restarts stay container restarts
+        control = next((m["Source"] for m in container.attrs["Mounts"] if m["Destination"] == "/control"), None)
+        control_socket = Path(str(control)) / CONTROL_SOCKET if control is not None else None
+        return AttachedServer(name, container, self._docker, clock, module, control_socket)
 
     def _check_module(self, name: str, container: Any, module: Path | None) -> None:
         """The pair must run the build this harness was told to judge, or its verdicts are about
@@ -384,7 +396,8 @@ class AttachedServer(DockerServer):
     """A server of the compose pair: the docker backend's server, reached by TCP on its published
     port, restarted and killed as its container; never removed, flushed when attached."""
 
-    def __init__(self, name: str, container: Any, client: Any, clock: FrozenClock, module: Path | None) -> None:
+    def __init__(self, name: str, container: Any, client: Any, clock: FrozenClock, module: Path | None,
+                 control_socket: Path | None = None) -> None:  # fmt: skip
         self.name = name
         self.clock = clock
         self.module = module
@@ -401,6 +414,9 @@ class AttachedServer(DockerServer):
         self._image = container.image.id
         self._container = container
         self._client: valkey.Valkey | None = None
+        self._with_init = control_socket is not None
+        if control_socket is not None:
+            self.control_socket = control_socket
 
     @property
     def address(self) -> Address:
@@ -435,6 +451,7 @@ class AttachedServer(DockerServer):
     def close(self) -> None:
         """Leave the pair running: a server stopped halfway (an interrupted restart) starts again."""
         self._drop_client()
+        self._close_control()
         with contextlib.suppress(Exception):
             if not self.running:
                 self._container.start()

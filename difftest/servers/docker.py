@@ -97,6 +97,7 @@ class DockerServer(SocketClients):
         self.tcp_port: int | None = None
         self.socket_path = workdir / "valkey.sock"
         self.logfile = workdir / "valkey.log"
+        self.control_socket = workdir / CONTROL_SOCKET  # the init's
         self.starts = 0
         self._docker = docker_client()
         self._image = build_image(self._docker, module)
@@ -162,7 +163,7 @@ class DockerServer(SocketClients):
             )
         if self._with_init:
             with contextlib.suppress(FileNotFoundError):
-                (self.workdir / CONTROL_SOCKET).unlink()
+                self.control_socket.unlink()
         self._container.start()
         return 0, port
 
@@ -191,7 +192,7 @@ class DockerServer(SocketClients):
     # -- the init: restarts inside the container ----------------------------------------------
 
     def _connect_control(self) -> None:
-        path = self.workdir / CONTROL_SOCKET
+        path = self.control_socket
         if not path.exists():
             return  # not listening yet: the caller polls
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
