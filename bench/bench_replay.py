@@ -9,10 +9,14 @@ observation and judging it; restart: stopping and starting both servers, reconne
 moving and confirming the frozen clock; reset: flushing between histories; resync: the Lua
 server taking the native's keyspace; other: what the compared run spent outside the replay).
 
+`--replicas` adds the cost of a replica beside each server (`difftest run --replicas`): per mix, each
+history replayed on a pair without replicas and at once on a pair with them, and the ratio of the
+two replay rates in steps/s (generation excluded: it is the same for both).
+
 `--campaigns N` adds whole `difftest run --examples N` campaigns (one process each, as a user runs
 them): one worker against two, and the docker backend against local when a Docker engine answers.
 
-Usage: python bench/bench_replay.py [--examples N] [--pin] [--campaigns N] [--json PATH]
+Usage: python bench/bench_replay.py [--examples N] [--pin] [--replicas] [--campaigns N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -52,6 +56,18 @@ class Figure:
     ratio: float
     divergences: int
     us_per_step: dict[str, float] = field(default_factory=dict)  # by stage
+
+
+@dataclass
+class ReplicaCost:
+    mix: str
+    steps: int
+    without_steps_per_s: float
+    with_steps_per_s: float
+    ratio: float  # with / without, replays alone: 0.8 means replicas cost 20% of the replay rate
+    campaign_ratio: float  # the same with generation counted in, as `difftest run`'s compared steps/s
+    replica_us_per_step: float  # of which the replica checks themselves (the rest: their servers' starts)
+    divergences: int  # with replicas (a propagation divergence counts here)
 
 
 @dataclass
@@ -96,6 +112,51 @@ def measure(mix: str, examples: int, replayer: Replayer) -> Figure:
     per_step = {stage: round(seconds / steps * 1e6, 1) for stage, seconds in spent.items()}
     return Figure(mix, count, steps, generate_rate, compared_rate, compared_rate / generate_rate, divergences,
                   per_step)  # fmt: skip
+
+
+def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer) -> ReplicaCost:
+    """The same derandomized histories compared without and with a replica beside each server: each
+    history on one pair, then at once on the other, so the machine's noise falls on both alike."""
+    shape = MIXES[mix]
+    spent = {"plain": 0.0, "replicated": 0.0}
+    counts = {"steps": 0, "divergences": 0}
+    before = replicated.stages.get("replicas", 0.0)
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(histories(shape))
+    def body(history):  # type: ignore[no-untyped-def]
+        counts["steps"] += len(history.steps)
+        for name, replayer in (("plain", plain), ("replicated", replicated)):
+            started = time.perf_counter()
+            result = replayer.replay(history)
+            spent[name] += time.perf_counter() - started
+            if name == "replicated" and result.divergence is not None:
+                counts["divergences"] += 1
+
+    started = time.perf_counter()
+    body()
+    generate_s = time.perf_counter() - started - spent["plain"] - spent["replicated"]
+    steps = counts["steps"]
+    checks_s = replicated.stages.get("replicas", 0.0) - before
+    without, with_ = steps / spent["plain"], steps / spent["replicated"]
+    campaign = (generate_s + spent["plain"]) / (generate_s + spent["replicated"])
+    return ReplicaCost(mix, steps, without, with_, with_ / without, campaign, round(checks_s / steps * 1e6, 1),
+                       counts["divergences"])  # fmt: skip
+
+
+def print_replica_costs(costs: list[ReplicaCost]) -> None:
+    print(f"\n{'replicas':<12} {'steps':>7} {'replay steps/s':>15} {'with replicas':>14} {'ratio':>6} "
+          f"{'with generation':>16} {'check µs/step':>14} {'div':>4}")  # fmt: skip
+    for c in costs:
+        print(f"{c.mix:<12} {c.steps:>7} {c.without_steps_per_s:>15.0f} {c.with_steps_per_s:>14.0f} {c.ratio:>6.2f} "
+              f"{c.campaign_ratio:>16.2f} {c.replica_us_per_step:>14.0f} {c.divergences:>4}")  # fmt: skip
+    steps = sum(c.steps for c in costs)
+    if steps:
+        without_s = sum(c.steps / c.without_steps_per_s for c in costs)
+        with_s = sum(c.steps / c.with_steps_per_s for c in costs)
+        print(f"replicas, all mixes: the replays run at {without_s / with_s:.2f} of their rate without them "
+              f"(cost {100 * (1 - without_s / with_s):.0f}%; with generation counted in: per mix, above)")  # fmt: skip
 
 
 def campaign(label: str, examples: int, workers: int, backend: str) -> Campaign:
@@ -148,6 +209,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=300, help="histories per mix")
     parser.add_argument("--pin", action="store_true", help="pin harness and servers to one core")
     parser.add_argument("--mixes", nargs="*", default=list(MIXES), choices=list(MIXES), help="which mixes")
+    parser.add_argument("--replicas", action="store_true",
+                        help="also measure the cost of a replica beside each server, per mix (a ratio)")  # fmt: skip
     parser.add_argument("--campaigns", type=int, default=0, metavar="N",
                         help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -160,6 +223,11 @@ def main() -> None:
             for mix in args.mixes:
                 figures.append(measure(mix, args.examples, replayer))
         print_mixes(figures)
+    costs: list[ReplicaCost] = []
+    if args.mixes and args.replicas:
+        with Replayer(DEFAULT_MODULE) as plain, Replayer(DEFAULT_MODULE, replicas=True) as replicated:
+            costs = [replica_cost(mix, args.examples, plain, replicated) for mix in args.mixes]
+        print_replica_costs(costs)
     runs: list[Campaign] = []
     if args.campaigns:
         runs.append(campaign("local, 1 worker", args.campaigns, 1, "local"))
@@ -168,7 +236,8 @@ def main() -> None:
             runs.append(campaign("docker, 1 worker", args.campaigns, 1, "docker"))
         print_campaigns(runs)
     if args.json:
-        document = {"mixes": [asdict(f) for f in figures], "campaigns": [asdict(r) for r in runs]}
+        document = {"mixes": [asdict(f) for f in figures], "replicas": [asdict(c) for c in costs],
+                    "campaigns": [asdict(r) for r in runs]}  # fmt: skip
         args.json.write_text(json.dumps(document, indent=2) + "\n")
 
 

@@ -67,14 +67,23 @@ def by_hand(history: History) -> list[str]:
 
 def _render(divergence: Divergence, history: History) -> str:
     step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
+    kind = "PROPAGATION DIVERGENCE" if divergence.propagation is not None else "DIVERGENCE"
     out = [
-        f"DIVERGENCE at step {divergence.index}: {step_json}",
+        f"{kind} at step {divergence.index}: {step_json}",
         f"reason: {divergence.reason}",
         f"lua reply:    {divergence.lua_reply!r}",
         f"native reply: {divergence.native_reply!r}",
         "",
-        "keys that differ after the step (lua vs native, lease_epoch set aside):",
     ]
+    found = divergence.propagation
+    if found is not None:  # a replica that does not hold its primary's keyspace (difftest/replicas.py)
+        out += [f"checked at the end of the segment this step closes: keys that differ between the {found.side} "
+                "server and its replica (lease_epoch included):"]  # fmt: skip
+        rows = key_diff(found.primary, found.replica)
+        out += [f"  {r['key']}\n    primary: {r['lua']}\n    replica: {r['native']}" for r in rows] or ["  (none)"]
+        out += ["", "keys that differ after the step (lua vs native, lease_epoch set aside):"]
+    else:
+        out += ["keys that differ after the step (lua vs native, lease_epoch set aside):"]
     rows = key_diff(divergence.lua_after, divergence.native_after)
     out += [f"  {r['key']}\n    lua:    {r['lua']}\n    native: {r['native']}" for r in rows] or ["  (none)"]
     out += ["", "keys the native changed in this step:"]
@@ -82,7 +91,8 @@ def _render(divergence: Divergence, history: History) -> str:
     out += [f"  {r['key']}\n    before: {r['lua']}\n    after:  {r['native']}" for r in changed] or ["  (none)"]
     out += ["", f"native lease_epoch fields: {divergence.native_epochs!r}", "", "the history up to this step:"]
     out += ["  " + json.dumps(hist.step_to_json(s), ensure_ascii=False) for s in history.steps]
-    out += ["", "to reproduce: difftest replay <this directory>", "by hand:", *by_hand(history)]
+    replicas = " (it turns --replicas on, as recorded)" if found is not None else ""
+    out += ["", f"to reproduce: difftest replay <this directory>{replicas}", "by hand:", *by_hand(history)]
     return "\n".join(out) + "\n"
 
 
@@ -94,12 +104,17 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
     prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
     trimmed = hist.only_users_called(replace(result.history, steps=prefix))
     expect = {"verdict": "divergence", "step": divergence.index, "reason": divergence.reason}
+    if divergence.propagation is not None:
+        expect["kind"] = divergence.kind
+    if result.replicas:  # replay runs as recorded: a replica beside each server (absent: none)
+        expect["replicas"] = True
     hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect})
     (directory / "report.txt").write_text(_render(divergence, trimmed), encoding="utf-8")
     report = {
         "step": divergence.index,
         "step_json": hist.step_to_json(divergence.step),
         "reason": divergence.reason,
+        "kind": divergence.kind,
         "lua_reply": repr(divergence.lua_reply),
         "native_reply": repr(divergence.native_reply),
         "key_diff": key_diff(divergence.lua_after, divergence.native_after),

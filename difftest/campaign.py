@@ -414,7 +414,8 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
             _mark_owner(group)
             if on_root is not None:
                 on_root(group.root)
-            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
+            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts,
+                          replicas=config.replicas) as replayer:  # fmt: skip
                 _batches(config, worker, replayer, report, sizes, deadline, notify)
         finally:
             if group is not None:

@@ -177,12 +177,15 @@ def print_result(result: ReplayResult) -> None:
           f"allowed differences: {rules}")  # fmt: skip
 
 
-def replay_and_report(history: hist.History, args: argparse.Namespace, label: str) -> tuple[int, ReplayResult]:
+def replay_and_report(history: hist.History, args: argparse.Namespace, label: str,
+                      recorded_replicas: bool | None = None) -> tuple[int, ReplayResult]:  # fmt: skip
     from difftest.artifacts import save_divergence
 
     _check_module(args.module)
     _check_reports(args.reports)
-    with Replayer(args.module, lua_scripts=args.lua_scripts, backend=backend_of(args)) as replayer:
+    replicas = replicas_of(args, recorded_replicas)
+    with Replayer(args.module, lua_scripts=args.lua_scripts, backend=backend_of(args),
+                  replicas=replicas) as replayer:  # fmt: skip
         result = replayer.replay(history)
     print_result(result)
     if result.divergence is None:
@@ -246,6 +249,7 @@ def command_run(args: argparse.Namespace) -> int:
     shard = _shard(args.shard)
     examples = None if args.seconds is not None and args.examples is None else (args.examples or DEFAULT_EXAMPLES)
     _check_budget(examples, shard)
+    args.replicas = replicas_of(args)
     from difftest.progress import plain_interval
 
     args.progress_interval = plain_interval(os.environ)  # a bad DIFFTEST_PROGRESS_SECONDS: one line now
@@ -271,7 +275,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         database=database,
-        backend=backend_of(args), shard=shard,
+        backend=backend_of(args), shard=shard, replicas=args.replicas,
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
@@ -319,8 +323,10 @@ def command_replay(args: argparse.Namespace) -> int:
 
     path = history_path(args.file)
     history = hist.load(path)  # a malformed history is one line (HistoryError) before any server starts
-    code, result = replay_and_report(history, args, "replay")
-    expect = expected_verdict(path)
+    expect = expected_verdict(path) if path.is_file() else None
+    # an artifact replays with replicas as it was recorded (no "replicas": none); a plain history: the default
+    recorded = None if expect is None else expect.get("replicas") is True
+    code, result = replay_and_report(history, args, "replay", recorded)
     if expect is not None:
         same = (
             result.divergence is not None
@@ -328,7 +334,8 @@ def command_replay(args: argparse.Namespace) -> int:
             and expect.get("step") == result.divergence.index
             and expect.get("reason") == result.divergence.reason
         )
-        print(f"recorded verdict: divergence at step {expect.get('step')}: {expect.get('reason')}")
+        print(f"recorded verdict: divergence at step {expect.get('step')}: {expect.get('reason')}"
+              + (" (with replicas)" if expect.get("replicas") else ""))  # fmt: skip
         print("reproduced: " + ("yes, the same step and reason" if same else "NO"))
     return code
 
@@ -570,7 +577,23 @@ def backend_of(args: argparse.Namespace) -> str:
     return args.backend if args.attach is None else attach_backend(args.attach or None)
 
 
+def replicas_of(args: argparse.Namespace, recorded: bool | None = None) -> bool:
+    """--replicas or --no-replicas; unsaid, what an artifact recorded, else the default. Embedded servers
+    only: a replica follows its primary over loopback TCP (containers have no network, and an attached
+    pair is not ours to reconfigure)."""
+    from difftest.replicas import DEFAULT
+
+    embedded = args.attach is None and args.backend == "local"
+    if args.replicas and not embedded:
+        raise SetupProblem("--replicas runs embedded servers only (each replica follows its server over loopback "
+                           "TCP): drop --attach and --backend docker, or --replicas")  # fmt: skip
+    if args.replicas is not None:
+        return bool(args.replicas)
+    return embedded and (DEFAULT if recorded is None else recorded)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
+    from difftest.replicas import DEFAULT as REPLICAS_DEFAULT
     from executors.native.adapter import DEFAULT_MODULE
 
     parser.add_argument(
@@ -602,6 +625,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip
+    parser.add_argument("--replicas", action=argparse.BooleanOptionalAction, default=None,
+                        help="a replica beside each server; after every segment each replica's keyspace must "
+                        "equal its server's, else a 'propagation' divergence (embedded servers only; default: "
+                        f"{'on' if REPLICAS_DEFAULT else 'off'}; replay: what the artifact recorded)")  # fmt: skip
     from difftest.valkeys import ENVIRONMENT, argument, supported_text
 
     parser.add_argument("--valkey", metavar="VERSION", type=argument, default=None,

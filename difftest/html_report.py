@@ -245,6 +245,8 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words += ["--lua-scripts", str(summary["lua_scripts"])]
     if summary.get("valkey_requested") and summary.get("valkey"):
         words += ["--valkey", str(summary["valkey"])]
+    if summary.get("replicas") is not None:  # said either way: the default depends on the backend
+        words.append("--replicas" if summary["replicas"] else "--no-replicas")
     return shlex.join(words)
 
 
@@ -269,6 +271,9 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("workers", esc(summary.get("workers", 1))),
         ("restarts and crashes", "on" if summary.get("restarts", True) else "off"),
     ]
+    if summary.get("replicas") is not None:
+        facts.append(("replicas", "on: each server's replica compared with it after every segment"
+                      if summary["replicas"] else "off"))  # fmt: skip
     if shard:
         facts.append(("shard", esc(f"{shard['index']}/{shard['count']}")))
     if summary.get("shards"):

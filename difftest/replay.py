@@ -21,6 +21,8 @@ from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from difftest.contract import RULES, Verdict, acl_probe_keys
 from difftest.history import Advance, History, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
+from difftest.replicas import KIND as PROPAGATION
+from difftest.replicas import Propagation, Replicas, primary_options
 from difftest.replies import Died, NotSent, Reply
 from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
@@ -59,6 +61,8 @@ class Divergence:
     lua_after: Snapshot
     native_after: Snapshot
     native_epochs: Epochs
+    kind: str = "divergence"  # or "propagation": a replica that does not hold its primary's keyspace
+    propagation: Propagation | None = None  # then: which side, and both keyspaces
 
 
 @dataclass
@@ -68,6 +72,7 @@ class ReplayResult:
     observations: list[Observation] = field(default_factory=list)  # what the judge was given, step by step
     divergence: Divergence | None = None
     elapsed_s: float = 0.0
+    replicas: bool = False  # whether each server had a replica to keep up (`--replicas`)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +81,11 @@ class ReplayResult:
     @property
     def rules_hit(self) -> Counter[str]:
         return Counter(r.verdict.rule for r in self.records if r.verdict.rule)
+
+
+def can_write(segment: list[Resolved]) -> bool:
+    """Whether a segment holds a step that can write (a clock advance or a restart alone cannot)."""
+    return any(not (step.is_advance or step.is_restart) for step in segment)
 
 
 def segments(steps: tuple[Resolved, ...], alone_from: int | None = None) -> list[list[Resolved]]:
@@ -121,15 +131,24 @@ class Replayer:
     """A Lua server and a native server on one frozen clock, reused from history to history."""
 
     def __init__(
-        self, module: Path, group: ServerGroup | None = None, lua_scripts: Path | None = None, backend: str = "local"
+        self,
+        module: Path,
+        group: ServerGroup | None = None,
+        lua_scripts: Path | None = None,
+        backend: str = "local",
+        replicas: bool = False,
     ) -> None:
         self.scripts = load_scripts(lua_scripts)
         self._owns_group = group is None
         self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
+        self.replicas: Replicas | None = None
         try:
-            self.lua_server = self.group.add("lua")
-            self.native_server = self.group.add("native", module=module)
+            options = primary_options() if replicas else {}  # a TCP port for each server's replica
+            self.lua_server = self.group.add("lua", **options)
+            self.native_server = self.group.add("native", module=module, **options)
+            if replicas:
+                self.replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
         except BaseException:  # the first server (a container, an attached pair's lock) goes too
             if self._owns_group:
                 self.group.close()
@@ -146,6 +165,8 @@ class Replayer:
         for side in (self.lua, self.native):
             if side is not None:
                 side.close()
+        if self.replicas is not None:
+            self.replicas.close()
         if self._owns_group:
             self.group.close()
 
@@ -190,7 +211,7 @@ class Replayer:
         stages = self.stages
         self._reset(history)
         assert self.lua is not None and self.native is not None
-        result = ReplayResult(history)
+        result = ReplayResult(history, replicas=self.replicas is not None)
         mark = time.perf_counter()
         stages["reset"] += mark - started
         state = JudgeState()
@@ -212,6 +233,12 @@ class Replayer:
                     return self.replay(history, alone_from=segment[0].index)
                 return self._died(result, state, segment, native_out, death, started)
             mark = _lap(stages, "send", mark)
+            # every replica caught up and compared now, before the clock moves; a contract divergence
+            # in the segment is reported first (it comes at an earlier step)
+            propagation = None
+            if self.replicas is not None and can_write(segment):
+                propagation = self.replicas.check()
+                mark = _lap(stages, "replicas", mark)
             now_ms = self.group.clock.now_ms
             run_id = self.native.run_id.encode()
             # A server sees a rewritten clock about 1 ms later: when an advance comes next, write it
@@ -254,6 +281,8 @@ class Replayer:
                         if following is not None and isinstance(following.step, Advance):
                             self.group.clock.set(now_ms + following.step.ms)
                     mark = _lap(stages, "resync", mark)
+            if propagation is not None:
+                return self._propagated(result, state, segment, propagation, started)
         result.elapsed_s = time.perf_counter() - started
         # the next history most likely starts where this one did: write the clock back now, so
         # the servers' ~1 ms until they read it passes before the next reset confirms it
@@ -278,6 +307,17 @@ class Replayer:
             self.native.reconnect()
             return _lap(self.stages, "restart", mark)
         return mark
+
+    def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
+                    started: float) -> ReplayResult:  # fmt: skip
+        """A replica that does not hold its primary's keyspace, found at the end of the segment: a
+        divergence of its own kind at the segment's last step."""
+        last, record = segment[-1], result.records[-1]
+        result.divergence = Divergence(last.index, last.step, found.reason, record.lua_reply, record.native_reply,
+                                       state.before, state.before, state.before, dict(state.before_epochs),
+                                       PROPAGATION, found)  # fmt: skip
+        result.elapsed_s = time.perf_counter() - started
+        return result
 
     def _native_death(self, lost: BaseException) -> str:
         """Why the native server is gone, once its process has exited; else `lost` is raised again.

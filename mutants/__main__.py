@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per campaign")
     parser.add_argument("--grace", type=float, default=defaults.grace_s, help="seconds past --timeout before a kill")
     parser.add_argument("--no-restarts", action="store_true", help="histories never restart nor crash the servers")
+    parser.add_argument("--replicas", action="store_true",
+                        help="a replica beside each server, compared with it after every segment")  # fmt: skip
     parser.add_argument("--reports", type=Path, default=None, help="default: reports/mutants-<time>")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = _parse(parser, argv)
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     reports = args.reports or Path("reports") / f"mutants-{time.strftime('%Y%m%dT%H%M%S')}"
     budget = Budget(seed=args.seed, examples=args.examples, timeout_s=args.timeout, grace_s=args.grace,
-                    restarts=not args.no_restarts)  # fmt: skip
+                    restarts=not args.no_restarts, replicas=args.replicas)  # fmt: skip
     signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: every campaign stopped, its servers removed
     try:
         code, _ = run(reports, budget, args.only, args.cache, say=lambda line: print(line, flush=True),

@@ -1,0 +1,68 @@
+"""The catalogue's replication mutants need a restart to be seen (the servers reload their AOF) unless
+each server has a replica: with replicas on and restarts off, every one of them is caught, as a
+"propagation" divergence whose artifact `difftest replay` reproduces (it turns the replicas on, as
+recorded); with neither, none is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from difftest.cli import EXIT_DIVERGENCE, main
+from difftest.replicas import KIND
+from mutants import catalogue as cat
+from mutants import report
+from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, run
+from mutants.score import CAUGHT, MISSED, Budget
+from mutants.workspace import DEFAULT_CACHE, prepare
+
+REPLICATION = [m for m in cat.load() if m.defect_class.startswith("replication")]
+SEED = 20261202
+EXAMPLES = 150
+
+
+def _budget(replicas: bool) -> Budget:
+    return Budget(seed=SEED, examples=EXAMPLES, timeout_s=240.0, shrink_s=2.0, restarts=False, replicas=replicas)
+
+
+@pytest.mark.timeout(1200)  # a fresh cache first builds the module's dependencies (~2 min)
+def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert {m.id for m in REPLICATION} >= {
+        "native-writes-not-replicated", "native-complete-not-replicated", "native-replicated-verbatim",
+    }  # fmt: skip
+    assert all("restarts" in m.needs for m in REPLICATION)  # what they need without replicas
+    ids = [m.id for m in REPLICATION]
+
+    code, outcomes = run(tmp_path / "on", _budget(replicas=True), only=ids, say=lambda _: None, jobs=2)
+    by_id = {o.id: o for o in outcomes}
+    # the null run agrees with replicas on too: a replica of a healthy pair never differs
+    assert by_id["null-run"].status == MISSED and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
+    for mutant in REPLICATION:
+        outcome = by_id[mutant.id]
+        assert outcome.status == CAUGHT, (mutant.id, outcome.reason)
+        assert outcome.reason.startswith(f"{KIND}: the native server's replica differs"), outcome.reason
+        assert not outcome.restarts
+        # the artifact reproduces on the mutant's own module, the replicas turned on as recorded
+        module = prepare("native", mutant.source_dir, mutant.patch, DEFAULT_CACHE).artifact
+        assert module is not None
+        artifact = tmp_path / "on" / outcome.artifact
+        expect = json.loads((artifact / "history.jsonl").read_text().splitlines()[0])["expect"]
+        assert expect["kind"] == KIND and expect["replicas"] is True
+        capsys.readouterr()
+        replayed = main(["replay", str(artifact), "--module", str(module), "--reports", str(tmp_path / "replays")])
+        out = capsys.readouterr().out
+        assert replayed == EXIT_DIVERGENCE and "reproduced: yes, the same step and reason" in out, out
+        assert "PROPAGATION DIVERGENCE" in (artifact / "report.txt").read_text()
+    assert code == EXIT_ALL_CAUGHT
+    document = json.loads((tmp_path / "on" / report.OUTCOMES).read_text())
+    assert document["budget"]["replicas"] is True and document["budget"]["restarts"] is False
+
+    # neither replicas nor restarts: the same budget misses them all
+    code, outcomes = run(tmp_path / "off", _budget(replicas=False), only=ids, say=lambda _: None, jobs=2)
+    by_id = {o.id: o for o in outcomes}
+    assert {m.id: by_id[m.id].status for m in REPLICATION} == {m.id: MISSED for m in REPLICATION}
+    assert code == EXIT_SOME_MISSED
