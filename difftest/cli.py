@@ -234,6 +234,9 @@ def _check_budget(examples: int | None, shard: tuple[int, int]) -> None:
 def command_run(args: argparse.Namespace) -> int:
     import random
 
+    if args.lua_coverage and (args.attach is not None or args.backend != "local"):
+        raise SetupProblem("--lua-coverage reads the Lua servers' logs: embedded servers only, drop --attach "
+                           "and --backend docker")  # fmt: skip
     if args.native_coverage:
         from difftest.native_coverage import prepare
 
@@ -281,15 +284,18 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
     print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
     # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
-    from difftest import native_coverage
+    from difftest import lua_coverage, native_coverage
 
     profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
-    with profiling, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
+    measuring = lua_coverage.measuring(directory) if args.lua_coverage else contextlib.nullcontext()
+    with profiling, measuring, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
                                      interval_s=args.progress_interval) as progress:  # fmt: skip
         result = run_campaign(config, on_progress=progress)
     document = reports.summary(result)
     if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
         document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
+    if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
+        document["lua_coverage"] = lua_coverage.collect(directory, config.lua_scripts)
     reports.write_document(document, directory)
     print()
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
@@ -300,6 +306,8 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
         print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
     if args.native_coverage:
         print(native_coverage.summary_line(document["native_coverage"]))
+    if args.lua_coverage:
+        print(lua_coverage.summary_line(document["lua_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
     print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
           f"reproduce: {html_report.reproduce_command(document)}")  # fmt: skip
@@ -404,6 +412,11 @@ def command_merge(args: argparse.Namespace) -> int:
     native = merge_runs(args.dirs, args.out)  # the shards' native coverage profiles summed, if any
     if native is not None:
         document["native_coverage"] = native
+    from difftest import lua_coverage
+
+    lua = lua_coverage.merge_runs(args.dirs, args.out)  # and their Lua script line counts
+    if lua is not None:
+        document["lua_coverage"] = lua
     reports.write_document(document, args.out)
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
@@ -696,6 +709,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="measure which lines of the module's source the histories reach: the module built "
                      "instrumented (executors/native/target/coverage), native-coverage.json and a report.html "
                      "section (needs rustup's llvm-tools)")  # fmt: skip
+    run.add_argument("--lua-coverage", action="store_true",
+                     help="measure which lines of each Lua script the histories run: an instrumented copy of the "
+                     "scripts logs the lines each call ran (what they write is unchanged); lua-coverage.json and "
+                     "a report.html section")  # fmt: skip
     database = run.add_mutually_exclusive_group()
     database.add_argument("--database", metavar="SPEC", default=None,
                           help="Hypothesis's example database: a directory, or valkey://HOST:PORT[/DB] "

@@ -338,6 +338,15 @@ def _coverage(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _lua_coverage(summary: dict[str, Any]) -> list[str]:
+    """`run --lua-coverage`: the lines of each retired script the histories ran (difftest/lua_coverage.py)."""
+    if not summary.get("lua_coverage"):
+        return []
+    from difftest.lua_coverage import html_section
+
+    return ["<h2>Lua script coverage</h2>", *html_section(summary["lua_coverage"])]
+
+
 def _native_coverage(summary: dict[str, Any]) -> list[str]:
     """`run --native-coverage`: the module's own lines, regions and branches reached (difftest/native_coverage.py)."""
     if not summary.get("native_coverage"):
@@ -384,6 +393,7 @@ def render(summary: dict[str, Any]) -> str:
         "<h2>Contract rows hit</h2>", *_contract(summary),
         "<h2>Behaviour coverage</h2>", *_coverage(summary),
         *_native_coverage(summary),
+        *_lua_coverage(summary),
         "<h2>Files</h2>",
         '<p><a href="summary.json">summary.json</a> · <a href="coverage.txt">coverage.txt</a> · '
         '<a href="junit.xml">junit.xml</a></p>',

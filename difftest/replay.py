@@ -18,6 +18,7 @@ from typing import Any
 
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
+from difftest import lua_coverage
 from difftest.contract import RULES, Verdict, acl_probe_keys
 from difftest.history import Advance, History, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
@@ -138,7 +139,7 @@ class Replayer:
         backend: str = "local",
         replicas: bool = False,
     ) -> None:
-        self.scripts = load_scripts(lua_scripts)
+        self.scripts = lua_coverage.scripts_for_replay(load_scripts(lua_scripts))  # instrumented: --lua-coverage
         self._owns_group = group is None
         self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
@@ -167,6 +168,9 @@ class Replayer:
                 side.close()
         if self.replicas is not None:
             self.replicas.close()
+        logfile = getattr(self.lua_server, "logfile", None)  # the Lua scripts' coverage lines (--lua-coverage)
+        if logfile is not None:
+            lua_coverage.harvest(Path(logfile))
         if self._owns_group:
             self.group.close()
 
