@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+
 from difftest.replies import ErrorReply
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.snapshot import CANONICAL_WALK_SCRIPT, Entry, Snapshot, diff, parse_canonical, with_epochs
@@ -50,7 +52,8 @@ KIND = "propagation"  # the divergence's kind, beside the contract's "divergence
 # `run --replicas` by default? Only if replicas cost under 20% of the compared steps/s in
 # bench/bench_replay.py --replicas (docs/decisions.md has the figures): they do not.
 DEFAULT = False
-CATCH_UP_TIMEOUT_S = 20.0  # a replica this late is the harness's failure (exit 70), not a finding
+CATCH_UP_TIMEOUT_S = 20.0
+DEATH_TIMEOUT_S = 2.0  # a replica this late is the harness's failure (exit 70), not a finding
 _REPLICA_ROUND = [(b"INFO", b"replication"), (b"TIME",), (b"EVAL", CANONICAL_WALK_SCRIPT, b"0")]
 PRIMARY_CONFIG = ("--repl-diskless-sync", "no", "--repl-diskless-sync-delay", "0", "--hz", "100",
                   "--shutdown-timeout", "0")  # fmt: skip
@@ -208,10 +211,15 @@ class Replicas:
             primary, _ = pair.wires()
             targets.append(_field(primary.read(), b"master_repl_offset"))
             primary_walks.append(primary.read_raw())
-        for pair in self.pairs:
-            pair.wires()[1].send(_REPLICA_ROUND)
-        for pair, target, primary_walk in zip(self.pairs, targets, primary_walks, strict=True):
-            replica_walk = self._caught_up_walk(pair, target)
+        unsent: dict[int, BaseException] = {}
+        for number, pair in enumerate(self.pairs):
+            try:
+                pair.wires()[1].send(_REPLICA_ROUND)
+            except (ValkeyConnectionError, OSError) as lost:
+                unsent[number] = lost
+        for number, (pair, target, primary_walk) in enumerate(zip(self.pairs, targets, primary_walks, strict=True)):
+            gone = unsent.get(number)
+            replica_walk = self._lost(pair, gone) if gone is not None else self._caught_up_walk(pair, target)
             if replica_walk is None:  # the native's replica died of what its primary sent it: a finding
                 reason = f"{KIND}: the {pair.side} server's replica died (see {pair.replica.logfile.name})"
                 return Propagation(pair.side, reason, snapshot_of(primary_walk), {})
@@ -232,7 +240,10 @@ class Replicas:
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
         _, replica = pair.wires()
         while True:
-            info, now, walk = (replica.read(), replica.read(), replica.read_raw())
+            try:
+                info, now, walk = (replica.read(), replica.read(), replica.read_raw())
+            except (ValkeyConnectionError, OSError) as lost:
+                return self._lost(pair, lost)
             linked = _field(info, b"master_link_status") == b"up"
             offset = _field(info, b"slave_repl_offset")
             if linked and target is not None and isinstance(offset, int) and offset >= target and _ms(now) == expected:
@@ -249,6 +260,16 @@ class Replicas:
                                    f"{_field(info, b'master_link_status')!r}, clock {_ms(now)} of {expected} ms): "
                                    f"see {pair.replica.logfile}")  # fmt: skip
             replica.send(_REPLICA_ROUND)  # each round trip blocks on the replica: no sleep needed
+
+    def _lost(self, pair: _Pair, lost: BaseException) -> Any:
+        """A replica's connection closed: None once its process is seen to have ended (the socket
+        closes a moment before the process is reaped) if it is the native's; else `lost` goes on."""
+        deadline = time.monotonic() + DEATH_TIMEOUT_S
+        while pair.replica.running and time.monotonic() < deadline:
+            time.sleep(0.01)  # waiting for the process to be reaped, not for an answer
+        if pair.replica.running or pair.side != "native":
+            raise RuntimeError(f"{pair.replica.name} closed its connection ({lost}): see {pair.replica.logfile}")
+        return None
 
     def close(self) -> None:
         for pair in self.pairs:
@@ -270,6 +291,9 @@ def _field(info: Any, name: bytes) -> Any:
 
 
 def _ms(reply: Any) -> int:
+    """TIME's reply in ms; -1 for anything else (an error while a full sync loads)."""
+    if not isinstance(reply, list) or len(reply) != 2:
+        return -1
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
 

@@ -115,3 +115,28 @@ def test_a_campaign_with_replicas_records_them(capsys: pytest.CaptureFixture[str
     assert html_report.reproduce_command(summary).endswith("--replicas")
     assert "reproduce: difftest run --seed 5 --examples 40 --workers 1 --no-database --replicas" in out
     assert "each server's replica compared with it after every segment" in (run / "report.html").read_text()
+
+
+def test_a_native_replica_that_dies_is_a_finding_and_is_replaced(
+    group: ServerGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lua = group.add("lua", **primary_options())
+    native = group.add("native", module=DEFAULT_MODULE, **primary_options())
+    replicas = Replicas(group, [("lua", lua), ("native", native)])
+    try:
+        assert replicas.check() is None
+        lua_replica, native_replica = (pair.replica for pair in replicas.pairs)
+        # a replica that dies between two checks (as if of what its primary sent it): not replaced
+        # before it is waited on, which is where the check meets its death
+        monkeypatch.setattr(type(replicas.pairs[0]), "stale", lambda pair: False)
+        native_replica.kill()
+        found = replicas.check()
+        assert found is not None and found.side == "native" and "replica died" in found.reason
+        lua_replica.kill()
+        with pytest.raises(RuntimeError, match="lua-replica"):  # the reference's replica: the harness's fault
+            replicas.check()
+        monkeypatch.undo()
+        assert replicas.check() is None  # fresh replicas follow again
+        assert lua_replica.running and native_replica.running
+    finally:
+        replicas.close()
