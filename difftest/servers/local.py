@@ -211,11 +211,16 @@ class EmbeddedServer(SocketClients):
 
     def _wait_listening(self, deadline: float) -> None:
         """Block until the server listens on its socket, or dies first (the shim's pipe: a byte,
-        or end of file); without the shim, return at once (the caller polls)."""
+        or end of file); without the shim, return at once (the caller polls). A server that did
+        not load the shim never writes: its socket file or its exit ends the wait as well."""
         if self._ready_read < 0:
             return
         try:
-            select.select([self._ready_read], [], [], max(0.0, deadline - time.monotonic()))
+            while time.monotonic() < deadline:
+                if select.select([self._ready_read], [], [], 0.05)[0]:
+                    return
+                if self.socket_path.exists() or (self._process is not None and self._process.poll() is not None):
+                    return
         finally:
             self._close_ready()
 
