@@ -214,6 +214,8 @@ class Replayer:
         started = time.perf_counter()
         stages = self.stages
         self._reset(history)
+        if self.replicas is not None:
+            self.replicas.relink()  # a server started again by the reset: its replica synced before any step
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history, replicas=self.replicas is not None)
         mark = time.perf_counter()
@@ -307,6 +309,8 @@ class Replayer:
             # a server started after the clock file was last written reads that time from its first
             # clock call: nothing to confirm
             self.group.restart_all(crash=step.step.crash)
+            if self.replicas is not None:
+                self.replicas.relink()  # fresh replicas, synced before the segment writes anything
             self.lua.reconnect()
             self.native.reconnect()
             return _lap(self.stages, "restart", mark)

@@ -19,7 +19,9 @@ difftest/snapshot.py, and hands the two snapshots to `propagation_problem`, a pu
 Timing, all of it waited for (asked again until it holds), never slept on:
 - a replica is a fresh process for every start of its primary (a restarted primary has a new
   replication id: only a full sync can follow it, and a running replica would only reconnect at
-  its once-a-second replication cron); it connects at its first cron tick, at start;
+  its once-a-second replication cron); it connects at its first cron tick, at start, and the
+  replayer waits for its full sync to be loaded before any step runs (`relink`): a sync taken after
+  a write would carry a write the module never propagated;
 - primaries sync a replica from an RDB file, not a socket (`repl-diskless-sync no`: after a
   socket transfer the primary holds the stream back until the replica's first acknowledgement,
   which comes at the replica's once-a-second cron, so the first write after every sync would take
@@ -163,6 +165,16 @@ class _Pair:
         self.linked_start = self.primary.starts
         self.replica.start()
 
+    def await_link(self) -> None:
+        """Until the replica has loaded its full sync (its INFO says the link is up); asked again at
+        once, each round trip blocking on the replica."""
+        _, replica = self.wires()
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        while _field(replica.call(b"INFO", b"replication"), b"master_link_status") != b"up":
+            if not self.replica.running or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.replica.name} did not sync with its primary within "
+                                   f"{CATCH_UP_TIMEOUT_S:.0f} s: see {self.replica.logfile}")  # fmt: skip
+
     def wires(self) -> tuple[Wire, Wire]:
         if self.primary_wire is None:
             self.primary_wire = Wire(self.primary.address)
@@ -190,20 +202,24 @@ class Replicas:
         self.group = group
         self.pairs = [_Pair(side, primary, group) for side, primary in primaries]
         try:
-            self._relink()
+            self.relink()
         except BaseException:
             self.close()
             raise
 
-    def _relink(self) -> None:
-        """A fresh replica for every primary started since its replica was."""
-        for pair in self.pairs:
-            if pair.stale():
-                pair.renew()
+    def relink(self) -> None:
+        """A fresh replica for every primary started since its replica was, each waited for until its
+        full sync is loaded (its link is up). Called right after servers start, before a step writes:
+        a sync taken after a write would carry a write the module never propagated."""
+        stale = [pair for pair in self.pairs if pair.stale()]
+        for pair in stale:
+            pair.renew()
+        for pair in stale:
+            pair.await_link()
 
     def check(self) -> Propagation | None:
         """Every replica caught up with its primary, then compared with it: the first that differs."""
-        self._relink()
+        self.relink()  # a no-op when the replayer relinked after every start, as it does
         for pair in self.pairs:
             pair.wires()[0].send([(b"INFO", b"replication"), (b"EVAL", CANONICAL_WALK_SCRIPT, b"0")])
         targets, primary_walks = [], []
