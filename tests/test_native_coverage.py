@@ -17,12 +17,14 @@ from difftest.problems import SetupProblem
 EXEMPT = """pub fn exempt(lease_epoch: Option<&[u8]>, current: &[u8]) -> bool {
     lease_epoch != Some(current)
 }"""
-# A lease stamped by an earlier start of the server: a real run_id that is not the current one. The
-# generator's corruption writes forty zeros, and without restarts every other stamp is the current
-# run_id, so only a history that restarts (or crashes) the server between CLAIM and SWEEP gets here.
+# A lease stamped by an earlier start of the server: a real run_id (forty hex digits, not all zeros)
+# that is not the current one. The generator's corruption writes forty zeros or short values ("",
+# "0", "yes", " 5 "), and without restarts every other stamp is the current run_id, so only a
+# history that restarts (or crashes) the server between CLAIM and SWEEP gets here.
 PLANTED = """pub fn exempt(lease_epoch: Option<&[u8]>, current: &[u8]) -> bool {
     if let Some(epoch) = lease_epoch {
-        if epoch != current && epoch.iter().any(|&b| b != b'0') {
+        let run_id = epoch.len() == 40 && epoch.iter().all(u8::is_ascii_hexdigit);
+        if epoch != current && run_id && epoch.iter().any(|&b| b != b'0') {
             return planted_earlier_run(); // PLANTED
         }
     }
