@@ -55,12 +55,12 @@ USER_PROBES: dict[str, tuple[str, ...]] = {
 }
 # the derived keys (rows, meta, metrics), which the native checks itself, more often than the
 # declared sets, which the server checks alike for both executors
-USER_KIND_WEIGHTS = {kind: 4 if kind == domains.ROWS_KEY else 1 if kind in SETS else 2 for kind in domains.KEY_KINDS}
+USER_KIND_WEIGHTS = {kind: 6 if kind == domains.ROWS_KEY else 1 if kind in SETS else 2 for kind in domains.KEY_KINDS}
 USER_KINDS = tuple(kind for kind, weight in USER_KIND_WEIGHTS.items() for _ in range(weight))
 # a caller who may read rows but not write them: EXTEND re-stamps the row it may only read (N2),
 # SWEEP writes the rows of the leases it exempts (D7 held to the caller's permissions)
 _READ_ROWS = domains.acl_user(domains.ROWS_KEY, "read")
-USER_PROBES[_READ_ROWS] = (*USER_PROBES[_READ_ROWS], "EXTEND", "EXTEND", "EXTEND", "SWEEP", "SWEEP")
+USER_PROBES[_READ_ROWS] = (*USER_PROBES[_READ_ROWS], *["EXTEND"] * 4, *["SWEEP"] * 4)
 
 
 @dataclass(frozen=True)
@@ -525,6 +525,11 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             open_claims.clear()
             crash = shape.crashes and (not shape.restarts or draw.chance(2))
             steps.append(Restart(crash=crash))
+            active = hints[queue].active
+            if active and draw.chance(3):
+                # a worker that held a lease across the restart renews it (N1: the new run_id)
+                held = draw.pick(sorted(active))
+                steps.append(CallStep(_transition_call(draw, "EXTEND", queue, hints[queue], now, held)))
         elif kind == "corrupt":
             steps.append(_corruption(draw, queue, hints[queue]))
         elif kind in ("value", "typed", "long"):
@@ -556,9 +561,22 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             probes = USER_PROBES.get(user or "", ())
             probe = draw.spread(probes) if probes and draw.aim(2) else None
             verb = probe or _verb(draw, hints[queue], now, bool(open_claims))
-            # a probe of a fenced transition holds a lease: the caller's permissions then decide
+            # a probe of a fenced transition holds a lease (on the queue that has one): the caller's
+            # permissions then decide
+            if probe and TRANSITIONS[verb].fenced and not hints[queue].active:
+                queue = next((q for q in QUEUES if hints[q].active), queue)
             active = hints[queue].active
             held = draw.pick(sorted(active)) if probe and active and TRANSITIONS[verb].fenced else None
+            if probe == "SWEEP" and active:
+                # a probe of SWEEP meets an expired lease (exempt, after a restart: D7 held to the
+                # caller's permissions)
+                first = min(active.values())
+                if first > now:
+                    last = steps[-1] if steps else None
+                    if isinstance(last, Advance):
+                        steps.pop()
+                    steps.append(Advance(first - now + (last.ms if isinstance(last, Advance) else 0)))
+                    now = first
             call = _transition_call(draw, verb, queue, hints[queue], now, held)
             if kind == "malformed":
                 call = _malformed(draw, call)
