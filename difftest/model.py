@@ -143,60 +143,66 @@ def sweep(
     now_ms: int,
     run_id: bytes | None,
 ) -> Outcome:
-    """SWEEP on one executor: run_id None is the Lua scripts (no exemption, no refusals up front).
+    """SWEEP on one executor: run_id None is the Lua scripts (no exemption, no lane refusal).
 
-    The Lua outcome on an error is its error class only (its partial writes are not predicted).
+    Both executors take the members in order and meet each member's faults before the next
+    member's: its row's type, its lane and stalled counter, then the destination its verdict
+    writes (pending, or dead and the metrics count). The scripts stop there half-way, the native
+    refuses the whole sweep there; either way the first fault in that order is the error. The Lua
+    outcome on an error is its error class only (its partial writes are not predicted).
     """
     active = zset(before, layout.active)
     if active is None:
         return Outcome(error=WRONGTYPE)
-    verdicts: list[SweepVerdict] = []
+    writer = _Writer(before)
+    counts = dict.fromkeys(SWEEP_VERDICTS, 0)
     for member, _ in select(active, now_ms, limit):
         row = layout.row(member)
         kind = kind_of(before, row)
         if kind == "none":
-            verdicts.append(SweepVerdict(member, "ghost"))
-            continue
-        if kind != "hash":
+            verdict = SweepVerdict(member, "ghost")
+        elif kind != "hash":
             return Outcome(error=WRONGTYPE)
-        fields = hash_fields(before, row) or {}
-        if run_id is not None:
-            if b"group" in fields:
+        else:
+            fields = hash_fields(before, row) or {}
+            if run_id is not None and b"group" in fields:
                 return Outcome(error=LANE)
-            if epochs.get(row) != run_id:
-                verdicts.append(SweepVerdict(member, "exempt"))
-                continue
-        stalled = next_counter(fields.get(STALLED))
-        if isinstance(stalled, str):
-            return Outcome(error=stalled)
-        verdicts.append(SweepVerdict(member, "die" if stalled >= max_stalled else "recover", stalled))
-    return _apply_sweep(before, layout, verdicts)
-
-
-def _apply_sweep(before: Snapshot, layout: Layout, verdicts: list[SweepVerdict]) -> Outcome:
-    writer = _Writer(before)
-    counts = dict.fromkeys(SWEEP_VERDICTS, 0)
-    metrics = layout.metrics(FAILED)
-    for v in verdicts:
-        counts[v.verdict] += 1
-        writer.zrem(layout.active, v.member)
-        row = layout.row(v.member)
-        if v.verdict in ("exempt", "recover"):
-            if zset(before, layout.pending) is None:
-                return Outcome(error=WRONGTYPE)
-            writer.zadd(layout.pending, v.member, b"0")
-            if v.verdict == "recover":
-                writer.hset(row, stalled=str(v.stalled).encode(), state=b"pending")
+            if run_id is not None and epochs.get(row) != run_id:
+                verdict = SweepVerdict(member, "exempt")
             else:
-                writer.hset(row, state=b"pending")
-        elif v.verdict == "die":
-            if zset(before, layout.dead) is None or kind_of(before, metrics) not in ("none", "hash"):
-                return Outcome(error=WRONGTYPE)
-            writer.hset(row, stalled=str(v.stalled).encode(), state=b"dead", last_error=b"stalled")
-            writer.zadd(layout.dead, v.member, b"0")
-            count = next_counter((hash_fields(writer.state, metrics) or {}).get(b"count"))
-            if isinstance(count, str):
-                return Outcome(error=count)
-            writer.hset(metrics, count=str(count).encode())
+                stalled = next_counter(fields.get(STALLED))
+                if isinstance(stalled, str):
+                    return Outcome(error=stalled)
+                verdict = SweepVerdict(member, "die" if stalled >= max_stalled else "recover", stalled)
+        error = _apply_member(writer, layout, verdict)
+        if error is not None:
+            return Outcome(error=error)
+        counts[verdict.verdict] += 1
     reply = [counts[verdict] for verdict in SWEEP_VERDICTS]
     return Outcome(reply, writer.state)
+
+
+def _apply_member(writer: _Writer, layout: Layout, v: SweepVerdict) -> str | None:
+    """One member's writes, or the error class of the first that fails (types do not change
+    during a sweep, so they are read from the state before it)."""
+    writer.zrem(layout.active, v.member)
+    row = layout.row(v.member)
+    metrics = layout.metrics(FAILED)
+    if v.verdict in ("exempt", "recover"):
+        if zset(writer.state, layout.pending) is None:
+            return WRONGTYPE
+        writer.zadd(layout.pending, v.member, b"0")
+        if v.verdict == "recover":
+            writer.hset(row, stalled=str(v.stalled).encode(), state=b"pending")
+        else:
+            writer.hset(row, state=b"pending")
+    elif v.verdict == "die":
+        if zset(writer.state, layout.dead) is None or kind_of(writer.state, metrics) not in ("none", "hash"):
+            return WRONGTYPE
+        writer.hset(row, stalled=str(v.stalled).encode(), state=b"dead", last_error=b"stalled")
+        writer.zadd(layout.dead, v.member, b"0")
+        count = next_counter((hash_fields(writer.state, metrics) or {}).get(b"count"))
+        if isinstance(count, str):
+            return count
+        writer.hset(metrics, count=str(count).encode())
+    return None

@@ -33,6 +33,8 @@ EXPECTED_RULES = {
     "n2_extend_row_read_only.jsonl": {"N2": 1},
     "n3_paused_claim_declared_key_denied.jsonl": {"N3": 1},
     "n4_pause_meta_write_only.jsonl": {"N4": 2, "D6": 1},
+    "claim_ghost_by_a_write_only_row_caller.jsonl": {},
+    "d7_lua_stops_at_an_earlier_members_destination.jsonl": {"D7": 1},
 }
 
 

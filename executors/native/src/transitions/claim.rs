@@ -36,7 +36,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         _ => return Err(errors::host_reply()),
     };
     let row = c.q.job(&id);
-    caller.open(ctx, &row, Access::Read)?;
+    // the script's EXISTS: any permission on the row (its key spec asks for no read)
+    caller.open(ctx, &row, Access::Exists)?;
 
     // Step 3, every check before the pop: a ghost is popped and answers empty; a real row must be
     // a hash whose attempts HINCRBY accepts (D3, D4), and active must take a ZADD (D5).
@@ -50,7 +51,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         host::apply(ctx, &plan)?;
         return empty();
     }
-    caller.open(ctx, &row, Access::Write)?;
+    // the script's HINCRBY of attempts: read and write
+    caller.open(ctx, &row, Access::ReadWrite)?;
     let att = match host::read(ctx, "HGET", &[&row, b"attempts"])? {
         Reply::Null => next_attempt(None),
         Reply::Bulk(b) => next_attempt(Some(&b)),
