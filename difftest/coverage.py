@@ -33,7 +33,7 @@ CLASS_LABELS: tuple[str, ...] = (
     *(f"bound:{verb}:{arg}:{edge}" for verb, arg in domains.INT_ARGS for edge in domains.BOUND_EDGES),
     *(f"value:{field}:{cls}" for field, classes in domains.FIELD_CLASSES.items() for cls in classes),
     *(f"value:score:{name}:{cls}" for name in domains.SCORE_READERS for cls in domains.SCORE_CLASSES),
-    *(f"value:{arg}:{cls}" for arg in ("id", "payload", "error") for cls in domains.BYTES_EDGES),
+    *(f"edge:{arg}:{cls}" for arg in ("id", "payload", "error") for cls in domains.BYTES_EDGES),
     *(f"wrongtype:{verb}:{kind}" for verb, t in TRANSITIONS.items() for kind in domains.written_keys(t)),
     *(f"wrongtype:as:{wrong}" for wrong in domains.WRONG_TYPES),
     *domains.acl_labels(),
@@ -181,7 +181,7 @@ def class_labels(result: ReplayResult) -> Counter[str]:
             else:
                 cls = domains.bytes_class(raw)
                 if cls is not None:
-                    reached[f"value:{spec.name if spec.name in ('payload', 'error') else 'id'}:{cls}"] += 1
+                    reached[f"edge:{spec.name if spec.name in ('payload', 'error') else 'id'}:{cls}"] += 1
         _long_labels(reached, resolved, record.native_reply, befores.get(resolved.index, {}))
     return reached
 

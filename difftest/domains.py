@@ -3,7 +3,7 @@ every integer argument, the values other writers leave in the fields a transitio
 transition reaches (for wrong types and permission classes), and ids, payloads and errors at their edges.
 
 The generator (strategies/histories.py) draws from these with small weight; `difftest/coverage.py`
-names what a replay reached with the same classifiers (`bound:*`, `value:*`, `wrongtype:*`, `acl:*`,
+names what a replay reached with the same classifiers (`bound:*`, `value:*`, `edge:*`, `wrongtype:*`, `acl:*`,
 `long:*` labels).
 """
 

@@ -106,9 +106,9 @@ def _values() -> Iterator[History]:
             write = (b"ZADD", LAYOUT.key(name), score, member)
             yield _history(f"value:score:{name}:{cls}", RawWrite(write), CallStep(_call(readers[0])))
     for cls, raw in domains.BYTES_EDGES.items():
-        yield _history(f"value:id:{cls}", CallStep(_call(Verb.ENQUEUE, raw, b"p", 0)))
-        yield _history(f"value:payload:{cls}", CallStep(_call(Verb.ENQUEUE, b"j5", raw, 0)))
-        yield _history(f"value:error:{cls}", CallStep(_call(Verb.FAIL, HELD, 1, raw, 1, 0)))
+        yield _history(f"edge:id:{cls}", CallStep(_call(Verb.ENQUEUE, raw, b"p", 0)))
+        yield _history(f"edge:payload:{cls}", CallStep(_call(Verb.ENQUEUE, b"j5", raw, 0)))
+        yield _history(f"edge:error:{cls}", CallStep(_call(Verb.FAIL, HELD, 1, raw, 1, 0)))
 
 
 def _wrong_types() -> Iterator[History]:

@@ -29,6 +29,7 @@ def test_the_labels_follow_the_command_table() -> None:
     # every permission on every key each transition reaches, the rows and metrics by name
     assert {"acl:SWEEP:job:*:write", "acl:FAIL:metrics:failed:read", "acl:PAUSE:meta:write"} <= set(CLASS_LABELS)
     assert all(label in REQUIRED for label in CLASS_LABELS)
+    assert len(set(REQUIRED)) == len(REQUIRED)  # one label, one thing (JUnit names a case by it)
 
 
 def test_the_bounds_are_the_tables_own() -> None:
