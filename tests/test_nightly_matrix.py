@@ -23,7 +23,9 @@ from tests.workflow import ROOT, context_for, input_defaults, job_commands, load
 
 SEED = "20261204"
 INPUTS = {"examples": "80", "campaign_shards": "2", "mutant_shards": "2", "valkey": NEWEST, "seed": SEED}
-MUTANTS = ["lua-enqueue-overwrites-duplicates", "lua-complete-double-counts"]  # both caught within 60
+# both caught within 60 histories; lua-complete-double-counts was not, once the generator also spent
+# steps on the classes of issue 18 (218 histories at the catalogue's default budget)
+MUTANTS = ["lua-enqueue-overwrites-duplicates", "lua-promote-uses-now"]
 
 
 def workspace(path: Path) -> Path:
