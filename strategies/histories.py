@@ -490,6 +490,15 @@ def histories(draw: Any, shape: HistoryShape = HistoryShape()) -> History:
     return build_history(seeds[: shape.max_steps], shape)
 
 
+def _wait(steps: list[Step], ms: int) -> None:
+    """A clock advance, joined with the one just before it: one wait for the clock, not two."""
+    last = steps[-1] if steps else None
+    if isinstance(last, Advance):
+        steps.pop()
+        ms += last.ms
+    steps.append(Advance(ms))
+
+
 def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistoryShape()) -> History:
     """The history a list of step seeds stands for (pure and deterministic)."""
     steps: list[Step] = []
@@ -515,11 +524,7 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
         if kind == "advance":
             ms = _advance(draw, hints, now)
             now += ms
-            last = steps[-1] if steps else None
-            if isinstance(last, Advance):  # one wait for the clock, not two
-                steps.pop()
-                ms += last.ms
-            steps.append(Advance(ms))
+            _wait(steps, ms)
         elif kind == "restart":
             steps += [EndClaim(w) for w in open_claims]
             open_claims.clear()
@@ -536,11 +541,9 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
             for made in COMPOUND_STEPS[kind](draw, queue, hints[queue], now):
                 if isinstance(made, Advance):
                     now += made.ms
-                    last = steps[-1] if steps else None
-                    if isinstance(last, Advance):  # one wait for the clock, not two
-                        steps.pop()
-                        made = Advance(last.ms + made.ms)
-                steps.append(made)
+                    _wait(steps, made.ms)
+                else:
+                    steps.append(made)
         elif kind == "begin":
             idle = [w for w in WORKERS if w not in open_claims]
             if idle:
@@ -572,10 +575,7 @@ def build_history(seeds: list[tuple[int, ...]], shape: HistoryShape = HistorySha
                 # caller's permissions)
                 first = min(active.values())
                 if first > now:
-                    last = steps[-1] if steps else None
-                    if isinstance(last, Advance):
-                        steps.pop()
-                    steps.append(Advance(first - now + (last.ms if isinstance(last, Advance) else 0)))
+                    _wait(steps, first - now)
                     now = first
             call = _transition_call(draw, verb, queue, hints[queue], now, held)
             if kind == "malformed":
