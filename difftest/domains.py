@@ -16,6 +16,7 @@ from difftest.commands import (
     COMPLETED,
     FAILED,
     I64_MAX,
+    SETS,
     TRANSITIONS,
     ArgKind,
     Layout,
@@ -24,7 +25,6 @@ from difftest.commands import (
     Verb,
 )
 
-I64_MIN = -(2**63)
 # The largest counter both executors still read exactly: a Lua number is a double (docs/decisions.md,
 # "Lua number precision"); a counter of 2^53 - 1 incremented is 2^53, still exact.
 EXACT_EDGE = 2**53 - 1
@@ -184,7 +184,7 @@ WRONG_TYPES = ("string", "list", "set", "other-container")
 
 
 def key_type(kind: str) -> str:
-    return "zset" if kind in ("pending", "active", "delayed", "dead", "done") else "hash"
+    return "zset" if kind in SETS else "hash"
 
 
 def wrong_type_commands(key: bytes, kind: str, wrong: str) -> tuple[tuple[bytes, ...], ...]:
@@ -246,7 +246,7 @@ def acl_key(kind: str) -> str:
     """How a key kind is named in `acl:*` labels: the declared sets as one, "declared" (the server
     checks them before either executor runs, alike for both); meta, rows and metrics each by name
     (derived keys: the native checks them itself, where a script's `redis.call` would)."""
-    return DECLARED if kind in ("pending", "active", "delayed", "dead", "done") else kind
+    return DECLARED if kind in SETS else kind
 
 
 def acl_keys(transition: Transition) -> tuple[str, ...]:

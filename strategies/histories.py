@@ -453,7 +453,7 @@ def _typed_step(draw: Chooser, queue: bytes, hints: QueueHints, now: int) -> lis
         key = layout.row(job)
     else:
         key = layout.key(kind)
-        if kind in ("pending", "active", "delayed", "dead", "done"):
+        if kind in SETS:
             hints.broken.add(kind.encode())
     wrong = draw.spread(domains.WRONG_TYPES)
     writes: list[Step] = [RawWrite(c) for c in domains.wrong_type_commands(key, kind, wrong)]
