@@ -238,13 +238,13 @@ class _ShrinkSpent(KeyboardInterrupt):
 
 def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
-    from hypothesis import HealthCheck, Phase, Verbosity, event, given, settings, target
-    from hypothesis import seed as seed_of
+    from hypothesis import HealthCheck, Phase, Verbosity, event, settings, target
 
     from difftest.artifacts import save_divergence
     from difftest.exampledb import open_database
     from strategies.corpus import CORPUS_NOTE
-    from strategies.histories import HistoryShape, histories
+    from strategies.histories import HistoryShape
+    from strategies.machine import run_machine
 
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
     known: dict[str, Any] = {}  # each failing history's replay, by the history's repr, in the order found
@@ -252,25 +252,19 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     tries: list[int] = []  # replays since the first failure
     database = open_database(config.database) if config.database else None
 
-    def with_corpus(test: Any) -> Any:
-        """The first batch replays the class corpus first (Hypothesis's explicit examples): every
-        class label is met whatever the seed (strategies/corpus.py)."""
-        if batch != 0 or not config.corpus:
-            return test
-        from hypothesis import example
+    # the machine's run (strategies/machine.py): quiet, since a failure is saved and printed here
+    machine_settings = settings(
+        max_examples=size,
+        deadline=None,
+        database=database,
+        stateful_step_count=config.max_steps,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        print_blob=False,
+        phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        verbosity=Verbosity.quiet,
+    )
 
-        from strategies.corpus import class_corpus
-
-        for directed in reversed(class_corpus()):
-            test = example(directed)(test)
-        return test
-
-    @settings(max_examples=size, deadline=None, database=database, suppress_health_check=list(HealthCheck),
-              phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-              report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet)  # fmt: skip
-    @seed_of(batch_seed(config.seed, batch))
-    @given(histories(shape))
-    @with_corpus
     def campaign_history(history: Any) -> None:
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
@@ -305,7 +299,14 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
             raise _Diverged(result.divergence.reason)
 
     try:
-        campaign_history()
+        if batch == 0 and config.corpus:
+            # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
+            from strategies.corpus import class_corpus
+
+            for directed in class_corpus():
+                campaign_history(directed)
+        run_machine(shape, campaign_history, machine_settings,
+                    seed=batch_seed(config.seed, batch))  # fmt: skip
     except (_Diverged, _ShrinkSpent):
         # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
         smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))

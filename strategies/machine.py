@@ -1,0 +1,557 @@
+"""The history generator: a Hypothesis state machine with one rule per transition and per fault step.
+
+Each rule records the step it stands for (nothing touches a server while Hypothesis draws); at the
+end of a run the machine hands its `History` to `on_history`, which the campaign replays on the two
+servers as one pipeline per segment, the benchmark counts, and the suite's TestCase judges. The
+rules keep a rough model of the queues (`strategies/hints.py`) for their preconditions and to aim
+arguments where they matter; ids come from the `jobs` bundle, the leases workers believe they hold
+(id and fencing token, as CLAIM answered them) from the `leases` bundle. Every choice inside a rule
+is a Hypothesis draw that shrinks towards the first option, so the shrinker minimises choices and
+deletes rules, not bytes of a decoder.
+
+Adding a transition, a fault or a class of values is one method here (README, "Adding a rule").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import seed as seed_of
+from hypothesis import strategies as st
+from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from difftest import domains
+from difftest.calls import Call
+from difftest.commands import TRANSITIONS
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, Restart, Step
+from strategies.hints import QueueHints
+from strategies.histories import (
+    ADVANCES,
+    DURATIONS,
+    ERRORS,
+    IDS,
+    PAYLOADS,
+    QUEUES,
+    TOKENS,
+    USER_KINDS,
+    USER_PROBES,
+    USERS,
+    WORKERS,
+    Chooser,
+    HistoryShape,
+    _at_a_bound,
+    _corruption,
+    _edged,
+    _long_step,
+    _malformed,
+    _transition_call,
+    _typed_step,
+    _value_step,
+)
+from strategies.seeded import draw_from_the_seed_alone
+
+draw_from_the_seed_alone()
+
+# the first queue mostly: transitions collide more (a draw of the second shrinks to the first)
+QUEUE = st.integers(0, 3).map(lambda n: QUEUES[1] if n == 3 else QUEUES[0])
+
+# How often each rule runs, per about 256 steps, from what the queues hold as far as the hints know:
+# work that is waiting draws the transition that does it (a corrupt set the transition that meets it;
+# an open split claim PAUSE and RESUME, D1). A restart costs the servers ~12 ms and an advance ~1 ms
+# until they read the new time, against ~0.1 ms for a call: both are rare enough that a campaign
+# spends its time on transitions, often enough that a default campaign reaches D7.
+Weight = Callable[["QueueMachine"], int]
+RULE_WEIGHTS: dict[str, Weight] = {}
+DEFAULT_SHAPE = HistoryShape()
+
+
+def weight(how_often: Weight | int) -> Callable[[Any], Any]:
+    """A rule's weight: a number, or a function of the machine's state."""
+
+    def constant(_: QueueMachine) -> int:
+        return int(how_often)  # type: ignore[arg-type]
+
+    def record(function: Any) -> Any:
+        RULE_WEIGHTS[function.__name__] = how_often if callable(how_often) else constant
+        return function
+
+    return record
+
+
+# the order a rule choice shrinks towards: the first is a plain ENQUEUE
+RULE_ORDER = {
+    name: n
+    for n, name in enumerate(
+        (
+            "enqueue",
+            "claim",
+            "complete",
+            "fail",
+            "extend",
+            "sweep",
+            "promote",
+            "revive",
+            "pause",
+            "resume",
+            "advance",
+            "advance_to_deadline",
+            "begin_claim",
+            "end_claim",
+            "corrupt",
+            "other_writers_value",
+            "wrong_typed_key",
+            "long_lived_job",
+            "restricted_call",
+            "malformed_call",
+            "restart",
+            "crash",
+        )
+    )
+}
+
+
+class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
+    """The machine's choice of its next rule: one draw among the valid rules by weight.
+
+    Hypothesis's own choice is uniform over the rules, with swarm testing (some rules switched off
+    for a whole run): measured here, it took two thirds of the time to draw a history (a flag drawn
+    for rule after rule, about eight a step), and a uniform mix spends as much on restarts as on
+    COMPLETE. The machine's rules, bundles, preconditions and shrinking are Hypothesis's; only the
+    choice of the next rule is weighted. `tests/test_machine.py` checks the weights are obeyed."""
+
+    def __init__(self, machine: QueueMachine) -> None:
+        super().__init__()
+        self.machine = machine
+        self.rules = sorted(type(machine).setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
+
+    def do_draw(self, data: ConjectureData) -> tuple[Any, dict[str, Any]]:
+        machine = self.machine
+        machine.choices = data
+        valid: list[tuple[Any, int]] = []
+        for candidate in self.rules:
+            if all(machine.bundle(b.name) for b in candidate.bundles) and all(
+                p(machine) for p in candidate.preconditions
+            ):
+                how_often = RULE_WEIGHTS[candidate.function.__name__](machine)
+                if how_often > 0:
+                    valid.append((candidate, how_often))
+        n = data.draw_integer(0, sum(w for _, w in valid) - 1)
+        for chosen, how_often in valid:  # noqa: B007 (the loop leaves `chosen` set)
+            if n < how_often:
+                break
+            n -= how_often
+        return chosen, {name: data.draw(strategy) for name, strategy in chosen.arguments_strategies.items()}
+
+
+class Draws(Chooser):
+    """The choices a rule makes inside its body, each one Hypothesis draw shrinking towards the first
+    option; the step builders of `strategies/histories.py` read them through the Chooser interface."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        # the engine's own integer choice, which shrinks towards 0: a strategy per choice (or
+        # DataObject.draw, which also notes every draw) costs three times as much, on every step
+        self._integer = data.conjecture_data.draw_integer
+
+    def _index(self, count: int) -> int:
+        return self._integer(0, count - 1) if count > 1 else 0
+
+    def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
+        return pool[self._index(len(pool))]
+
+    spread = pick  # draws are independent here: nothing comes in lockstep to spread
+
+    def integer(self, low: int, high: int) -> int:
+        return low + self._index(high - low + 1)
+
+    def chance(self, out_of: int) -> bool:
+        """True one time in `out_of` (False when shrunk)."""
+        return self._index(out_of) == out_of - 1
+
+    def aim(self, out_of: int) -> bool:
+        """True but one time in `out_of`: whether to aim by the hints (shrunk: not aimed)."""
+        return self._index(out_of) != 0
+
+    def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
+        n = self._index(sum(w for _, w in weights))
+        for name, weight in weights:
+            if n < weight:
+                return name
+            n -= weight
+        return weights[-1][0]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease as a worker believes it holds it: the id CLAIM answered and its attempts (the token)."""
+
+    queue: bytes
+    job: bytes
+    token: int
+
+
+class QueueMachine(RuleBasedStateMachine):
+    """Two queues, two workers that may split a CLAIM, restricted users, one frozen clock."""
+
+    jobs = Bundle("jobs")
+    leases = Bundle("leases")
+
+    def __init__(
+        self, shape: HistoryShape = DEFAULT_SHAPE, on_history: Callable[[History], None] | None = None
+    ) -> None:
+        super().__init__()
+        self.shape = shape
+        self.on_history = on_history
+        self.steps: list[Step] = []
+        self.hints = {queue: QueueHints() for queue in QUEUES}
+        self.now = 0
+        self.open_claims: list[str] = []
+        self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
+        self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
+
+    # -- what the machine hands on ---------------------------------------------------------------
+
+    def history(self) -> History:
+        """The steps recorded so far, every split claim closed (its worker's second round trip)."""
+        ended = (*self.steps, *(EndClaim(w) for w in self.open_claims))
+        return History(ended, users=dict(USERS) if self.shape.users else {})
+
+    def teardown(self) -> None:
+        if self.choices is not None and self.choices.frozen:
+            return  # the run ran out of choices (an overrun): Hypothesis discards it, so no replay
+        if self.on_history is not None and self.steps:
+            self.on_history(self.history())
+
+    # -- helpers the rules share -----------------------------------------------------------------
+
+    def some(self, holds: Callable[[QueueHints], bool]) -> bool:
+        """Whether a queue's hints say so (the rule weights read them)."""
+        return any(holds(hints) for hints in self.hints.values())
+
+    def _wait(self, ms: int) -> None:
+        """A clock advance, joined with the one just before it: one wait for the clock, not two."""
+        self.now += ms
+        if self.steps and isinstance(self.steps[-1], Advance):
+            ms += self.steps.pop().ms  # type: ignore[union-attr]
+        self.steps.append(Advance(ms))
+
+    def _add(self, made: list[Step]) -> None:
+        for step in made:
+            if isinstance(step, Advance):
+                self._wait(step.ms)
+            else:
+                self.steps.append(step)
+
+    def _call(self, call: Call, draws: Draws, user: str | None = None) -> None:
+        self.steps.append(CallStep(_at_a_bound(draws, call) if draws.chance(16) else call, user))
+
+    def _fenced(self, draws: Draws, lease: Lease) -> tuple[bytes, bytes, int | bytes]:
+        """The queue, id and token a fenced call presents: mostly the lease as the worker holds it,
+        sometimes a stale token close to the current one (one less, one more, its leading digits, ten
+        times it: a fence compares the whole number), sometimes an id and token of no lease at all."""
+        if not draws.aim(5):
+            return lease.queue, _edged(draws, IDS), draws.pick(TOKENS)
+        token = lease.token
+        if draws.chance(6):
+            close = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
+            return lease.queue, lease.job, draws.pick(close) if token >= 10 else max(token - 1, 0)
+        return lease.queue, lease.job, token
+
+    def _wait_for_first(self, deadlines: dict[bytes, int], draws: Draws) -> None:
+        """Mostly, a worker that waits until the first deadline (at it, or one after)."""
+        upcoming = [d for d in deadlines.values() if d > self.now]
+        if upcoming and draws.aim(3):
+            self._wait(min(upcoming) - self.now + draws.pick((0, 1)))
+
+    # -- the initial state -----------------------------------------------------------------------
+
+    @initialize(target=jobs)
+    def ids(self) -> Any:
+        """The tiny pool of ids the transitions collide on."""
+        return multiple(*IDS)
+
+    @initialize(target=leases)
+    def forged_lease(self) -> Lease:
+        """A worker that believes it holds a lease no CLAIM gave it (a fence must refuse it)."""
+        return Lease(QUEUES[0], IDS[0], 1)
+
+    # -- one rule per transition -----------------------------------------------------------------
+
+    @weight(12)
+    @rule(target=jobs, data=st.data(), queue=QUEUE, job=jobs)
+    def enqueue(self, data: st.DataObject, queue: bytes, job: bytes) -> Any:
+        draws = Draws(data)
+        new = draws.chance(12)
+        if new:  # bytes at an edge: empty, spaces, CR/LF, NUL, invalid UTF-8, braces, large
+            job = bytes(draws.pick(tuple(domains.BYTES_EDGES.values())))
+        delay = draws.pick((0, 0, 0, *DURATIONS))
+        self.hints[queue].enqueue(job, self.now, delay)
+        self._call(Call.of("ENQUEUE", queue, job, _edged(draws, PAYLOADS), delay), draws)
+        return job if new else multiple()
+
+    @weight(lambda m: 4 + 14 * m.some(lambda h: bool(h.pending) and not h.paused))
+    @rule(target=leases, data=st.data(), queue=QUEUE)
+    def claim(self, data: st.DataObject, queue: bytes) -> Any:
+        draws = Draws(data)
+        hints = self.hints[queue]
+        lease_ms = draws.pick(DURATIONS)
+        taken = None if hints.paused or not hints.pending else hints.head()
+        hints.claim(self.now, lease_ms)
+        self._call(Call.of("CLAIM", queue, lease_ms), draws)
+        return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else multiple()
+
+    @weight(lambda m: 1 + 5 * m.some(lambda h: bool(h.active)))
+    @rule(data=st.data(), lease=leases)
+    def extend(self, data: st.DataObject, lease: Lease) -> None:
+        draws = Draws(data)
+        queue, job, token = self._fenced(draws, lease)
+        lease_ms = draws.pick(DURATIONS)
+        if isinstance(token, int):
+            self.hints[queue].extend(job, token, self.now, lease_ms)
+        self._call(Call.of("EXTEND", queue, job, token, lease_ms), draws)
+
+    @weight(
+        lambda m: (
+            2 + 9 * m.some(lambda h: bool(h.active)) + 7 * m.some(lambda h: bool(h.active) and b"done" in h.broken)
+        )
+    )
+    @rule(data=st.data(), lease=consumes(leases))
+    def complete(self, data: st.DataObject, lease: Lease) -> None:
+        draws = Draws(data)
+        queue, job, token = self._fenced(draws, lease)
+        if isinstance(token, int):
+            self.hints[queue].complete(job, token)
+        self._call(Call.of("COMPLETE", queue, job, token), draws)
+
+    @weight(
+        lambda m: (
+            2 + 6 * m.some(lambda h: bool(h.active)) + 7 * m.some(lambda h: bool(h.active) and b"dead" in h.broken)
+        )
+    )
+    @rule(data=st.data(), lease=consumes(leases))
+    def fail(self, data: st.DataObject, lease: Lease) -> None:
+        draws = Draws(data)
+        queue, job, token = self._fenced(draws, lease)
+        hints = self.hints[queue]
+        max_attempts, backoff = draws.integer(1, 3), draws.pick((0, *DURATIONS))
+        if isinstance(token, int) and token >= 1 and (draws.chance(3) or (b"dead" in hints.broken and draws.aim(2))):
+            # exactly exhausted (the dead-letter path and its boundary), or one short of it
+            max_attempts = token + 1 if token >= 10 and draws.chance(2) else token
+        if isinstance(token, int):
+            hints.fail(job, token, max_attempts, self.now, backoff)
+        self._call(Call.of("FAIL", queue, job, token, _edged(draws, ERRORS), max_attempts, backoff), draws)
+
+    @weight(
+        lambda m: (
+            2
+            + 6 * m.some(lambda h: bool(h.delayed))
+            + 10 * m.some(lambda h: any(t <= m.now for t in h.delayed.values()))
+        )
+    )
+    @rule(data=st.data(), queue=QUEUE)
+    def promote(self, data: st.DataObject, queue: bytes) -> None:
+        draws = Draws(data)
+        self._wait_for_first(self.hints[queue].delayed, draws)
+        limit = draws.integer(1, 3)
+        self.hints[queue].promote(self.now, limit)
+        self._call(Call.of("PROMOTE", queue, limit), draws)
+
+    @weight(
+        lambda m: (
+            2 + 6 * m.some(lambda h: bool(h.active)) + 10 * m.some(lambda h: any(t <= m.now for t in h.active.values()))
+        )
+    )
+    @rule(data=st.data(), queue=QUEUE)
+    def sweep(self, data: st.DataObject, queue: bytes) -> None:
+        draws = Draws(data)
+        hints = self.hints[queue]
+        self._wait_for_first(hints.active, draws)
+        max_stalled, limit = draws.integer(1, 3), draws.integer(1, 3)
+        expired = sum(1 for deadline in hints.active.values() if deadline <= self.now)
+        if expired >= 2 and draws.chance(2):
+            limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
+        hints.sweep(self.now, max_stalled, limit)
+        self._call(Call.of("SWEEP", queue, max_stalled, limit), draws)
+
+    @weight(lambda m: 1 + 7 * m.some(lambda h: bool(h.dead)))
+    @rule(data=st.data(), queue=QUEUE, job=jobs)
+    def revive(self, data: st.DataObject, queue: bytes, job: bytes) -> None:
+        draws = Draws(data)
+        dead = sorted(self.hints[queue].dead)
+        if dead and draws.aim(2):
+            job = draws.pick(dead)
+        self.hints[queue].revive(job, self.now)
+        self._call(Call.of("REVIVE", queue, job), draws)
+
+    @weight(lambda m: 1 + 7 * (bool(m.open_claims) and not m.some(lambda h: h.paused)))
+    @rule(data=st.data(), queue=QUEUE)
+    def pause(self, data: st.DataObject, queue: bytes) -> None:
+        self.hints[queue].paused = True
+        self._call(Call.of("PAUSE", queue), Draws(data))
+
+    @weight(lambda m: 1 + 7 * m.some(lambda h: h.paused))
+    @rule(data=st.data(), queue=QUEUE)
+    def resume(self, data: st.DataObject, queue: bytes) -> None:
+        self.hints[queue].paused = False
+        self._call(Call.of("RESUME", queue), Draws(data))
+
+    # -- the clock -------------------------------------------------------------------------------
+
+    @weight(26)
+    @rule(ms=st.sampled_from(ADVANCES))
+    def advance(self, ms: int) -> None:
+        self._wait(ms)
+
+    @weight(12)
+    @precondition(lambda self: any(d > self.now + 1 for q in self.hints.values() for d in q.deadlines()))
+    @rule(off_by=st.sampled_from((0, -1, 1)))
+    def advance_to_deadline(self, off_by: int) -> None:
+        """To the next lease or delay deadline: at it, one before, or one after."""
+        upcoming = min(d for q in self.hints.values() for d in q.deadlines() if d > self.now + 1)
+        self._wait(upcoming - self.now + off_by)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    @weight(12)
+    @precondition(lambda self: self.shape.interleaving and len(self.open_claims) < len(WORKERS))
+    @rule(data=st.data(), queue=QUEUE)
+    def begin_claim(self, data: st.DataObject, queue: bytes) -> None:
+        """A worker's CLAIM split in two round trips: the host's paused read now, the claim later."""
+        draws = Draws(data)
+        worker = draws.pick(tuple(w for w in WORKERS if w not in self.open_claims))
+        self.open_claims.append(worker)
+        self.steps.append(BeginClaim(worker, _transition_call(draws, "CLAIM", queue, self.hints[queue], self.now)))
+
+    @weight(12)
+    @precondition(lambda self: bool(self.open_claims))
+    @rule(data=st.data())
+    def end_claim(self, data: st.DataObject) -> None:
+        worker = Draws(data).pick(tuple(self.open_claims))
+        self.open_claims.remove(worker)
+        self.steps.append(EndClaim(worker))
+
+    def _restart(self, draws: Draws, crash: bool, queue: bytes) -> None:
+        self.steps += [EndClaim(w) for w in self.open_claims]
+        self.open_claims.clear()
+        self.steps.append(Restart(crash=crash))
+        active = self.hints[queue].active
+        if active and draws.chance(3):
+            # a worker that held a lease across the restart renews it (N1: the new run_id)
+            held = draws.pick(sorted(active))
+            self.steps.append(CallStep(_transition_call(draws, "EXTEND", queue, self.hints[queue], self.now, held)))
+
+    @weight(3)
+    @precondition(lambda self: self.shape.restarts)
+    @rule(data=st.data(), queue=QUEUE)
+    def restart(self, data: st.DataObject, queue: bytes) -> None:
+        """Both servers shut down and start again from their AOF (a new run_id)."""
+        self._restart(Draws(data), False, queue)
+
+    @weight(3)
+    @precondition(lambda self: self.shape.crashes)
+    @rule(data=st.data(), queue=QUEUE)
+    def crash(self, data: st.DataObject, queue: bytes) -> None:
+        """Both servers killed (SIGKILL) and started again from their AOF."""
+        self._restart(Draws(data), True, queue)
+
+    @weight(14)
+    @precondition(lambda self: self.shape.corruption)
+    @rule(data=st.data(), queue=QUEUE)
+    def corrupt(self, data: st.DataObject, queue: bytes) -> None:
+        """Another writer breaks a key: a wrong type, a counter, a ghost member, a dropped row."""
+        self.steps.append(_corruption(Draws(data), queue, self.hints[queue]))
+
+    @weight(14)
+    @precondition(lambda self: self.shape.corruption)
+    @rule(data=st.data(), queue=QUEUE)
+    def other_writers_value(self, data: st.DataObject, queue: bytes) -> None:
+        """A value another writer left in a field (or a score) a transition reads, then that one."""
+        self._add(_value_step(Draws(data), queue, self.hints[queue], self.now))
+
+    @weight(9)
+    @precondition(lambda self: self.shape.corruption)
+    @rule(data=st.data(), queue=QUEUE)
+    def wrong_typed_key(self, data: st.DataObject, queue: bytes) -> None:
+        """A key a transition writes made of another type, then that transition."""
+        self._add(_typed_step(Draws(data), queue, self.hints[queue], self.now))
+
+    @weight(6)
+    @precondition(lambda self: self.shape.corruption and self.some(lambda h: bool(h.active)))
+    @rule(data=st.data(), queue=QUEUE)
+    def long_lived_job(self, data: st.DataObject, queue: bytes) -> None:
+        """Counters past one digit (what many cycles of claim, fail, sweep and revive leave), then
+        the transition that reads them, on a queue where a lease is held."""
+        if not self.hints[queue].active:
+            queue = next(q for q in QUEUES if self.hints[q].active)
+        self._add(_long_step(Draws(data), queue, self.hints[queue], self.now))
+
+    @weight(17)
+    @precondition(lambda self: self.shape.users)
+    @rule(data=st.data(), queue=QUEUE)
+    def restricted_call(self, data: st.DataObject, queue: bytes) -> None:
+        """A caller restricted on one key kind (none, read only, write only), mostly calling what
+        reaches that key, with a held token where it needs one."""
+        draws = Draws(data)
+        user = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS))
+        probes = USER_PROBES.get(user, ())
+        verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
+        fenced = TRANSITIONS[verb].fenced
+        if fenced and not self.hints[queue].active:
+            queue = next((q for q in QUEUES if self.hints[q].active), queue)
+        active = self.hints[queue].active
+        held = draws.pick(sorted(active)) if fenced and active else None
+        if verb == "SWEEP" and active:
+            first = min(active.values())  # the caller's permissions meet an expired lease
+            if first > self.now:
+                self._wait(first - self.now)
+        call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
+        self.steps.append(CallStep(call, user))
+
+    @weight(10)
+    @precondition(lambda self: self.shape.malformed)
+    @rule(data=st.data(), queue=QUEUE, verb=st.sampled_from(tuple(TRANSITIONS)))
+    def malformed_call(self, data: st.DataObject, queue: bytes, verb: str) -> None:
+        """A call with one thing wrong: its shape, a key's layout, an integer's grammar."""
+        draws = Draws(data)
+        self.steps.append(
+            CallStep(_malformed(draws, _transition_call(draws, verb, queue, self.hints[queue], self.now)))
+        )
+
+
+def machine_settings(max_examples: int, max_steps: int, database: Any = None, **overrides: Any) -> settings:
+    """The settings a run of the machine uses (quiet: the campaign saves and prints a failure itself)."""
+    options: dict[str, Any] = {
+        "max_examples": max_examples, "stateful_step_count": max_steps, "deadline": None, "database": database,
+        "suppress_health_check": list(HealthCheck), "report_multiple_bugs": False, "print_blob": False,
+        "verbosity": Verbosity.quiet,
+    }  # fmt: skip
+    options.update(overrides)
+    return settings(**options)
+
+
+def run_machine(
+    shape: HistoryShape, on_history: Callable[[History], None], the_settings: settings, seed: int | None = None
+) -> None:
+    """Run the machine as Hypothesis's test: every history it draws goes to `on_history`, which
+    raises to report a failure (Hypothesis then shrinks the run and calls it again on smaller ones).
+    With a seed, the histories depend on the seed alone."""
+
+    def history_machine() -> QueueMachine:
+        return QueueMachine(shape, on_history)
+
+    factory: Any = seed_of(seed)(history_machine) if seed is not None else history_machine
+    # at least `min_steps` rules after the initialize rules (which record no step)
+    initial = len(QueueMachine.setup_state().initializers)
+    run_state_machine_as_test(factory, settings=the_settings, _min_steps=initial + shape.min_steps - 1)
