@@ -265,7 +265,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         verbosity=Verbosity.quiet,
     )
 
-    def campaign_history(history: Any) -> None:
+    def campaign_history(history: Any, in_test: bool = True) -> None:
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
         # raised from one line, as Hypothesis tells failures apart by where they were raised
@@ -288,9 +288,10 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
                 report.histories += int(not history.note.startswith(CORPUS_NOTE))
                 report.steps += len(history.steps)
                 report.labels.update(reached)
-            for label in reached:
-                event(label)
-            target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+            if in_test:  # Hypothesis's statistics and its target phase (the corpus runs before it)
+                for label in reached:
+                    event(label)
+                target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
             if result.divergence is not None:
                 if not known:
                     deadline.append(time.monotonic() + config.shrink_seconds)
@@ -304,7 +305,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
             from strategies.corpus import class_corpus
 
             for directed in class_corpus():
-                campaign_history(directed)
+                campaign_history(directed, in_test=False)
         run_machine(shape, campaign_history, machine_settings,
                     seed=batch_seed(config.seed, batch))  # fmt: skip
     except (_Diverged, _ShrinkSpent):
