@@ -650,6 +650,12 @@ def _alternatives(view: StepView) -> Verdict:
     if isinstance(view.native_reply, Died):
         # no row allows an executor to die: the scripts answered (or were refused) where it crashed
         return Verdict("divergence", reason=f"the native server died at this step ({view.native_reply.why})")
+    if view.resolved.via_scripts:
+        # an upgrade's Lua-era worker: the scripts ran on both servers, on equal ground; no row
+        # allows a difference (docs/decisions.md, "Upgrades and the mixed fleet")
+        same = replies_equal(view.lua_reply, view.native_reply) and view.lua_after == view.native_after
+        what = "replies differ" if not replies_equal(view.lua_reply, view.native_reply) else "keyspaces differ"
+        return MATCH if same else Verdict("divergence", reason=f"the scripts ran on both servers, yet {what}")
     if view.resolved.is_raw:
         # the harness's own write: its reply is not executor behaviour (a lease_epoch field the
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match

@@ -68,6 +68,13 @@ class HistoryError(ValueError):
     """A malformed history: one line saying where, what was given, and what is expected."""
 
 
+# A step's `executor`: None, the server's own executor (the scripts on the Lua server, the module on
+# the native one); SCRIPTS, the Lua scripts on both servers (through the host adapter): a worker that
+# still calls the scripts on the native server during an upgrade (docs/decisions.md, "Upgrades").
+SCRIPTS = "lua"
+EXECUTORS = (SCRIPTS,)
+
+
 @dataclass(frozen=True)
 class CallStep:
     """One transition call, sent whole (the Lua CLAIM's two round trips back to back)."""
@@ -75,15 +82,18 @@ class CallStep:
     call: Call
     user: str | None = None
     worker: str | None = None
+    executor: str | None = None  # SCRIPTS: the native server runs the scripts for it too
 
 
 @dataclass(frozen=True)
 class BeginClaim:
-    """The first round trip of a split Lua CLAIM (its `paused?` read); the native does nothing yet."""
+    """The first round trip of a split Lua CLAIM (its `paused?` read); the native does nothing yet
+    (unless `executor` is SCRIPTS: then it plays the Lua host too, and its end runs the script)."""
 
     worker: str
     call: Call
     user: str | None = None
+    executor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,11 +190,15 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["user"] = step.user
         if step.worker is not None:
             out["worker"] = step.worker
+        if step.executor is not None:
+            out["executor"] = step.executor
         return out
     if isinstance(step, BeginClaim):
         out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
         if step.user is not None:
             out["user"] = step.user
+        if step.executor is not None:
+            out["executor"] = step.executor
         return out
     if isinstance(step, EndClaim):
         return {"op": "end", "worker": step.worker}
@@ -249,6 +263,17 @@ def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True
     return value
 
 
+def _executor_field(obj: dict[str, Any], where: str) -> str | None:
+    if "executor" not in obj:
+        return None
+    value = obj["executor"]
+    if value not in EXECUTORS:
+        raise HistoryError(f"{where} field 'executor': expected {' or '.join(map(repr, EXECUTORS))} (the Lua scripts "
+                           f"run this call on the native server too), got {value!r}; leave it out for each "
+                           "server's own executor")  # fmt: skip
+    return str(value)
+
+
 def _queue_field(value: Any, where: str) -> bytes:
     """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
     `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
@@ -300,14 +325,18 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     user = _name_field(obj, "user", where, required=False)
     if user is not None and user not in users:
         raise HistoryError(f"{where} field 'user': {user!r} is not declared in the header's 'users'")
+    executor = _executor_field(obj, where)
+    if executor is not None and op not in ("call", "begin"):
+        raise HistoryError(f"{where} field 'executor': only a 'call' or a 'begin' names its executor "
+                           "(an 'end' runs where its 'begin' did)")  # fmt: skip
     if op == "call":
         worker = _name_field(obj, "worker", where, required=False)
-        return CallStep(_parse_call(obj, where), user, worker)
+        return CallStep(_parse_call(obj, where), user, worker, executor)
     if op == "begin":
         call = _parse_call(obj, where)
         if not TRANSITIONS[call.verb].splittable:
             raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
-        return BeginClaim(str(_name_field(obj, "worker", where)), call, user)
+        return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor)
     if op == "end":
         return EndClaim(str(_name_field(obj, "worker", where)))
     if op == "advance":
@@ -430,8 +459,10 @@ def iter_calls(history: History) -> Iterator[Call]:
             yield step.call
 
 
-def call_step(verb: str, queue: str | bytes, *args: bytes | str | int, user: str | None = None) -> CallStep:
-    return CallStep(Call.of(verb, queue, *args), user)
+def call_step(
+    verb: str, queue: str | bytes, *args: bytes | str | int, user: str | None = None, executor: str | None = None
+) -> CallStep:
+    return CallStep(Call.of(verb, queue, *args), user, executor=executor)
 
 
 def raw(*parts: bytes | str | int) -> RawWrite:

@@ -17,7 +17,7 @@ from difftest.contract import MATCH, RULES, Denied, StepView, Verdict, replies_e
 from difftest.invariants import Ledger, violations
 from difftest.replies import ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
-from difftest.snapshot import Epochs, Snapshot
+from difftest.snapshot import Epochs, Snapshot, diff
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Exposure:
     corrupted: bool = False  # a raw write happened
     restarted: bool = False  # a restart or crash happened
     users: bool = False  # steps run as restricted users
+    scripts: bool = False  # steps ran through the Lua scripts on the native server (an upgrade)
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,18 @@ def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
     if resolved.is_end or exposure.corrupted or exposure.users:
         return True
     transition = resolved.transition
-    if exposure.restarted and transition is not None and transition.rows is Rows.EXPIRED_ACTIVE:
-        return True  # a lease that outlived a restart is met by the transition that reads expired leases: D7
+    if (exposure.restarted or exposure.scripts) and transition is not None and transition.rows is Rows.EXPIRED_ACTIVE:
+        # a lease that outlived a restart, or one the scripts took (no lease_epoch), is met by the
+        # transition that reads expired leases: D7 (a native that counts it like the scripts is wrong)
+        return True
     return resolved.refusal is not None
 
 
 def _stamped_row(resolved: Resolved, reply: Reply) -> bytes | None:
     """The row a successful CLAIM or EXTEND stamps with the run_id (N1)."""
     transition, guarded = resolved.transition, resolved.guarded
-    if transition is None or guarded is None or not resolved.sends_transition:
-        return None
+    if transition is None or guarded is None or not resolved.sends_transition or resolved.via_scripts:
+        return None  # (the scripts never stamp, on either server)
     if transition.stamps is Stamp.CLAIMED and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
         return guarded.layout.row(reply[0])
     if transition.stamps is Stamp.JOB_ARG and reply == 1:
@@ -95,6 +98,8 @@ def expected_epochs(state: JudgeState, observation: Observation) -> Epochs:
 
 
 def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
+    if resolved.via_scripts and not exposure.scripts:
+        exposure = replace(exposure, scripts=True)  # and maybe a user: both flags
     if resolved.is_raw and not exposure.corrupted:
         return replace(exposure, corrupted=True)
     if resolved.is_restart and not exposure.restarted:
@@ -107,6 +112,16 @@ def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
 def _lua_stopped_half_way(before: Snapshot, observation: Observation) -> bool:
     """The script answered an error after it had written (its keyspace moved)."""
     return isinstance(observation.lua_reply, ErrorReply) and observation.lua_after != before
+
+
+def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> bool:
+    """The scripts ran on both servers for the step (an upgrade's Lua-era worker) and answered an
+    error after they had written: the same partial writes on both, the retired scripts' behaviour."""
+    return (
+        observation.resolved.via_scripts
+        and isinstance(observation.native_reply, ErrorReply)
+        and observation.native_after != before
+    )
 
 
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
@@ -144,6 +159,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     rule = RULES[verdict.rule] if verdict.rule else None
     ledger, lua_ledger = state.ledger, state.lua_ledger
     lua_half_way = _lua_stopped_half_way(state.before, observation)
+    scripts_half_way = _scripts_stopped_half_way(state.before, observation)
     if verdict.ok:
         broken: list[str] = []
         sides = [("native", observation.native_reply, native_after), ("lua", observation.lua_reply, lua_after)]
@@ -152,13 +168,18 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
             if resolved.is_raw:
                 assert resolved.step is not None
                 side_ledger = side_ledger.taint(resolved.step.command)  # type: ignore[union-attr]
+            elif scripts_half_way:
+                # what the scripts wrote before their error is no longer held to the invariants, on
+                # either server (as after a raw write of those keys)
+                side_ledger = side_ledger.taint((b"EVALSHA", *diff(state.before, after)))
             elif resolved.sends_transition:
                 side_ledger = side_ledger.record(resolved, reply, after)
             # the Lua side is checked only where it differs, and not where its script stopped half-way:
             # a rule that allows partial writes, or an error after writes (an ACL refusal on the
             # counted path of D7, say): the retired scripts' behaviour, not judged
             lua_checked = lua_after is not native_after and not lua_half_way
-            check = (name == "native" or lua_checked) and not (rule and rule.lua_partial_writes)
+            partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
+            check = (name == "native" or lua_checked) and not partial
             if check:
                 held = after is state.before and side_ledger.settled  # nothing moved since the last check
                 found = violations(side_ledger, resolved, state.before, reply, after, held)

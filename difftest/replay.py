@@ -140,6 +140,8 @@ class Replayer:
         replicas: bool = False,
     ) -> None:
         self.scripts = lua_coverage.scripts_for_replay(load_scripts(lua_scripts))  # instrumented: --lua-coverage
+        # the same scripts, as sent, for the steps an upgrade's Lua-era workers run on the native server
+        self.native_scripts = load_scripts(lua_scripts)
         self._owns_group = group is None
         self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
@@ -190,11 +192,12 @@ class Replayer:
                 server.start()
         if self.lua is None or self.native is None:
             self.lua = LuaSide(self.lua_server, history.users, self.scripts)
-            self.native = NativeSide(self.native_server, history.users)
+            self.native = NativeSide(self.native_server, history.users, self.native_scripts)
         else:
             self.lua.prepare(history.users)
             self.native.prepare(history.users)
             self.lua.open_claims.clear()
+            self.native.open_claims.clear()
         # both servers flushed and asked their AOF's size at once: one round trip for the pair
         for side in (self.lua, self.native):
             side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence")])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition
 from difftest.guards import GuardError, check_call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
+from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,16 @@ class Resolved:
     guarded: Guarded | None = None  # the call passed the guards
     refusal: str | None = None  # the call failed them: the error text (contract row D6)
     begun_at: int | None = None  # an end: the index of its begin
+    executor: str | None = None  # SCRIPTS: the native server runs the Lua scripts for it too (an end: its begin's)
 
     @property
     def transition(self) -> Transition | None:
         return TRANSITIONS[self.call.verb] if self.call is not None else None
+
+    @property
+    def via_scripts(self) -> bool:
+        """The call runs through the Lua scripts (the host adapter) on the native server too."""
+        return self.executor == SCRIPTS
 
     @property
     def is_begin(self) -> bool:
@@ -93,12 +99,14 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 step.user,
                 outcome if isinstance(outcome, Guarded) else None,
                 outcome if isinstance(outcome, str) else None,
+                executor=step.executor,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved
         elif isinstance(step, EndClaim):
             opened = begun.pop(step.worker)
-            resolved = Resolved(index, step, opened.call, opened.user, opened.guarded, opened.refusal, opened.index)
+            resolved = Resolved(index, step, opened.call, opened.user, opened.guarded, opened.refusal, opened.index,
+                                opened.executor)  # fmt: skip
         else:
             resolved = Resolved(index, step)
         out.append(resolved)

@@ -1,7 +1,8 @@
 """One executor's side: its connections, and how each history step becomes commands.
 
 The only hosts of the two executors, for the replay and for the tests alike: the Lua side plays the
-host (guards, the `paused?` read, EVALSHA), the native side sends one module command. The replay
+host (guards, the `paused?` read, EVALSHA), the native side sends one module command (or, for a
+step an upgrade's Lua-era worker makes, plays the Lua host on its own server). The replay
 puts a canonical keyspace walk after every step on the admin connection; `run` and `call` (the
 tests') send the same commands without the walks.
 """
@@ -176,16 +177,6 @@ class Side:
         pass
 
 
-class NativeSide(Side):
-    name = "native"
-
-    def transition(self, step: Resolved) -> Reply | Future:
-        if step.is_begin:
-            return NotSent("the native CLAIM is one round trip, sent at its end")
-        assert step.call is not None
-        return self.pipe.add(self.wire(step.user), step.call.command())
-
-
 @dataclass
 class _OpenClaim:
     call: Call
@@ -193,8 +184,9 @@ class _OpenClaim:
     paused_read: Future | Refused
 
 
-class LuaSide(Side):
-    name = "lua"
+class ScriptHost(Side):
+    """A side that can play the Lua host: guards, the `paused?` read, EVALSHA of the scripts it
+    loads after every start of its server."""
 
     def __init__(
         self, server: EmbeddedServer, users: dict[str, tuple[str, ...]], scripts: dict[str, bytes] | None = None
@@ -207,7 +199,8 @@ class LuaSide(Side):
     def scripts_to_load(self) -> list[bytes]:
         return list(self.scripts.values())
 
-    def transition(self, step: Resolved) -> Reply | Future:
+    def scripted(self, step: Resolved) -> Reply | Future:
+        """The step as the Lua host runs it."""
         call = step.call
         assert call is not None
         if step.is_end:
@@ -237,6 +230,28 @@ class LuaSide(Side):
         if reads_as_paused(paused_read):
             return []
         return self.pipe.add(self.wire(user), evalsha_command(self.shas[call.verb], call))
+
+
+class NativeSide(ScriptHost):
+    """The module's commands; a step marked to run through the scripts (an upgrade's Lua-era
+    worker, `Resolved.via_scripts`) is played by the Lua host on this server instead."""
+
+    name = "native"
+
+    def transition(self, step: Resolved) -> Reply | Future:
+        if step.via_scripts:
+            return self.scripted(step)
+        if step.is_begin:
+            return NotSent("the native CLAIM is one round trip, sent at its end")
+        assert step.call is not None
+        return self.pipe.add(self.wire(step.user), step.call.command())
+
+
+class LuaSide(ScriptHost):
+    name = "lua"
+
+    def transition(self, step: Resolved) -> Reply | Future:
+        return self.scripted(step)
 
     def capture_workers(self) -> dict[int, Any]:
         return dict(self.open_claims)
