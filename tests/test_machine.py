@@ -1,0 +1,148 @@
+"""The history state machine: its histories are valid and depend on the seed alone, its rules follow
+their weights and switches, and its TestCase (spread by pytest-xdist) replays what it draws."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import Phase, settings
+
+from difftest import domains
+from difftest import history as hist
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Restart
+from difftest.replay import Replayer
+from executors.native.adapter import DEFAULT_MODULE
+from strategies.histories import HistoryShape
+from strategies.machine import RULE_ORDER, RULE_WEIGHTS, QueueMachine, machine_settings, run_machine
+
+CALLS_ONLY = HistoryShape(restarts=False, crashes=False, corruption=False, users=False, interleaving=False,
+                          malformed=False)  # fmt: skip
+
+
+def drawn(shape: HistoryShape | None = None, examples: int = 60, seed: int = 7) -> list[History]:
+    shape = shape or HistoryShape()
+    made: list[History] = []
+    run_machine(shape, made.append, machine_settings(examples, shape.max_steps, phases=[Phase.generate]), seed=seed)
+    return made
+
+
+def test_every_rule_has_a_weight_and_a_place_in_the_shrink_order() -> None:
+    rules = {r.function.__name__ for r in QueueMachine.setup_state().rules}
+    assert rules == set(RULE_WEIGHTS) == set(RULE_ORDER)
+    assert RULE_ORDER["enqueue"] == 0  # a rule choice shrinks towards a plain ENQUEUE
+
+
+def test_the_seed_alone_decides_the_histories() -> None:
+    first, again, other = drawn(seed=11), drawn(seed=11), drawn(seed=12)
+    assert [repr(h) for h in first] == [repr(h) for h in again]
+    assert [repr(h) for h in first] != [repr(h) for h in other]
+    assert len(first) == 60  # every valid run is a history: the budget counts them exactly
+
+
+def test_every_history_is_loadable_and_its_claims_paired() -> None:
+    for history in drawn(examples=150):
+        assert history.steps
+        assert hist.loads(hist.dumps(history)) == history  # claims paired, users declared, bytes kept
+        assert not any(isinstance(a, Advance) and isinstance(b, Advance) for a, b in itertools.pairwise(history.steps))
+
+
+def test_the_shape_switches_rules_off() -> None:
+    for history in drawn(CALLS_ONLY, examples=60):
+        assert all(isinstance(s, CallStep | Advance) for s in history.steps), history
+        assert all(s.user is None for s in history.steps if isinstance(s, CallStep))
+        assert history.users == {}
+
+
+def test_the_weights_hold() -> None:
+    """The transitions take about half the steps and restarts are rare, as the weights say: a uniform
+    choice over the rules would spend a tenth of the steps on restarts and crashes."""
+    kinds: Counter[str] = Counter()
+    for history in drawn(examples=150):
+        for step in history.steps:
+            kinds[type(step).__name__] += 1
+    total = sum(kinds.values())
+    assert kinds["CallStep"] / total > 0.4
+    assert 0 < kinds["Restart"] / total < 0.04
+
+
+def test_the_classes_are_drawn() -> None:
+    """Values other writers leave, wrong types, long-lived counters, bounds, permission users, split
+    claims, crashes and malformed calls all appear, each class right before what reads it."""
+    seen: set[str] = set()
+    for history in drawn(examples=300):
+        for step, after in itertools.pairwise(history.steps):
+            if isinstance(step, RawWrite) and isinstance(after, CallStep | RawWrite | Advance):
+                command = step.command
+                if command[0] in (b"HSET", b"HDEL") and command[2] in domains.ROW_FIELDS:
+                    seen.add("value")
+                if command[0] in (b"RPUSH", b"SADD"):
+                    seen.add("wrongtype")
+                if command[0] == b"HSET" and command[2] == b"attempts" and command[3] in (b"99", b"100", b"1000"):
+                    seen.add("long")
+        for step in history.steps:
+            if isinstance(step, CallStep):
+                if step.user in domains.RESTRICTIONS:
+                    seen.add("acl")
+                if any(arg in (str(2**52).encode(), str(2**63).encode(), b"-1") for arg in step.call.rest):
+                    seen.add("bound")
+            if isinstance(step, BeginClaim | EndClaim):
+                seen.add("split")
+            if isinstance(step, Restart):
+                seen.add("crash" if step.crash else "restart")
+    assert seen == {"value", "wrongtype", "long", "acl", "bound", "split", "crash", "restart"}
+
+
+# The machine as a test of the suite: each TestCase below replays what the machine draws on a real
+# server pair and fails on the first divergence, a short smoke of what `difftest run` does at length.
+# They are separate test items, so `pytest -n` spreads them over its workers.
+
+
+class ReplayedQueueMachine(QueueMachine):
+    """The machine whose histories are replayed and judged as they are drawn."""
+
+    shape: ClassVar[HistoryShape] = HistoryShape()
+    replayer: ClassVar[Replayer | None] = None
+    replayed: ClassVar[list[int]] = []
+
+    def __init__(self) -> None:
+        super().__init__(type(self).shape, self.judge)
+
+    def judge(self, history: History) -> None:
+        assert self.replayer is not None
+        result = self.replayer.replay(history)
+        type(self).replayed.append(len(history.steps))
+        assert result.divergence is None, f"{result.divergence.reason}\n{hist.dumps(history)}"
+
+
+def _replayed_case(name: str, shape: HistoryShape) -> Any:
+    machine = type(f"Replayed{name}Machine", (ReplayedQueueMachine,), {"shape": shape, "replayed": []})
+
+    class Case(machine.TestCase):  # type: ignore[name-defined,misc]
+        settings = settings(max_examples=20, stateful_step_count=30, deadline=None, derandomize=True, database=None)
+
+        @classmethod
+        def setUpClass(cls) -> None:
+            machine.replayer = Replayer(DEFAULT_MODULE).__enter__()
+
+        @classmethod
+        def tearDownClass(cls) -> None:
+            if machine.replayer is not None:
+                machine.replayer.__exit__(None, None, None)
+            machine.replayer = None
+            assert machine.replayed, "the machine replayed no history"
+
+    Case.__name__ = Case.__qualname__ = f"TestReplayed{name}"
+    return Case
+
+
+TestReplayedDefault = _replayed_case("Default", HistoryShape())
+TestReplayedCallsOnly = _replayed_case("CallsOnly", CALLS_ONLY)
+TestReplayedNoRestarts = _replayed_case("NoRestarts", HistoryShape(restarts=False, crashes=False))
+
+
+@pytest.mark.parametrize("case", [TestReplayedDefault, TestReplayedCallsOnly, TestReplayedNoRestarts])
+def test_each_replayed_case_is_a_hypothesis_state_machine_test(case: Any) -> None:
+    assert getattr(case.runTest, "is_hypothesis_test", False)
