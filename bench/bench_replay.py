@@ -13,10 +13,15 @@ server taking the native's keyspace; other: what the compared run spent outside 
 history replayed on a pair without replicas and at once on a pair with them, and the ratio of the
 two replay rates in steps/s (generation excluded: it is the same for both).
 
+`--generators` names the generators measured side by side: `machine` (the state machine,
+strategies/machine.py, what campaigns run) and `seeds` (the earlier generator that decodes lists of
+integer seeds, strategies/histories.py), each over the same mixes in the same run.
+
 `--campaigns N` adds whole `difftest run --examples N` campaigns (one process each, as a user runs
 them): one worker against two, and the docker backend against local when a Docker engine answers.
 
-Usage: python bench/bench_replay.py [--examples N] [--pin] [--replicas] [--campaigns N] [--json PATH]
+Usage: python bench/bench_replay.py [--examples N] [--pin] [--generators machine seeds] [--replicas]
+                                   [--campaigns N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -27,15 +32,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as seed_of
 
+from difftest.history import History
 from difftest.replay import Replayer
 from difftest.servers.local import pin_to_core
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape, histories
+from strategies.machine import machine_settings, run_machine
 
 MIXES = {
     "default": HistoryShape(),
@@ -43,12 +52,15 @@ MIXES = {
     "calls-only": HistoryShape(restarts=False, crashes=False, corruption=False, users=False,
                                interleaving=False, malformed=False),
 }  # fmt: skip
+GENERATORS = ("machine", "seeds")
+BENCH_SEED = 7  # both generators draw from one fixed seed: the generation-only and compared runs alike
 STAGES = ("generate", "send", "walk", "judge", "restart", "clock", "reset", "resync", "other")
 
 
 @dataclass
 class Figure:
     mix: str
+    generator: str
     histories: int
     steps: int
     generate_steps_per_s: float
@@ -81,51 +93,61 @@ class Campaign:
     steps_per_s: float
 
 
-def _run(shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple[int, int, float, int]:
+def each_history(generator: str, shape: HistoryShape, examples: int, body: Callable[[History], None]) -> None:
+    """`examples` histories of the generator, from the one fixed seed, each handed to `body`."""
+    if generator == "machine":
+        run_machine(shape, body, machine_settings(examples, shape.max_steps, phases=[Phase.generate]), seed=BENCH_SEED)
+        return
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    @seed_of(BENCH_SEED)
+    @given(histories(shape))
+    def test(history: History) -> None:
+        body(history)
+
+    test()
+
+
+def _run(generator: str, shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple[int, int, float, int]:
     counts = {"histories": 0, "steps": 0, "divergences": 0}
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(histories(shape))
-    def body(history):  # type: ignore[no-untyped-def]
+    def body(history: History) -> None:
         counts["histories"] += 1
         counts["steps"] += len(history.steps)
         if replayer is not None and replayer.replay(history).divergence is not None:
             counts["divergences"] += 1
 
     started = time.perf_counter()
-    body()
+    each_history(generator, shape, examples, body)
     return counts["histories"], counts["steps"], time.perf_counter() - started, counts["divergences"]
 
 
-def measure(mix: str, examples: int, replayer: Replayer) -> Figure:
+def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machine") -> Figure:
     shape = MIXES[mix]
-    _, gen_steps, gen_s, _ = _run(shape, examples, None)
+    _, gen_steps, gen_s, _ = _run(generator, shape, examples, None)
     stages = getattr(replayer, "stages", {})  # a checkout from before the counters: all "other"
     before = dict(stages)
-    count, steps, total_s, divergences = _run(shape, examples, replayer)
-    assert steps == gen_steps, "derandomized generation must give the same histories"
+    count, steps, total_s, divergences = _run(generator, shape, examples, replayer)
+    assert steps == gen_steps, "the same seed must give the same histories"
     spent = {stage: stages.get(stage, 0.0) - before.get(stage, 0.0) for stage in STAGES}
     spent["generate"] = gen_s
     spent["other"] = total_s - sum(spent.values())
     generate_rate, compared_rate = gen_steps / gen_s, steps / total_s
     per_step = {stage: round(seconds / steps * 1e6, 1) for stage, seconds in spent.items()}
-    return Figure(mix, count, steps, generate_rate, compared_rate, compared_rate / generate_rate, divergences,
-                  per_step)  # fmt: skip
+    ratio = compared_rate / generate_rate
+    return Figure(mix, generator, count, steps, generate_rate, compared_rate, ratio, divergences, per_step)
 
 
 def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer) -> ReplicaCost:
-    """The same derandomized histories compared without and with a replica beside each server: each
+    """The same histories compared without and with a replica beside each server: each
     history on one pair, then at once on the other, so the machine's noise falls on both alike."""
     shape = MIXES[mix]
     spent = {"plain": 0.0, "replicated": 0.0}
     counts = {"steps": 0, "divergences": 0}
     before = replicated.stages.get("replicas", 0.0)
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(histories(shape))
-    def body(history):  # type: ignore[no-untyped-def]
+    def body(history: History) -> None:
         counts["steps"] += len(history.steps)
         for name, replayer in (("plain", plain), ("replicated", replicated)):
             started = time.perf_counter()
@@ -135,7 +157,7 @@ def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer)
                 counts["divergences"] += 1
 
     started = time.perf_counter()
-    body()
+    each_history("machine", shape, examples, body)
     generate_s = time.perf_counter() - started - spent["plain"] - spent["replicated"]
     steps = counts["steps"]
     checks_s = replicated.stages.get("replicas", 0.0) - before
@@ -179,16 +201,26 @@ def docker_answers() -> bool:
 
 
 def print_mixes(figures: list[Figure]) -> None:
-    header = ("mix", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
-    print(f"{header[0]:<12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], (9, 7, 12, 17, 6, 4), strict=True)))
+    header = ("mix", "generator", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
+    widths = (9, 9, 7, 12, 17, 6, 4)
+    print(f"{header[0]:<12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], widths, strict=True)))
     for f in figures:
-        print(f"{f.mix:<12} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
+        print(f"{f.mix:<12} {f.generator:>9} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
               f"{f.compared_steps_per_s:>17.0f} {f.ratio:>6.2f} {f.divergences:>4}")  # fmt: skip
     print("\nµs per step, by stage (the compared rate's inverse is their sum)")
-    print(f"{'mix':<12} " + " ".join(f"{s:>8}" for s in STAGES) + f" {'total':>8}")
+    print(f"{'mix':<12} {'generator':>9} " + " ".join(f"{s:>8}" for s in STAGES) + f" {'total':>8}")
     for f in figures:
         total = sum(f.us_per_step.values())
-        print(f"{f.mix:<12} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES) + f" {total:>8.0f}")
+        print(f"{f.mix:<12} {f.generator:>9} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES)
+              + f" {total:>8.0f}")  # fmt: skip
+    by = {(f.mix, f.generator): f for f in figures}
+    for mix in dict.fromkeys(f.mix for f in figures):
+        machine, seeds = by.get((mix, "machine")), by.get((mix, "seeds"))
+        if machine and seeds:
+            generated = machine.generate_steps_per_s / seeds.generate_steps_per_s
+            compared = machine.compared_steps_per_s / seeds.compared_steps_per_s
+            print(f"{mix}: machine / seeds, generation only {generated:.2f}, compared {compared:.2f}; "
+                  f"ratio {machine.ratio:.2f} against {seeds.ratio:.2f}")  # fmt: skip
 
 
 def print_campaigns(runs: list[Campaign]) -> None:
@@ -213,6 +245,8 @@ def main() -> None:
                         help="also measure the cost of a replica beside each server, per mix (a ratio)")  # fmt: skip
     parser.add_argument("--campaigns", type=int, default=0, metavar="N",
                         help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
+    parser.add_argument("--generators", nargs="*", default=["machine"], choices=GENERATORS,
+                        help="which generators, side by side (default: the machine)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     figures: list[Figure] = []
@@ -221,7 +255,8 @@ def main() -> None:
             print(f"pinned to core {pin_to_core(0)}")
         with Replayer(DEFAULT_MODULE) as replayer:
             for mix in args.mixes:
-                figures.append(measure(mix, args.examples, replayer))
+                for generator in args.generators:
+                    figures.append(measure(mix, args.examples, replayer, generator))
         print_mixes(figures)
     costs: list[ReplicaCost] = []
     if args.mixes and args.replicas:
