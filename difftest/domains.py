@@ -1,6 +1,7 @@
 """Value domains derived from the command table and docs/decisions.md, not from literals: the bounds of
 every integer argument, the values other writers leave in the fields a transition reads, the keys each
-transition reaches (for wrong types and permission classes), and ids, payloads and errors at their edges.
+transition reaches (for wrong types and permission classes), ids, payloads and errors at their edges,
+and every class of the argument rules (shape, each key's layout, the integer form) from both sides.
 
 The generator (strategies/histories.py) draws from these with small weight; `difftest/coverage.py`
 names what a replay reached with the same classifiers (`bound:*`, `value:*`, `edge:*`, `wrongtype:*`, `acl:*`,
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from difftest import guards
 from difftest.commands import (
     COMPLETED,
     FAILED,
@@ -23,6 +25,7 @@ from difftest.commands import (
     Rows,
     Transition,
     Verb,
+    parse_key,
 )
 
 # The largest counter both executors still read exactly: a Lua number is a double (docs/decisions.md,
@@ -271,3 +274,351 @@ def acl_reached(transition: Transition, restriction: Restriction) -> list[str]:
         + (restriction.perm if restricted and acl_key(restriction.kind) == kind else "both")
         for kind in acl_keys(transition)
     ]
+
+
+# -- the argument rules at their class boundaries (docs/decisions.md, "Argument rules") -------------
+#
+# Each rule of the three checks (shape, layout, integers), from both sides: the classes a call can
+# break it by, and for the layout and the integers the classes that look broken but are accepted.
+# The generator breaks one rule of a call at a time (strategies/histories.py, `_malformed`); the
+# coverage table names what a replay sent (`edge:shape:*`, `edge:layout:*`, `edge:int:*`) with
+# `argument_edges` below, only where the call reached the check (the first failing check wins).
+
+NOTINT, OVERFLOW, ARG = "NOTINT", "OVERFLOW", "ARG"  # the error codes the decisions give
+I64_MIN = -(2**63)
+
+
+@dataclass(frozen=True)
+class IntClass:
+    """Bytes at one boundary of Valkey's integer form (string2ll), and what the form makes of them:
+    the integer they read as, or the error their form earns whatever the argument (NOTINT, OVERFLOW)."""
+
+    raw: bytes
+    form: int | str
+
+
+INT_CLASSES: dict[str, IntClass] = {
+    # digits only, nothing else: the accepted side, then everything else Lua's tonumber or a lenient
+    # parser would take (spaces, a newline, a decimal point, an exponent, hex, inf, underscores, a
+    # non-ASCII digit) and what no parser takes (empty, text, a NUL inside)
+    "plain": IntClass(b"7", 7),
+    "empty": IntClass(b"", NOTINT),
+    "text": IntClass(b"seven", NOTINT),
+    "leading-space": IntClass(b" 7", NOTINT),
+    "trailing-space": IntClass(b"7 ", NOTINT),
+    "trailing-newline": IntClass(b"7\n", NOTINT),
+    "nul-inside": IntClass(b"7\x007", NOTINT),
+    "trailing-nul": IntClass(b"7\x00", NOTINT),  # a C string's reader would stop at the NUL and see 7
+    "fraction": IntClass(b"7.0", NOTINT),
+    "exponent": IntClass(b"7e0", NOTINT),
+    "hex": IntClass(b"0x7", NOTINT),
+    "inf": IntClass(b"inf", NOTINT),
+    "underscore": IntClass(b"1_0", NOTINT),
+    "unicode-digit": IntClass("\uff17".encode(), NOTINT),  # a fullwidth 7: a digit to Python's int()
+    # an optional `-`, no `+`
+    "negative": IntClass(b"-7", -7),
+    "minus-only": IntClass(b"-", NOTINT),
+    "double-minus": IntClass(b"--7", NOTINT),
+    "plus-sign": IntClass(b"+7", NOTINT),
+    # no leading zeros, but `0` itself; `-0` refused
+    "zero": IntClass(b"0", 0),
+    "leading-zero": IntClass(b"07", NOTINT),
+    "zeros": IntClass(b"00", NOTINT),
+    "negative-zero": IntClass(b"-0", NOTINT),
+    "negative-leading-zero": IntClass(b"-07", NOTINT),
+    # the edges of i64, and lengths: of the form but outside i64 however long; the form is read first
+    "nineteen-digits": IntClass(b"1" + b"0" * 18, 10**18),
+    "i64-max": IntClass(str(I64_MAX).encode(), I64_MAX),
+    "above-i64-max": IntClass(str(I64_MAX + 1).encode(), OVERFLOW),
+    "i64-min": IntClass(str(I64_MIN).encode(), I64_MIN),
+    "below-i64-min": IntClass(str(I64_MIN - 1).encode(), OVERFLOW),
+    "twenty-digits": IntClass(b"1" + b"0" * 19, OVERFLOW),
+    "many-digits": IntClass(b"9" * 4096, OVERFLOW),
+    "many-digits-negative": IntClass(b"-" + b"9" * 40, OVERFLOW),
+    "many-digits-then-text": IntClass(b"9" * 40 + b"x", NOTINT),
+    "many-leading-zeros": IntClass(b"0" * 40 + b"7", NOTINT),
+}
+
+
+def int_class(raw: bytes) -> str | None:
+    """The integer class these bytes are (None: none of them)."""
+    for name, cls in INT_CLASSES.items():
+        if raw == cls.raw:
+            return name
+    return None
+
+
+def int_outcome(verb: str, arg: str, cls: str) -> str | None:
+    """What the decisions say an argument of this class earns: an error code, or None (accepted):
+    the form first (NOTINT, OVERFLOW), then the argument's own minimum and maximum (ARG)."""
+    form = INT_CLASSES[cls].form
+    if isinstance(form, str):
+        return form
+    spec = next(a for a in TRANSITIONS[verb].args if a.name == arg)
+    return None if spec.minimum <= form <= spec.maximum else ARG
+
+
+# Shape: numkeys must be the command's exact key count (string2ll's form, so `03` and `+3` are not
+# it), and exactly the command's arguments follow the keys. Every class is refused (EMQ SHAPE).
+NUMKEYS_CLASSES: dict[str, Callable[[int], bytes]] = {
+    "numkeys-one-less": lambda n: str(n - 1).encode(),
+    "numkeys-one-more": lambda n: str(n + 1).encode(),
+    "numkeys-zero": lambda n: b"0",
+    "numkeys-negative": lambda n: str(-n).encode(),
+    "numkeys-not-an-integer": lambda n: b"keys",
+    "numkeys-empty": lambda n: b"",
+    "numkeys-leading-zero": lambda n: b"0" + str(n).encode(),
+    "numkeys-plus-sign": lambda n: b"+" + str(n).encode(),
+    "numkeys-trailing-space": lambda n: str(n).encode() + b" ",
+    "numkeys-overflow": lambda n: b"9" * 25,
+}
+ARGC_CLASSES: dict[str, Callable[[tuple[bytes, ...], int], tuple[bytes, ...]]] = {
+    "argc-one-short": lambda rest, n: rest[:-1],
+    "argc-one-extra": lambda rest, n: (*rest, b"extra"),
+    "argc-keys-only": lambda rest, n: rest[:n],
+    "argc-none": lambda rest, n: (),
+}
+SHAPE_CLASSES: tuple[str, ...] = (*NUMKEYS_CLASSES, *ARGC_CLASSES)
+
+
+def shape_classes(transition: Transition) -> tuple[str, ...]:
+    """The shape classes of a transition: all but "argc-keys-only" for one without arguments."""
+    return tuple(c for c in SHAPE_CLASSES if c != "argc-keys-only" or transition.args)
+
+
+def shaped(transition: Transition, rest: tuple[bytes, ...], cls: str) -> tuple[bytes, tuple[bytes, ...]]:
+    """A well-formed call's numkeys and rest with its shape broken by one class."""
+    n = transition.numkeys
+    if cls in NUMKEYS_CLASSES:
+        return NUMKEYS_CLASSES[cls](n), rest
+    return str(n).encode(), ARGC_CLASSES[cls](rest, n)
+
+
+def shape_class(transition: Transition, numkeys: bytes, rest: tuple[bytes, ...]) -> str | None:
+    """The shape class a call was sent with (None: its shape is right, or no class names it). Where
+    two classes make the same bytes (PAUSE's numkeys one less is zero) the first in order names it."""
+    n = transition.numkeys
+    if numkeys != str(n).encode():
+        return next((c for c, make in NUMKEYS_CLASSES.items() if make(n) == numkeys), None)
+    expected = n + len(transition.args)
+    if len(rest) == expected:
+        return None
+    lengths = {"argc-one-short": expected - 1, "argc-one-extra": expected + 1, "argc-keys-only": n, "argc-none": 0}
+    return next((c for c in ARGC_CLASSES if lengths[c] == len(rest)), None)
+
+
+# Layout: the base key `emq:{q}:` with q non-empty and free of braces, every other key the base and
+# its suffix. The base's classes (for PAUSE/RESUME, the base the meta key is built on) break one
+# rule of its form each, or look odd and are accepted (q of any other bytes); "other-queue" is a
+# base of another queue than the other keys'. A derived key's classes keep the base and break its
+# suffix, or keep the suffix on another queue's base.
+BASE = "base"
+BASE_CLASSES: dict[str, Callable[[bytes], bytes]] = {
+    "empty-queue": lambda q: b"emq:{}:",
+    "open-brace": lambda q: b"emq:{" + q + b"{}:",
+    "close-brace": lambda q: b"emq:{" + q + b"}}:",
+    "braces": lambda q: b"emq:{{" + q + b"}}:",
+    "no-prefix": lambda q: b"{" + q + b"}:",
+    "wrong-prefix": lambda q: b"EMQ:{" + q + b"}:",
+    "no-braces": lambda q: b"emq:" + q + b":",
+    "no-colon": lambda q: b"emq:{" + q + b"}",
+}
+ACCEPTED_QUEUES: dict[str, Callable[[bytes], bytes]] = {
+    "nul": lambda q: q + b"\x00",
+    "spaces": lambda q: b" " + q + b" ",
+    "prefix-inside": lambda q: b"emq:" + q,
+    "colon": lambda q: q + b":x",
+    "invalid-utf8": lambda q: q + b"\xff",
+    "glob": lambda q: q + b"*?[a]\\",  # a pattern's characters (SCAN MATCH, ACL key patterns)
+    "long": lambda q: q + b"q" * (LONG_QUEUE - len(q)),
+}
+LONG_QUEUE = 4096
+OTHER_QUEUE = "other-queue"
+SUFFIX_CLASSES: dict[str, Callable[[str, str], bytes]] = {
+    "no-suffix": lambda suffix, other: b"",
+    "truncated": lambda suffix, other: suffix[:-1].encode(),
+    "trailing-nul": lambda suffix, other: suffix.encode() + b"\x00",
+    "trailing-space": lambda suffix, other: suffix.encode() + b" ",
+    "case": lambda suffix, other: suffix.upper().encode(),
+    "other-suffix": lambda suffix, other: other.encode(),
+}
+SUFFIXES: tuple[str, ...] = tuple(dict.fromkeys(k for t in TRANSITIONS.values() for k in t.keys if k))
+
+
+def _has_base(transition: Transition) -> bool:
+    return "" in transition.keys
+
+
+def layout_classes(transition: Transition, position: str) -> tuple[str, ...]:
+    """The classes of one key position of a transition (BASE, or a derived key's suffix)."""
+    if position == BASE:
+        shared = (OTHER_QUEUE,) if sum(1 for k in transition.keys if k) >= 2 else ()
+        return (*BASE_CLASSES, *ACCEPTED_QUEUES, *shared)
+    return (*SUFFIX_CLASSES, *((OTHER_QUEUE,) if _has_base(transition) else ()))
+
+
+def layout_positions(transition: Transition) -> tuple[str, ...]:
+    return (BASE, *(k for k in transition.keys if k))
+
+
+def layout_labels() -> tuple[str, ...]:
+    """`edge:layout:<position>:<class>`: each position with the classes some transition gives it."""
+    positions = (BASE, *SUFFIXES)
+    return tuple(
+        f"edge:layout:{position}:{cls}"
+        for position in positions
+        for cls in dict.fromkeys(
+            c for t in TRANSITIONS.values() if position in layout_positions(t) for c in layout_classes(t, position)
+        )
+    )
+
+
+def _other_suffix(transition: Transition, suffix: str) -> str:
+    """Another key's suffix for this one: the transition's next declared key, or another set."""
+    declared = [k for k in transition.keys if k and k != suffix]
+    return declared[0] if declared else next(s for s in SETS if s != suffix)
+
+
+def laid_out(transition: Transition, queue: bytes, position: str, cls: str, other: bytes) -> tuple[bytes, ...]:
+    """The transition's keys on `queue` with one position of the class `cls` (`other`: another
+    queue's name, for "other-queue")."""
+    base = Layout(queue).base
+    if position == BASE:
+        if cls in BASE_CLASSES:
+            base = BASE_CLASSES[cls](queue)
+        elif cls in ACCEPTED_QUEUES:
+            base = Layout(ACCEPTED_QUEUES[cls](queue)).base
+        else:  # other-queue: every derived key on `other`, the base on `queue`
+            return tuple(base if not k else Layout(other).key(k) for k in transition.keys)
+        return tuple(base + k.encode() for k in transition.keys)
+    keys = [base + k.encode() for k in transition.keys]
+    index = transition.keys.index(position)
+    if cls == OTHER_QUEUE:
+        keys[index] = Layout(other).key(position)
+    else:
+        keys[index] = base + SUFFIX_CLASSES[cls](position, _other_suffix(transition, position))
+    return tuple(keys)
+
+
+def base_class(base: bytes) -> str | None:
+    """The class of a base key's form (None: a plain base, or none that BASE_CLASSES names)."""
+    if not base.startswith(b"emq:"):
+        if base[:4].lower() == b"emq:":
+            return "wrong-prefix"
+        return "no-prefix" if base.startswith(b"{") else None
+    if not base.startswith(b"emq:{"):
+        return "no-braces"
+    if not base.endswith(b"}:") or len(base) < len(b"emq:{}:"):
+        return "no-colon" if base.endswith(b"}") else None
+    queue = base[len(b"emq:{") : -len(b"}:")]
+    if not queue:
+        return "empty-queue"
+    if b"{" in queue:
+        return "braces" if b"}" in queue else "open-brace"
+    if b"}" in queue:
+        return "close-brace"
+    return queue_class(queue)
+
+
+def queue_class(queue: bytes) -> str | None:
+    """The accepted class of a queue name (None: a plain name)."""
+    if len(queue) >= LONG_QUEUE:
+        return "long"
+    if b"\x00" in queue:
+        return "nul"
+    if b"*" in queue:
+        return "glob"
+    if queue.startswith(b" ") and queue.endswith(b" "):
+        return "spaces"
+    if queue.startswith(b"emq:"):
+        return "prefix-inside"
+    if b":" in queue:
+        return "colon"
+    try:
+        queue.decode()
+    except UnicodeDecodeError:
+        return "invalid-utf8"
+    return None
+
+
+def _queue_of(key: bytes, suffix: str) -> bytes | None:
+    """The queue of a key that is some queue's base and `suffix`, else None."""
+    name = parse_key(key)
+    return name.queue if name is not None and name.rest == suffix.encode() else None
+
+
+def layout_reached(transition: Transition, keys: tuple[bytes, ...]) -> list[tuple[str, str]]:
+    """The (position, class) pairs a call's keys were sent with (pure; the keys are the call's
+    declared keys, the shape already right)."""
+    reached: list[tuple[str, str]] = []
+    if _has_base(transition):
+        base: bytes | None = keys[transition.keys.index("")]
+    else:  # PAUSE/RESUME: the base the one key is built on
+        meta = transition.keys[0].encode()
+        base = keys[0][: -len(meta)] if keys[0].endswith(meta) else None
+    form = base_class(base) if base is not None else None
+    if form is not None:
+        reached.append((BASE, form))
+    if form in BASE_CLASSES:
+        return reached
+    queue = guards.queue_of_base(base) if base is not None else None
+    derived = [(k, key) for k, key in zip(transition.keys, keys, strict=True) if k]
+    queues = [_queue_of(key, k) for k, key in derived]
+    if _has_base(transition) and queue is not None and len(derived) >= 2:
+        others = set(queues)
+        if len(others) == 1 and None not in others and queue not in others:
+            return [*reached, (BASE, OTHER_QUEUE)]
+    for index, ((suffix, key), of) in enumerate(zip(derived, queues, strict=True)):
+        if of is not None:
+            # of another queue than the base's, where every other derived key is of the base's
+            besides = [q for i, q in enumerate(queues) if i != index]
+            if queue is not None and of != queue and all(q == queue for q in besides):
+                reached.append((suffix, OTHER_QUEUE))
+            continue
+        name = parse_key(key)
+        if name is None or (queue is not None and name.queue != queue):
+            continue
+        other = _other_suffix(transition, suffix)
+        cls = next((c for c, make in SUFFIX_CLASSES.items() if name.rest == make(suffix, other)), None)
+        if cls is None and name.rest.decode(errors="replace") in (*SETS, "meta"):
+            cls = "other-suffix"
+        if cls is not None:
+            reached.append((suffix, cls))
+    return reached
+
+
+def argument_edges(transition: Transition, numkeys: bytes, rest: tuple[bytes, ...]) -> list[str]:
+    """The `edge:shape:*`, `edge:layout:*` and `edge:int:*` labels a call reached, in the order of the
+    checks: a layout class only with the shape right, an integer class only with the layout right
+    and every integer before it accepted."""
+    shape = shape_class(transition, numkeys, rest)
+    if shape is not None:
+        return [f"edge:shape:{shape}"]
+    if numkeys != str(transition.numkeys).encode() or len(rest) != transition.numkeys + len(transition.args):
+        return []
+    keys = rest[: transition.numkeys]
+    labels = [f"edge:layout:{position}:{cls}" for position, cls in layout_reached(transition, keys)]
+    try:
+        guards.layout_queue(transition, keys)
+    except guards.GuardError:
+        return labels
+    for spec, raw in zip(transition.args, rest[transition.numkeys :], strict=True):
+        if spec.kind is not ArgKind.INT:
+            continue
+        cls = int_class(raw)
+        if cls is not None:
+            labels.append(f"edge:int:{cls}")
+        try:
+            guards.parse_integer(raw, spec.minimum, spec.maximum)
+        except guards.GuardError:
+            break
+    return labels
+
+
+def argument_labels() -> tuple[str, ...]:
+    """Every label `argument_edges` can name, each once."""
+    return (
+        *(f"edge:shape:{cls}" for cls in SHAPE_CLASSES),
+        *layout_labels(),
+        *(f"edge:int:{cls}" for cls in INT_CLASSES),
+    )

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from difftest import domains
 from difftest.calls import Call
-from difftest.commands import MAX_DURATION_MS, SETS, TRANSITIONS, Layout, base_key, queue_keys
+from difftest.commands import SETS, TRANSITIONS, Layout, base_key, parse_key
 from difftest.history import (
     Advance,
     BeginClaim,
@@ -42,7 +42,11 @@ DURATIONS = (1, 5, 10, 50, 100)
 ADVANCES = (1, 4, 5, 6, 9, 10, 11, 49, 50, 51, 99, 100, 101, 250)
 TOKENS = (1, 1, 2, 2, 3, 0, 4)
 I64_MAX = str(2**63 - 1).encode()
-BAD_INTEGERS = (b"abc", b"", b"0", b"-1", b"007", b"+5", b"9" * 20, str(MAX_DURATION_MS + 1).encode())
+# every class of Valkey's integer form (difftest/domains.py), those refused by their form first (so
+# that a malformed integer shrinks to one), then those read as integers, which the argument's range decides
+BAD_INTEGERS: tuple[bytes, ...] = tuple(
+    c.raw for c in sorted(domains.INT_CLASSES.values(), key=lambda c: not isinstance(c.form, str))
+)
 
 
 # One user per key kind a transition reaches and per restricted permission (none, read only, write
@@ -75,6 +79,7 @@ class HistoryShape:
     users: bool = True
     interleaving: bool = True
     malformed: bool = True
+    upgrades: bool = True  # the state machine's Lua-era prefixes and scripts workers (strategies/machine.py)
 
 
 # Small values and few of them: the shrinker minimises every one, and each try is a replay.
@@ -260,7 +265,10 @@ def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
 
 
 def _malformed(draw: Chooser, call: Call) -> Call:
-    """The same call with one thing wrong: an integer, the numkeys, the argument count, the layout."""
+    """The same call at one class of one argument rule (docs/decisions.md, difftest/domains.py): an
+    integer of a class of the integer form, the numkeys or the argument count, or one key's layout
+    (the base's queue name, a derived key's suffix, another queue's key). A class may be the accepted
+    side of its rule (an integer that fits, a queue name with NUL or spaces): the call then runs."""
     transition = TRANSITIONS[call.verb]
     int_positions = [i for i, a in enumerate(transition.args) if a.kind.value == "int"]
     kinds = ("int", "numkeys", "argc", "layout") if int_positions else ("numkeys", "argc", "layout")
@@ -268,18 +276,25 @@ def _malformed(draw: Chooser, call: Call) -> Call:
     rest = list(call.rest)
     if choice == "int":
         position = transition.numkeys + draw.pick(int_positions)
-        rest[position] = _pick(draw, BAD_INTEGERS)
+        rest[position] = draw.spread(BAD_INTEGERS)
         return Call(call.verb, call.numkeys, tuple(rest))
-    if choice == "numkeys":
-        numkeys = str(transition.numkeys + draw.pick((-1, 1))).encode()
-        return Call(call.verb, numkeys, call.rest)
-    if choice == "argc":
-        changed = (*call.rest, b"extra") if draw.chance(2) else call.rest[:-1]
-        return Call(call.verb, call.numkeys, changed)
-    other = queue_keys(transition, b"other")
-    bad_keys = [b"emq:{}:" + k.split(b":", 2)[-1] for k in rest[: transition.numkeys]]
-    keys = other[:1] + rest[1 : transition.numkeys] if transition.numkeys > 1 else bad_keys
-    return Call(call.verb, call.numkeys, (*keys, *rest[transition.numkeys :]))
+    if choice in ("numkeys", "argc"):
+        classes = [c for c in domains.shape_classes(transition) if c.startswith(choice)]
+        numkeys, changed = domains.shaped(transition, call.rest, draw.spread(classes))
+        return Call(call.verb, numkeys, changed)
+    return _laid_out(draw, call)
+
+
+def _laid_out(draw: Chooser, call: Call) -> Call:
+    """The call with one key position of one layout class (the other keys stay the queue's)."""
+    transition = TRANSITIONS[call.verb]
+    name = parse_key(call.rest[0])
+    queue = name.queue if name is not None else QUEUES[0]
+    other = next(q for q in QUEUES if q != queue)
+    position = draw.spread(domains.layout_positions(transition))
+    cls = draw.spread(domains.layout_classes(transition, position))
+    keys = domains.laid_out(transition, queue, position, cls, other)
+    return Call(call.verb, call.numkeys, (*keys, *call.rest[transition.numkeys :]))
 
 
 # "group" twice: SWEEP meets it only on a lease that expires before it ends (D8), the rarest of them;
