@@ -20,6 +20,7 @@ from difftest.replay import ReplayResult
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Snapshot
+from difftest.upgrades import UPGRADE_LABELS, upgrade_labels
 
 REPLY_KINDS: dict[str, tuple[str, ...]] = {verb: t.reply_kinds for verb, t in TRANSITIONS.items()}
 
@@ -34,10 +35,12 @@ CLASS_LABELS: tuple[str, ...] = (
     *(f"value:{field}:{cls}" for field, classes in domains.FIELD_CLASSES.items() for cls in classes),
     *(f"value:score:{name}:{cls}" for name in domains.SCORE_READERS for cls in domains.SCORE_CLASSES),
     *(f"edge:{arg}:{cls}" for arg in ("id", "payload", "error") for cls in domains.BYTES_EDGES),
+    *domains.argument_labels(),
     *(f"wrongtype:{verb}:{kind}" for verb, t in TRANSITIONS.items() for kind in domains.written_keys(t)),
     *(f"wrongtype:as:{wrong}" for wrong in domains.WRONG_TYPES),
     *domains.acl_labels(),
     "long:claimed", "long:fenced-held", "long:fenced-stale", "long:stalled",
+    *UPGRADE_LABELS,
 )  # fmt: skip
 
 REQUIRED: tuple[str, ...] = (
@@ -71,6 +74,8 @@ def labels(result: ReplayResult) -> Counter[str]:
         if resolved.is_restart:
             restarted = True
             continue
+        if resolved.via_scripts:
+            continue  # the scripts on the native server (an upgrade): not the module's behaviour
         transition = resolved.transition
         if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
             continue
@@ -95,6 +100,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     if result.records and not result.divergence:
         reached["invariant:attempts-monotonic"] += int(reached["reply:CLAIM:claimed"] > 1)
     reached.update(class_labels(result))
+    reached.update(upgrade_labels(result))
     return reached
 
 
@@ -160,7 +166,7 @@ def class_labels(result: ReplayResult) -> Counter[str]:
             continue
         transition, call = resolved.transition, resolved.call
         sent = resolved.sends_transition and not isinstance(record.native_reply, NotSent)
-        if transition is None or call is None or not sent:
+        if transition is None or call is None or not sent or resolved.via_scripts:
             value_label = wrong = None
             continue
         if value_label is not None:
@@ -172,6 +178,7 @@ def class_labels(result: ReplayResult) -> Counter[str]:
         restriction = domains.RESTRICTIONS.get(resolved.user or "")
         if restriction is not None:
             reached.update(domains.acl_reached(transition, restriction))
+        reached.update(domains.argument_edges(transition, call.numkeys, call.rest))
         args = call.rest[transition.numkeys :] if call.numkeys == str(transition.numkeys).encode() else ()
         for spec, raw in zip(transition.args, args, strict=False):
             if spec.kind is ArgKind.INT:

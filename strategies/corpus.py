@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 from difftest import domains
 from difftest.calls import Call
-from difftest.commands import TRANSITIONS, Layout, Verb
-from difftest.history import Advance, CallStep, History, RawWrite, Step
+from difftest.commands import TRANSITIONS, Layout, Transition, Verb
+from difftest.history import SCRIPTS, Advance, CallStep, History, RawWrite, Step
 from strategies.histories import QUEUES, USERS
+from strategies.upgrade import lua_era
 
 QUEUE = QUEUES[0]
 LAYOUT = Layout(QUEUE)
@@ -144,7 +145,67 @@ def _long_lived() -> Iterator[History]:
     yield _history("long:stalled", RawWrite((b"HSET", held, b"stalled", b"9")), CallStep(_call(Verb.SWEEP, 10, 3)))
 
 
+def _laid_out(transition: Transition, position: str, cls: str) -> Call:
+    """The plain call of a transition with one key position of a layout class."""
+    keys = domains.laid_out(transition, QUEUE, position, cls, QUEUES[1])
+    return Call(transition.verb, str(transition.numkeys).encode(), (*keys, *_call(transition.verb).rest[len(keys) :]))
+
+
+def _argument_edges() -> Iterator[History]:
+    """Each class of each argument rule (difftest/domains.py): the rules are checked before any state
+    is read, so a refused call stands alone; an accepted integer meets the prelude's jobs, and a
+    queue of an accepted odd name is enqueued to and claimed from. The transitions take turns."""
+    verbs = list(TRANSITIONS.values())
+    for index, cls in enumerate(domains.SHAPE_CLASSES):
+        turn = verbs[index % len(verbs) :] + verbs[: index % len(verbs)]
+        for t in turn:
+            numkeys, rest = domains.shaped(t, _call(t.verb).rest, cls)
+            if domains.shape_class(t, numkeys, rest) == cls:
+                yield History((CallStep(Call(t.verb, numkeys, rest)),), note=f"{CORPUS_NOTE}edge:shape:{cls}")
+                break
+    for index, label in enumerate(domains.layout_labels()):
+        position, cls = label.split(":")[2:]
+        turn = verbs[index % len(verbs) :] + verbs[: index % len(verbs)]
+        if cls in domains.ACCEPTED_QUEUES:  # an odd queue name: a job enqueued to it and claimed
+            turn = [TRANSITIONS[Verb.ENQUEUE], TRANSITIONS[Verb.CLAIM]]
+        else:
+            turn = [next(t for t in turn if cls in domains.layout_classes(t, position)
+                         and position in domains.layout_positions(t))]  # fmt: skip
+        steps = [CallStep(_laid_out(t, position, cls)) for t in turn]
+        yield History(tuple(steps), note=f"{CORPUS_NOTE}{label}")
+    for index, cls in enumerate(domains.INT_CLASSES):
+        verb, arg = domains.INT_ARGS[index % len(domains.INT_ARGS)]
+        at = next(i for i, a in enumerate(TRANSITIONS[verb].args) if a.name == arg)
+        args = list(PLAIN_ARGS[verb])
+        args[at] = domains.INT_CLASSES[cls].raw
+        step = CallStep(_call(verb, *args))
+        if domains.int_outcome(verb, arg, cls) is None:
+            yield _history(f"edge:int:{cls} at {verb} {arg}", step)
+        else:
+            yield History((step,), note=f"{CORPUS_NOTE}edge:int:{cls} at {verb} {arg}")
+
+
+def _upgrades() -> Iterator[History]:
+    """The module takes over a keyspace the scripts built (strategies/upgrade.py): the prelude ran
+    through the scripts on both servers, so its rows lack lease_epoch in every set."""
+
+    def after_lua_era(note: str, *steps: Step) -> History:
+        return History((*lua_era(PRELUDE), *steps), note=CORPUS_NOTE + note)
+
+    yield after_lua_era("upgrade:lua-prefix", CallStep(_call(Verb.ENQUEUE)))
+    yield after_lua_era("upgrade:lua-row-in:pending", CallStep(_call(Verb.CLAIM)))
+    yield after_lua_era("upgrade:lua-row-in:active", CallStep(_call(Verb.EXTEND)))
+    yield after_lua_era("upgrade:lua-row-in:delayed", CallStep(_call(Verb.PROMOTE)))
+    yield after_lua_era("upgrade:lua-row-in:dead", CallStep(_call(Verb.REVIVE)))
+    yield after_lua_era("upgrade:lua-row-in:done", *lua_era([CallStep(_call(Verb.COMPLETE))]),
+                        CallStep(_call(Verb.COMPLETE)))  # fmt: skip
+    yield after_lua_era("upgrade:d7-lua-lease", CallStep(_call(Verb.SWEEP)))
+    # a rolling upgrade: the prelude on the module, then a worker still on the scripts takes a lease
+    # and sweeps (counting the module's lease), and the module's sweeper meets the scripts' lease (D7)
+    yield _history("upgrade:mixed-fleet", CallStep(_call(Verb.CLAIM), executor=SCRIPTS),
+                   CallStep(_call(Verb.SWEEP), executor=SCRIPTS), Advance(10), CallStep(_call(Verb.SWEEP)))  # fmt: skip
+
+
 def class_corpus() -> list[History]:
     """Every directed history, in a fixed order."""
-    return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived()]
-
+    return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades()]
