@@ -62,6 +62,7 @@ from strategies.histories import (
     _value_step,
 )
 from strategies.seeded import draw_from_the_seed_alone
+from strategies.upgrade import lua_era, via_scripts
 
 draw_from_the_seed_alone()
 
@@ -92,35 +93,12 @@ def weight(how_often: Weight | int) -> Callable[[Any], Any]:
 
 
 # the order a rule choice shrinks towards: the first is a plain ENQUEUE
-RULE_ORDER = {
-    name: n
-    for n, name in enumerate(
-        (
-            "enqueue",
-            "claim",
-            "complete",
-            "fail",
-            "extend",
-            "sweep",
-            "promote",
-            "revive",
-            "pause",
-            "resume",
-            "advance",
-            "advance_to_deadline",
-            "begin_claim",
-            "end_claim",
-            "corrupt",
-            "other_writers_value",
-            "wrong_typed_key",
-            "long_lived_job",
-            "restricted_call",
-            "malformed_call",
-            "restart",
-            "crash",
-        )
-    )
-}
+RULE_ORDER = {name: n for n, name in enumerate((
+    "enqueue", "claim", "complete", "fail", "extend", "sweep", "promote", "revive", "pause", "resume",
+    "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
+    "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
+    "restart", "crash",
+))}  # fmt: skip
 
 
 class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
@@ -218,6 +196,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints = {queue: QueueHints() for queue in QUEUES}
         self.now = 0
         self.open_claims: list[str] = []
+        self.lua_era = False  # the history began before the upgrade: the module has not taken over yet
         self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
         self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
 
@@ -286,6 +265,12 @@ class QueueMachine(RuleBasedStateMachine):
     def forged_lease(self) -> Lease:
         """A worker that believes it holds a lease no CLAIM gave it (a fence must refuse it)."""
         return Lease(QUEUES[0], IDS[0], 1)
+
+    @initialize(before_the_upgrade=st.integers(0, 7))
+    def era(self, before_the_upgrade: int) -> None:
+        """One history in eight begins in the Lua era: on the native server too the scripts run, until
+        the `upgrade` rule hands it to the module (docs/decisions.md, "Upgrades and the mixed fleet")."""
+        self.lua_era = self.shape.upgrades and before_the_upgrade == 7
 
     # -- one rule per transition -----------------------------------------------------------------
 
@@ -423,6 +408,27 @@ class QueueMachine(RuleBasedStateMachine):
         self._wait(upcoming - self.now + off_by)
 
     # -- faults ----------------------------------------------------------------------------------
+
+    @weight(10)
+    @precondition(lambda self: self.lua_era)
+    @rule()
+    def upgrade(self) -> None:
+        """The module takes over on the native server: every call so far ran through the scripts on
+        both servers (rows without `lease_epoch` in every set), every call from now on runs on it."""
+        self.steps = lua_era(self.steps)
+        self.lua_era = False
+
+    @weight(6)
+    @precondition(lambda self: self.shape.upgrades and not self.lua_era)
+    @rule(data=st.data(), queue=QUEUE, verb=st.sampled_from(tuple(TRANSITIONS)))
+    def scripts_worker_call(self, data: st.DataObject, queue: bytes, verb: str) -> None:
+        """A mixed fleet: during a rolling upgrade a worker still calls the scripts on the native
+        server, beside workers that call the module (mostly with a lease it holds)."""
+        draws = Draws(data)
+        active = self.hints[queue].active
+        held = draws.pick(sorted(active)) if TRANSITIONS[verb].fenced and active and draws.aim(4) else None
+        call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
+        self.steps.append(via_scripts(CallStep(call)))
 
     @weight(12)
     @precondition(lambda self: self.shape.interleaving and len(self.open_claims) < len(WORKERS))
