@@ -110,7 +110,13 @@ def test_a_campaign_runs_on_containers(tmp_path: Path) -> None:
     before = {c.id for c in _ours()}  # type: ignore[attr-defined]
     result = run_campaign(
         CampaignConfig(
-            seed=3, module=DEFAULT_MODULE, reports=tmp_path, examples=15, workers=1, pin=False, backend="docker",
+            seed=3,
+            module=DEFAULT_MODULE,
+            reports=tmp_path,
+            examples=15,
+            workers=1,
+            pin=False,
+            backend="docker",
             corpus=False,  # generated histories only: the corpus's 305 are the parity suite's business
         )
     )
