@@ -17,6 +17,7 @@ from difftest.replay import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape
 from strategies.machine import RULE_ORDER, RULE_WEIGHTS, QueueMachine, machine_settings, run_machine
+from strategies.upgrade import ran_via_scripts
 
 CALLS_ONLY = HistoryShape(restarts=False, crashes=False, corruption=False, users=False, interleaving=False,
                           malformed=False)  # fmt: skip
@@ -92,7 +93,13 @@ def test_the_classes_are_drawn() -> None:
                 seen.add("split")
             if isinstance(step, Restart):
                 seen.add("crash" if step.crash else "restart")
-    assert seen == {"value", "wrongtype", "long", "acl", "bound", "split", "crash", "restart"}
+        via = [ran_via_scripts(s) for s in history.steps if isinstance(s, CallStep | BeginClaim)]
+        if via and via[0] and not via[-1]:
+            seen.add("lua-era then the module")
+        if any(not a and b for a, b in itertools.pairwise(via)):
+            seen.add("scripts worker after a module call")
+    assert seen == {"value", "wrongtype", "long", "acl", "bound", "split", "crash", "restart",
+                    "lua-era then the module", "scripts worker after a module call"}  # fmt: skip
 
 
 # The machine as a test of the suite: each TestCase below replays what the machine draws on a real
