@@ -44,6 +44,7 @@ from strategies.histories import (
     ERRORS,
     IDS,
     PAYLOADS,
+    PLAIN_VERB_WEIGHTS,
     QUEUES,
     TOKENS,
     USER_KINDS,
@@ -66,8 +67,6 @@ from strategies.upgrade import lua_era, via_scripts
 
 draw_from_the_seed_alone()
 
-# the first queue mostly: transitions collide more (a draw of the second shrinks to the first)
-QUEUE = st.integers(0, 3).map(lambda n: QUEUES[1] if n == 3 else QUEUES[0])
 
 # How often each rule runs, per about 256 steps, from what the queues hold as far as the hints know:
 # work that is waiting draws the transition that does it (a corrupt set the transition that meets it;
@@ -101,6 +100,41 @@ RULE_ORDER = {name: n for n, name in enumerate((
 ))}  # fmt: skip
 
 
+CALLS = 118  # transitions per 256 steps
+PLAIN_WEIGHTS = dict(PLAIN_VERB_WEIGHTS)
+PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
+
+
+def _aimed_weights(m: QueueMachine) -> dict[str, int]:
+    """Work that is waiting draws the transition that does it; a corrupt set draws the transition
+    that meets it (dead: FAIL's dead-letter path; done: COMPLETE); an open split claim PAUSE and
+    RESUME (D1)."""
+    pending = active = expired = due = dead = paused = done_broken = dead_broken = False
+    now = m.now
+    for h in m.hints.values():  # one pass: this runs every step
+        pending = pending or (bool(h.pending) and not h.paused)
+        if h.active:
+            active = True
+            expired = expired or min(h.active.values()) <= now
+            done_broken = done_broken or b"done" in h.broken
+            dead_broken = dead_broken or b"dead" in h.broken
+        due = due or (bool(h.delayed) and min(h.delayed.values()) <= now)
+        dead = dead or bool(h.dead)
+        paused = paused or h.paused
+    return {
+        "ENQUEUE": 20,
+        "CLAIM": 6 + 24 * pending,
+        "COMPLETE": 3 + 15 * active + 12 * done_broken,
+        "FAIL": 3 + 10 * active + 12 * dead_broken,
+        "EXTEND": 2 + 8 * active,
+        "SWEEP": 4 + 24 * expired,
+        "PROMOTE": 4 + 24 * due,
+        "REVIVE": 2 + 12 * dead,
+        "PAUSE": 2 + 12 * (bool(m.open_claims) and not paused),
+        "RESUME": 2 + 12 * paused,
+    }
+
+
 class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
     """The machine's choice of its next rule: one draw among the valid rules by weight.
 
@@ -113,24 +147,39 @@ class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
     def __init__(self, machine: QueueMachine) -> None:
         super().__init__()
         self.machine = machine
-        self.rules = sorted(type(machine).setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
+        rules = sorted(type(machine).setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
+        # what deciding a rule's validity and weight needs, looked up once (this runs every step)
+        self.candidates = [
+            (r, tuple(b.name for b in r.bundles), tuple(r.preconditions), RULE_WEIGHTS[r.function.__name__])
+            for r in rules
+        ]
 
     def do_draw(self, data: ConjectureData) -> tuple[Any, dict[str, Any]]:
         machine = self.machine
         machine.choices = data
+        machine._aimed = None  # the state moved since the last step
+        bundles = machine.bundles
         valid: list[tuple[Any, int]] = []
-        for candidate in self.rules:
-            if all(machine.bundle(b.name) for b in candidate.bundles) and all(
-                p(machine) for p in candidate.preconditions
-            ):
-                how_often = RULE_WEIGHTS[candidate.function.__name__](machine)
-                if how_often > 0:
-                    valid.append((candidate, how_often))
-        n = data.draw_integer(0, sum(w for _, w in valid) - 1)
-        for chosen, how_often in valid:  # noqa: B007 (the loop leaves `chosen` set)
-            if n < how_often:
+        total = 0
+        for candidate, names, preconditions, how_often in self.candidates:
+            # plain loops: generator expressions here cost a tenth of the whole draw
+            for name in names:
+                if not bundles.get(name):
+                    break
+            else:
+                for holds in preconditions:
+                    if not holds(machine):
+                        break
+                else:
+                    weight_now = how_often(machine)
+                    if weight_now > 0:
+                        valid.append((candidate, weight_now))
+                        total += weight_now
+        n = data.draw_integer(0, total - 1)
+        for chosen, weight_now in valid:  # noqa: B007 (the loop leaves `chosen` set)
+            if n < weight_now:
                 break
-            n -= how_often
+            n -= weight_now
         return chosen, {name: data.draw(strategy) for name, strategy in chosen.arguments_strategies.items()}
 
 
@@ -138,16 +187,16 @@ class Draws(Chooser):
     """The choices a rule makes inside its body, each one Hypothesis draw shrinking towards the first
     option; the step builders of `strategies/histories.py` read them through the Chooser interface."""
 
-    def __init__(self, data: st.DataObject) -> None:
+    def __init__(self, choices: ConjectureData) -> None:
         # the engine's own integer choice, which shrinks towards 0: a strategy per choice (or
         # DataObject.draw, which also notes every draw) costs three times as much, on every step
-        self._integer = data.conjecture_data.draw_integer
+        self._integer = choices.draw_integer
 
     def _index(self, count: int) -> int:
         return self._integer(0, count - 1) if count > 1 else 0
 
     def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
-        return pool[self._index(len(pool))]
+        return pool[self._integer(0, len(pool) - 1)] if len(pool) > 1 else pool[0]
 
     spread = pick  # draws are independent here: nothing comes in lockstep to spread
 
@@ -156,11 +205,15 @@ class Draws(Chooser):
 
     def chance(self, out_of: int) -> bool:
         """True one time in `out_of` (False when shrunk)."""
-        return self._index(out_of) == out_of - 1
+        return self._integer(0, out_of - 1) == out_of - 1
 
     def aim(self, out_of: int) -> bool:
         """True but one time in `out_of`: whether to aim by the hints (shrunk: not aimed)."""
-        return self._index(out_of) != 0
+        return self._integer(0, out_of - 1) != 0
+
+    def queue(self) -> bytes:
+        """Mostly the first queue: transitions collide more (the second shrinks to the first)."""
+        return QUEUES[1] if self.chance(4) else QUEUES[0]
 
     def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
         n = self._index(sum(w for _, w in weights))
@@ -196,7 +249,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints = {queue: QueueHints() for queue in QUEUES}
         self.now = 0
         self.open_claims: list[str] = []
-        self.lua_era = False  # the history began before the upgrade: the module has not taken over yet
+        self._aimed: dict[str, int] | None = None  # this step's transition weights, once a rule asks
+        self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
         self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
         self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
 
@@ -214,6 +268,25 @@ class QueueMachine(RuleBasedStateMachine):
             self.on_history(self.history())
 
     # -- helpers the rules share -----------------------------------------------------------------
+
+    def call_weight(self, verb: str) -> int:
+        """A transition's weight, per 256 steps: the seed-list generator's mix (118 in 256 steps are
+        transitions; a third by fixed weights, two thirds by what the hints say is waiting)."""
+        if self._aimed is None:
+            aimed = _aimed_weights(self)
+            total = sum(aimed.values())
+            self._aimed = {
+                v: max(1, round(CALLS * (PLAIN_WEIGHTS[v] / PLAIN_TOTAL / 3 + 2 * w / total / 3)))
+                for v, w in aimed.items()
+            }
+        return self._aimed[verb]
+
+    def next_deadline(self) -> int | None:
+        """The next lease or delay deadline more than a millisecond away, as the hints know it."""
+        later = [
+            d for h in self.hints.values() for ds in (h.active, h.delayed) for d in ds.values() if d > self.now + 1
+        ]
+        return min(later) if later else None
 
     def some(self, holds: Callable[[QueueHints], bool]) -> bool:
         """Whether a queue's hints say so (the rule weights read them)."""
@@ -236,17 +309,30 @@ class QueueMachine(RuleBasedStateMachine):
     def _call(self, call: Call, draws: Draws, user: str | None = None) -> None:
         self.steps.append(CallStep(_at_a_bound(draws, call) if draws.chance(16) else call, user))
 
+    def draws(self) -> Draws:
+        """The choices of the rule running now (each one Hypothesis draw)."""
+        assert self.choices is not None  # set when the rule was drawn
+        return Draws(self.choices)
+
     def _fenced(self, draws: Draws, lease: Lease) -> tuple[bytes, bytes, int | bytes]:
-        """The queue, id and token a fenced call presents: mostly the lease as the worker holds it,
-        sometimes a stale token close to the current one (one less, one more, its leading digits, ten
-        times it: a fence compares the whole number), sometimes an id and token of no lease at all."""
-        if not draws.aim(5):
-            return lease.queue, _edged(draws, IDS), draws.pick(TOKENS)
-        token = lease.token
+        """The queue, id and token a fenced call presents. Mostly a lease that is still held: the one
+        drawn if it is, else (its worker lost it to a sweep or a restart) the one another worker
+        holds now, as the hints know it; sometimes the drawn lease however stale (a zombie worker);
+        sometimes an id and token of no lease at all. And one time in six, the live token's close
+        neighbours (one less, one more, its leading digits, ten times it: a fence compares the
+        whole number)."""
+        hints = self.hints[lease.queue]
+        queue, job, token = lease.queue, lease.job, lease.token
+        if not hints.fenced(job, token):
+            if draws.aim(4) and hints.active:
+                job = draws.pick(sorted(hints.active))
+                token = hints.attempts.get(job, 1)
+            elif not draws.aim(3):
+                return queue, _edged(draws, IDS), draws.pick(TOKENS)
         if draws.chance(6):
             close = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
-            return lease.queue, lease.job, draws.pick(close) if token >= 10 else max(token - 1, 0)
-        return lease.queue, lease.job, token
+            return queue, job, draws.pick(close) if token >= 10 else max(token - 1, 0)
+        return queue, job, token
 
     def _wait_for_first(self, deadlines: dict[bytes, int], draws: Draws) -> None:
         """Mostly, a worker that waits until the first deadline (at it, or one after)."""
@@ -261,23 +347,13 @@ class QueueMachine(RuleBasedStateMachine):
         """The tiny pool of ids the transitions collide on."""
         return multiple(*IDS)
 
-    @initialize(target=leases)
-    def forged_lease(self) -> Lease:
-        """A worker that believes it holds a lease no CLAIM gave it (a fence must refuse it)."""
-        return Lease(QUEUES[0], IDS[0], 1)
-
-    @initialize(before_the_upgrade=st.integers(0, 7))
-    def era(self, before_the_upgrade: int) -> None:
-        """One history in eight begins in the Lua era: on the native server too the scripts run, until
-        the `upgrade` rule hands it to the module (docs/decisions.md, "Upgrades and the mixed fleet")."""
-        self.lua_era = self.shape.upgrades and before_the_upgrade == 7
-
     # -- one rule per transition -----------------------------------------------------------------
 
-    @weight(12)
-    @rule(target=jobs, data=st.data(), queue=QUEUE, job=jobs)
-    def enqueue(self, data: st.DataObject, queue: bytes, job: bytes) -> Any:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("ENQUEUE"))
+    @rule(target=jobs, job=jobs)
+    def enqueue(self, job: bytes) -> Any:
+        draws = self.draws()
+        queue = draws.queue()
         new = draws.chance(12)
         if new:  # bytes at an edge: empty, spaces, CR/LF, NUL, invalid UTF-8, braces, large
             job = bytes(draws.pick(tuple(domains.BYTES_EDGES.values())))
@@ -286,10 +362,11 @@ class QueueMachine(RuleBasedStateMachine):
         self._call(Call.of("ENQUEUE", queue, job, _edged(draws, PAYLOADS), delay), draws)
         return job if new else multiple()
 
-    @weight(lambda m: 4 + 14 * m.some(lambda h: bool(h.pending) and not h.paused))
-    @rule(target=leases, data=st.data(), queue=QUEUE)
-    def claim(self, data: st.DataObject, queue: bytes) -> Any:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("CLAIM"))
+    @rule(target=leases)
+    def claim(self) -> Any:
+        draws = self.draws()
+        queue = draws.queue()
         hints = self.hints[queue]
         lease_ms = draws.pick(DURATIONS)
         taken = None if hints.paused or not hints.pending else hints.head()
@@ -297,37 +374,29 @@ class QueueMachine(RuleBasedStateMachine):
         self._call(Call.of("CLAIM", queue, lease_ms), draws)
         return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else multiple()
 
-    @weight(lambda m: 1 + 5 * m.some(lambda h: bool(h.active)))
-    @rule(data=st.data(), lease=leases)
-    def extend(self, data: st.DataObject, lease: Lease) -> None:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("EXTEND"))
+    @rule(lease=leases)
+    def extend(self, lease: Lease) -> None:
+        draws = self.draws()
         queue, job, token = self._fenced(draws, lease)
         lease_ms = draws.pick(DURATIONS)
         if isinstance(token, int):
             self.hints[queue].extend(job, token, self.now, lease_ms)
         self._call(Call.of("EXTEND", queue, job, token, lease_ms), draws)
 
-    @weight(
-        lambda m: (
-            2 + 9 * m.some(lambda h: bool(h.active)) + 7 * m.some(lambda h: bool(h.active) and b"done" in h.broken)
-        )
-    )
-    @rule(data=st.data(), lease=consumes(leases))
-    def complete(self, data: st.DataObject, lease: Lease) -> None:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("COMPLETE"))
+    @rule(lease=consumes(leases))
+    def complete(self, lease: Lease) -> None:
+        draws = self.draws()
         queue, job, token = self._fenced(draws, lease)
         if isinstance(token, int):
             self.hints[queue].complete(job, token)
         self._call(Call.of("COMPLETE", queue, job, token), draws)
 
-    @weight(
-        lambda m: (
-            2 + 6 * m.some(lambda h: bool(h.active)) + 7 * m.some(lambda h: bool(h.active) and b"dead" in h.broken)
-        )
-    )
-    @rule(data=st.data(), lease=consumes(leases))
-    def fail(self, data: st.DataObject, lease: Lease) -> None:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("FAIL"))
+    @rule(lease=consumes(leases))
+    def fail(self, lease: Lease) -> None:
+        draws = self.draws()
         queue, job, token = self._fenced(draws, lease)
         hints = self.hints[queue]
         max_attempts, backoff = draws.integer(1, 3), draws.pick((0, *DURATIONS))
@@ -338,31 +407,21 @@ class QueueMachine(RuleBasedStateMachine):
             hints.fail(job, token, max_attempts, self.now, backoff)
         self._call(Call.of("FAIL", queue, job, token, _edged(draws, ERRORS), max_attempts, backoff), draws)
 
-    @weight(
-        lambda m: (
-            2
-            + 6 * m.some(lambda h: bool(h.delayed))
-            + 10 * m.some(lambda h: any(t <= m.now for t in h.delayed.values()))
-        )
-    )
-    @rule(data=st.data(), queue=QUEUE)
-    def promote(self, data: st.DataObject, queue: bytes) -> None:
-        draws = Draws(data)
-        self._wait_for_first(self.hints[queue].delayed, draws)
+    @weight(lambda m: m.call_weight("PROMOTE"))
+    @rule()
+    def promote(self) -> None:
+        draws = self.draws()
+        queue = draws.queue()
         limit = draws.integer(1, 3)
         self.hints[queue].promote(self.now, limit)
         self._call(Call.of("PROMOTE", queue, limit), draws)
 
-    @weight(
-        lambda m: (
-            2 + 6 * m.some(lambda h: bool(h.active)) + 10 * m.some(lambda h: any(t <= m.now for t in h.active.values()))
-        )
-    )
-    @rule(data=st.data(), queue=QUEUE)
-    def sweep(self, data: st.DataObject, queue: bytes) -> None:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("SWEEP"))
+    @rule()
+    def sweep(self) -> None:
+        draws = self.draws()
+        queue = draws.queue()
         hints = self.hints[queue]
-        self._wait_for_first(hints.active, draws)
         max_stalled, limit = draws.integer(1, 3), draws.integer(1, 3)
         expired = sum(1 for deadline in hints.active.values() if deadline <= self.now)
         if expired >= 2 and draws.chance(2):
@@ -370,61 +429,69 @@ class QueueMachine(RuleBasedStateMachine):
         hints.sweep(self.now, max_stalled, limit)
         self._call(Call.of("SWEEP", queue, max_stalled, limit), draws)
 
-    @weight(lambda m: 1 + 7 * m.some(lambda h: bool(h.dead)))
-    @rule(data=st.data(), queue=QUEUE, job=jobs)
-    def revive(self, data: st.DataObject, queue: bytes, job: bytes) -> None:
-        draws = Draws(data)
+    @weight(lambda m: m.call_weight("REVIVE"))
+    @rule(job=jobs)
+    def revive(self, job: bytes) -> None:
+        draws = self.draws()
+        queue = draws.queue()
         dead = sorted(self.hints[queue].dead)
         if dead and draws.aim(2):
             job = draws.pick(dead)
         self.hints[queue].revive(job, self.now)
         self._call(Call.of("REVIVE", queue, job), draws)
 
-    @weight(lambda m: 1 + 7 * (bool(m.open_claims) and not m.some(lambda h: h.paused)))
-    @rule(data=st.data(), queue=QUEUE)
-    def pause(self, data: st.DataObject, queue: bytes) -> None:
+    @weight(lambda m: m.call_weight("PAUSE"))
+    @rule()
+    def pause(self) -> None:
+        draws = self.draws()
+        queue = draws.queue()
         self.hints[queue].paused = True
-        self._call(Call.of("PAUSE", queue), Draws(data))
+        self._call(Call.of("PAUSE", queue), draws)
 
-    @weight(lambda m: 1 + 7 * m.some(lambda h: h.paused))
-    @rule(data=st.data(), queue=QUEUE)
-    def resume(self, data: st.DataObject, queue: bytes) -> None:
+    @weight(lambda m: m.call_weight("RESUME"))
+    @rule()
+    def resume(self) -> None:
+        draws = self.draws()
+        queue = draws.queue()
         self.hints[queue].paused = False
-        self._call(Call.of("RESUME", queue), Draws(data))
+        self._call(Call.of("RESUME", queue), draws)
 
     # -- the clock -------------------------------------------------------------------------------
 
-    @weight(26)
+    @weight(13)
     @rule(ms=st.sampled_from(ADVANCES))
     def advance(self, ms: int) -> None:
         self._wait(ms)
 
-    @weight(12)
-    @precondition(lambda self: any(d > self.now + 1 for q in self.hints.values() for d in q.deadlines()))
+    @weight(25)
+    @precondition(lambda self: self.next_deadline() is not None)
     @rule(off_by=st.sampled_from((0, -1, 1)))
     def advance_to_deadline(self, off_by: int) -> None:
         """To the next lease or delay deadline: at it, one before, or one after."""
-        upcoming = min(d for q in self.hints.values() for d in q.deadlines() if d > self.now + 1)
+        upcoming = self.next_deadline()
+        assert upcoming is not None  # the precondition
         self._wait(upcoming - self.now + off_by)
 
     # -- faults ----------------------------------------------------------------------------------
 
-    @weight(10)
-    @precondition(lambda self: self.lua_era)
+    @weight(1)
+    @precondition(lambda self: self.shape.upgrades and not self.upgraded and bool(self.steps))
     @rule()
     def upgrade(self) -> None:
-        """The module takes over on the native server: every call so far ran through the scripts on
-        both servers (rows without `lease_epoch` in every set), every call from now on runs on it."""
+        """The module takes over on the native server here: every call so far ran through the scripts
+        on both servers (rows without `lease_epoch` in every set), every call from now on runs on it
+        (about one history in seven; docs/decisions.md, "Upgrades and the mixed fleet")."""
         self.steps = lua_era(self.steps)
-        self.lua_era = False
+        self.upgraded = True
 
-    @weight(6)
-    @precondition(lambda self: self.shape.upgrades and not self.lua_era)
-    @rule(data=st.data(), queue=QUEUE, verb=st.sampled_from(tuple(TRANSITIONS)))
-    def scripts_worker_call(self, data: st.DataObject, queue: bytes, verb: str) -> None:
+    @weight(4)
+    @precondition(lambda self: self.shape.upgrades)
+    @rule(verb=st.sampled_from(tuple(TRANSITIONS)))
+    def scripts_worker_call(self, verb: str) -> None:
         """A mixed fleet: during a rolling upgrade a worker still calls the scripts on the native
         server, beside workers that call the module (mostly with a lease it holds)."""
-        draws = Draws(data)
+        draws = self.draws()
+        queue = draws.queue()
         active = self.hints[queue].active
         held = draws.pick(sorted(active)) if TRANSITIONS[verb].fenced and active and draws.aim(4) else None
         call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
@@ -432,19 +499,21 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(12)
     @precondition(lambda self: self.shape.interleaving and len(self.open_claims) < len(WORKERS))
-    @rule(data=st.data(), queue=QUEUE)
-    def begin_claim(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def begin_claim(self) -> None:
         """A worker's CLAIM split in two round trips: the host's paused read now, the claim later."""
-        draws = Draws(data)
+        draws = self.draws()
+        queue = draws.queue()
         worker = draws.pick(tuple(w for w in WORKERS if w not in self.open_claims))
         self.open_claims.append(worker)
         self.steps.append(BeginClaim(worker, _transition_call(draws, "CLAIM", queue, self.hints[queue], self.now)))
 
     @weight(12)
     @precondition(lambda self: bool(self.open_claims))
-    @rule(data=st.data())
-    def end_claim(self, data: st.DataObject) -> None:
-        worker = Draws(data).pick(tuple(self.open_claims))
+    @rule()
+    def end_claim(self) -> None:
+        draws = self.draws()
+        worker = draws.pick(tuple(self.open_claims))
         self.open_claims.remove(worker)
         self.steps.append(EndClaim(worker))
 
@@ -460,56 +529,69 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(3)
     @precondition(lambda self: self.shape.restarts)
-    @rule(data=st.data(), queue=QUEUE)
-    def restart(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def restart(self) -> None:
         """Both servers shut down and start again from their AOF (a new run_id)."""
-        self._restart(Draws(data), False, queue)
+        draws = self.draws()
+        queue = draws.queue()
+        self._restart(draws, False, queue)
 
     @weight(3)
     @precondition(lambda self: self.shape.crashes)
-    @rule(data=st.data(), queue=QUEUE)
-    def crash(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def crash(self) -> None:
         """Both servers killed (SIGKILL) and started again from their AOF."""
-        self._restart(Draws(data), True, queue)
+        draws = self.draws()
+        queue = draws.queue()
+        self._restart(draws, True, queue)
 
     @weight(14)
     @precondition(lambda self: self.shape.corruption)
-    @rule(data=st.data(), queue=QUEUE)
-    def corrupt(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def corrupt(self) -> None:
         """Another writer breaks a key: a wrong type, a counter, a ghost member, a dropped row."""
-        self.steps.append(_corruption(Draws(data), queue, self.hints[queue]))
+        draws = self.draws()
+        queue = draws.queue()
+        self.steps.append(_corruption(draws, queue, self.hints[queue]))
 
     @weight(14)
     @precondition(lambda self: self.shape.corruption)
-    @rule(data=st.data(), queue=QUEUE)
-    def other_writers_value(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def other_writers_value(self) -> None:
         """A value another writer left in a field (or a score) a transition reads, then that one."""
-        self._add(_value_step(Draws(data), queue, self.hints[queue], self.now))
+        draws = self.draws()
+        queue = draws.queue()
+        self._add(_value_step(draws, queue, self.hints[queue], self.now))
 
     @weight(9)
     @precondition(lambda self: self.shape.corruption)
-    @rule(data=st.data(), queue=QUEUE)
-    def wrong_typed_key(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def wrong_typed_key(self) -> None:
         """A key a transition writes made of another type, then that transition."""
-        self._add(_typed_step(Draws(data), queue, self.hints[queue], self.now))
+        draws = self.draws()
+        queue = draws.queue()
+        self._add(_typed_step(draws, queue, self.hints[queue], self.now))
 
     @weight(6)
     @precondition(lambda self: self.shape.corruption and self.some(lambda h: bool(h.active)))
-    @rule(data=st.data(), queue=QUEUE)
-    def long_lived_job(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def long_lived_job(self) -> None:
         """Counters past one digit (what many cycles of claim, fail, sweep and revive leave), then
         the transition that reads them, on a queue where a lease is held."""
+        draws = self.draws()
+        queue = draws.queue()
         if not self.hints[queue].active:
             queue = next(q for q in QUEUES if self.hints[q].active)
-        self._add(_long_step(Draws(data), queue, self.hints[queue], self.now))
+        self._add(_long_step(draws, queue, self.hints[queue], self.now))
 
     @weight(17)
     @precondition(lambda self: self.shape.users)
-    @rule(data=st.data(), queue=QUEUE)
-    def restricted_call(self, data: st.DataObject, queue: bytes) -> None:
+    @rule()
+    def restricted_call(self) -> None:
         """A caller restricted on one key kind (none, read only, write only), mostly calling what
         reaches that key, with a held token where it needs one."""
-        draws = Draws(data)
+        draws = self.draws()
+        queue = draws.queue()
         user = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS))
         probes = USER_PROBES.get(user, ())
         verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
@@ -527,10 +609,11 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(10)
     @precondition(lambda self: self.shape.malformed)
-    @rule(data=st.data(), queue=QUEUE, verb=st.sampled_from(tuple(TRANSITIONS)))
-    def malformed_call(self, data: st.DataObject, queue: bytes, verb: str) -> None:
+    @rule(verb=st.sampled_from(tuple(TRANSITIONS)))
+    def malformed_call(self, verb: str) -> None:
         """A call with one thing wrong: its shape, a key's layout, an integer's grammar."""
-        draws = Draws(data)
+        draws = self.draws()
+        queue = draws.queue()
         self.steps.append(
             CallStep(_malformed(draws, _transition_call(draws, verb, queue, self.hints[queue], self.now)))
         )
