@@ -574,6 +574,32 @@ def rule_d3(view: StepView) -> RuleResult:
     return _native_refused(view, native_code if native_code in faults else code)
 
 
+LUA_EXACT_INTEGERS = 2**53  # a Lua number (a double) holds every integer up to this, and not all beyond
+
+
+def rule_n5(view: StepView) -> RuleResult:
+    """The retired CLAIM returns `attempts` through a Lua number (docs/decisions.md, "Lua number
+    precision"): above 2^53 its reply is the double nearest the count, while the row, incremented
+    by HINCRBY in the server, holds the exact count on both sides. The native replies exactly."""
+    if not _claim_call(view):
+        return None
+    lua, native = view.lua_reply, view.native_reply
+    if not (isinstance(lua, list) and isinstance(native, list) and len(lua) == len(native) == 3):
+        return None
+    lua_attempts, exact = lua[2], native[2]
+    if not (isinstance(lua_attempts, int) and isinstance(exact, int)) or lua_attempts == exact:
+        return None
+    if abs(exact) <= LUA_EXACT_INTEGERS or int(float(exact)) != lua_attempts:
+        return None  # not what rounding to a double explains: judged as any other difference
+    if not replies_equal(lua[:2], native[:2]) or view.lua_after != view.native_after:
+        return False, "beside attempts' rounding, the replies or the keyspaces differ"
+    assert view.guarded is not None and isinstance(native[0], bytes)
+    row = hash_fields(view.native_after, view.guarded.layout.row(native[0])) or {}
+    if row.get(b"attempts") != str(exact).encode():
+        return False, f"native answered attempts {exact}, its row holds {row.get(b'attempts')!r}"
+    return True, ""
+
+
 def rule_n1(view: StepView) -> RuleResult:
     """Every lease_epoch is the run_id of the native's last CLAIM or EXTEND of that row."""
     if view.native_epochs == view.expected_epochs:
@@ -619,6 +645,9 @@ RULES: dict[str, Rule] = {
         Rule("N4", (Verb.PAUSE, Verb.RESUME), "the caller may write meta but not read it (project decision, "
              "docs/decisions.md)", "HSET / HDEL run: they need only write", "NOPERM, nothing written", rule_n4,
              host_side=True),
+        Rule("N5", (Verb.CLAIM,), "the claimed row's attempts pass 2^53 (project decision, docs/decisions.md)",
+             "replies the double nearest attempts (a Lua number)", "replies attempts exactly; rows alike",
+             rule_n5, resync=False),
         Rule("N1", (Verb.CLAIM, Verb.EXTEND), "-", "no lease_epoch", "lease_epoch = the server's run_id", rule_n1,
              resync=False, always=True),
     )

@@ -54,7 +54,7 @@ def step(verb: str, *args: object) -> CallStep:
 
 
 def test_every_rule_is_described() -> None:
-    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2", "N3", "N4"}
+    assert set(RULES) == {"D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2", "N3", "N4", "N5"}
 
 
 def as_user(step_view: StepView, user: str, denied: set[tuple[bytes, str]]) -> StepView:
@@ -95,6 +95,27 @@ def test_n4_pause_by_a_caller_who_may_write_meta_but_not_read_it() -> None:
     # a caller who may not write meta is refused by both
     refused = as_user(view(step("PAUSE"), state, NOPERM, NOPERM), "u", {(META, "write")})
     assert judge(refused).kind == "match"
+
+
+def test_n5_a_claims_attempts_past_2_53_rounded_only_in_the_scripts_reply() -> None:
+    exact = 2**53 + 3  # odd past 2^53: a double holds 2^53 + 4 instead
+    before = ks(pending=Z(j1=5), job__j1=H(payload=b"p", attempts=str(exact - 1).encode()))
+    after = ks(active=Z(j1=NOW + 10), job__j1=H(payload=b"p", attempts=str(exact).encode(), state=b"active"))
+    rounded = [b"j1", b"p", 2**53 + 4]
+    assert judge(view(step("CLAIM", 10), before, rounded, [b"j1", b"p", exact], after, after)) == Verdict(
+        "allowed", "N5"
+    )
+    # a native that counted two, or rounded too (a Lua number in the module), is a divergence
+    counted_twice = ks(
+        active=Z(j1=NOW + 10), job__j1=H(payload=b"p", attempts=str(exact + 1).encode(), state=b"active")
+    )
+    assert judge(view(step("CLAIM", 10), before, rounded, [b"j1", b"p", exact + 1], after, counted_twice)).kind == (
+        "divergence"
+    )
+    assert judge(view(step("CLAIM", 10), before, rounded, [b"j1", b"p", exact], after, before)).kind == "divergence"
+    # at or below 2^53 a double is exact: any difference there is judged as before
+    small = ks(active=Z(j1=NOW + 10), job__j1=H(payload=b"p", attempts=b"8", state=b"active"))
+    assert judge(view(step("CLAIM", 10), before, [b"j1", b"p", 7], [b"j1", b"p", 8], small, small)).kind == "divergence"
 
 
 def test_d6_the_server_refuses_a_caller_denied_a_key_before_the_arguments() -> None:
