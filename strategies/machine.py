@@ -251,6 +251,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.open_claims: list[str] = []
         self._aimed: dict[str, int] | None = None  # this step's transition weights, once a rule asks
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
+        # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
+        # taken by the scripts; a caller's permissions on the rows then meet the exemption's writes
+        self.exempt: dict[bytes, set[bytes]] = {queue: set() for queue in QUEUES}
         self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
         self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
 
@@ -371,6 +374,7 @@ class QueueMachine(RuleBasedStateMachine):
         lease_ms = draws.pick(DURATIONS)
         taken = None if hints.paused or not hints.pending else hints.head()
         hints.claim(self.now, lease_ms)
+        self.exempt[queue].discard(taken or b"")
         self._call(Call.of("CLAIM", queue, lease_ms), draws)
         return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else multiple()
 
@@ -382,6 +386,7 @@ class QueueMachine(RuleBasedStateMachine):
         lease_ms = draws.pick(DURATIONS)
         if isinstance(token, int):
             self.hints[queue].extend(job, token, self.now, lease_ms)
+            self.exempt[queue].discard(job)  # re-stamped, if the fence held
         self._call(Call.of("EXTEND", queue, job, token, lease_ms), draws)
 
     @weight(lambda m: m.call_weight("COMPLETE"))
@@ -483,6 +488,8 @@ class QueueMachine(RuleBasedStateMachine):
         (about one history in seven; docs/decisions.md, "Upgrades and the mixed fleet")."""
         self.steps = lua_era(self.steps)
         self.upgraded = True
+        for q in QUEUES:
+            self.exempt[q] |= set(self.hints[q].active)
 
     @weight(4)
     @precondition(lambda self: self.shape.upgrades)
@@ -494,8 +501,12 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         active = self.hints[queue].active
         held = draws.pick(sorted(active)) if TRANSITIONS[verb].fenced and active and draws.aim(4) else None
-        call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
+        hints = self.hints[queue]
+        taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused else None
+        call = _transition_call(draws, verb, queue, hints, self.now, held)
         self.steps.append(via_scripts(CallStep(call)))
+        if taken is not None:
+            self.exempt[queue].add(taken)  # no lease_epoch: the module's SWEEP exempts it
 
     @weight(12)
     @precondition(lambda self: self.shape.interleaving and len(self.open_claims) < len(WORKERS))
@@ -521,11 +532,13 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps += [EndClaim(w) for w in self.open_claims]
         self.open_claims.clear()
         self.steps.append(Restart(crash=crash))
+        self.exempt = {q: set(self.hints[q].active) for q in QUEUES}
         active = self.hints[queue].active
         if active and draws.chance(3):
             # a worker that held a lease across the restart renews it (N1: the new run_id)
             held = draws.pick(sorted(active))
             self.steps.append(CallStep(_transition_call(draws, "EXTEND", queue, self.hints[queue], self.now, held)))
+            self.exempt[queue].discard(held)
 
     @weight(3)
     @precondition(lambda self: self.shape.restarts)
@@ -594,14 +607,21 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         user = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS))
         probes = USER_PROBES.get(user, ())
-        verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
+        exempting = [q for q in QUEUES if self.exempt[q] & self.hints[q].active.keys()]
+        if "SWEEP" in probes and exempting and draws.aim(2):
+            # a lease the module's SWEEP exempts: its writes (pending, the row) meet the caller's
+            # permissions (D7 held to the caller's permissions, docs/decisions.md)
+            verb, queue = "SWEEP", exempting[0]
+        else:
+            verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
         fenced = TRANSITIONS[verb].fenced
         if fenced and not self.hints[queue].active:
             queue = next((q for q in QUEUES if self.hints[q].active), queue)
         active = self.hints[queue].active
         held = draws.pick(sorted(active)) if fenced and active else None
         if verb == "SWEEP" and active:
-            first = min(active.values())  # the caller's permissions meet an expired lease
+            exempt = [active[j] for j in self.exempt[queue] if j in active]
+            first = min(exempt or active.values())  # the caller's permissions meet an expired lease
             if first > self.now:
                 self._wait(first - self.now)
         call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
