@@ -621,9 +621,16 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
         fenced = TRANSITIONS[verb].fenced
-        if fenced and not self.hints[queue].active:
+        if (fenced or verb == "SWEEP") and not self.hints[queue].active:
             queue = next((q for q in QUEUES if self.hints[q].active), queue)
-        active = self.hints[queue].active
+        hints = self.hints[queue]
+        if verb == "SWEEP" and not hints.active and not hints.paused and draws.aim(2):
+            # no lease to meet: a worker takes one first, enqueued first if need be (the sweep below
+            # waits for it to expire); without this most restricted sweeps met nothing at all
+            if not hints.pending:
+                self._call(_transition_call(draws, "ENQUEUE", queue, hints, self.now), draws)
+            self._call(_transition_call(draws, "CLAIM", queue, hints, self.now), draws)
+        active = hints.active
         held = draws.pick(sorted(active)) if fenced and active else None
         if verb == "SWEEP" and active:
             exempt = [active[j] for j in self.exempt[queue] if j in active]
