@@ -43,6 +43,14 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
 fi
 
+# The toolchain's own llvm-profdata and llvm-cov (rustup's llvm-tools component), which
+# `--native-coverage` and its tests read the module's coverage with (Debian's llvm is too old).
+if command -v rustup >/dev/null && ! rustup component list --installed 2>/dev/null | grep -q '^llvm-tools'; then
+    say "adding the toolchain's llvm-tools (rustup component add llvm-tools)"
+    rustup component add llvm-tools >/dev/null 2>&1 \
+        || say "could not add llvm-tools: --native-coverage will say how to add them"
+fi
+
 # The native module: a plain release build (see docs: cargo test features must not reach it).
 if [ -f executors/native/Cargo.toml ]; then
     say "building the native module (cargo build --release)"
