@@ -233,26 +233,47 @@ PLAIN_VERB_WEIGHTS = (
 )  # fmt: skip
 
 
-def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
-    """A transition weighted by what the queue holds (as far as the hints know): work that is
-    waiting draws the transition that does it; an open split claim draws PAUSE and RESUME (D1)."""
-    if not draw.aim(3):
-        return draw.weighted(PLAIN_VERB_WEIGHTS)
-    expired = any(t <= now for t in hints.active.values())
-    due = any(t <= now for t in hints.delayed.values())
-    weights = (
+def aimed_verb_weights(
+    *,
+    pending: bool,
+    active: bool,
+    expired: bool,
+    due: bool,
+    dead: bool,
+    paused: bool,
+    claims_open: bool,
+    done_broken: bool,
+    dead_broken: bool,
+) -> tuple[tuple[str, int], ...]:
+    """Transitions weighted by what the queues hold (as far as the hints know): work that is waiting
+    draws the transition that does it; a corrupt set with a lease held draws the transition that
+    meets it (dead: FAIL's dead-letter path; done: COMPLETE); an open split claim draws PAUSE and
+    RESUME (D1). The seed-list generator and the state machine both aim by it."""
+    return (
         ("ENQUEUE", 20),
-        ("CLAIM", 6 + 24 * bool(hints.pending and not hints.paused)),
-        ("COMPLETE", 3 + 15 * bool(hints.active) + 12 * bool(hints.active and b"done" in hints.broken)),
-        # a corrupt set draws the transition that meets it (dead: FAIL's dead-letter path; done: COMPLETE)
-        ("FAIL", 3 + 10 * bool(hints.active) + 12 * bool(hints.active and b"dead" in hints.broken)),
-        ("EXTEND", 2 + 8 * bool(hints.active)),
+        ("CLAIM", 6 + 24 * pending),
+        ("COMPLETE", 3 + 15 * active + 12 * done_broken),
+        ("FAIL", 3 + 10 * active + 12 * dead_broken),
+        ("EXTEND", 2 + 8 * active),
         ("SWEEP", 4 + 24 * expired),
         ("PROMOTE", 4 + 24 * due),
-        ("REVIVE", 2 + 12 * bool(hints.dead)),
-        ("PAUSE", 2 + 12 * (claims_open and not hints.paused)),
-        ("RESUME", 2 + 12 * hints.paused),
+        ("REVIVE", 2 + 12 * dead),
+        ("PAUSE", 2 + 12 * (claims_open and not paused)),
+        ("RESUME", 2 + 12 * paused),
     )
+
+
+def _verb(draw: Chooser, hints: QueueHints, now: int, claims_open: bool) -> str:
+    """A transition weighted by what the queue holds (`aimed_verb_weights`), or by fixed weights."""
+    if not draw.aim(3):
+        return draw.weighted(PLAIN_VERB_WEIGHTS)
+    active = bool(hints.active)
+    weights = aimed_verb_weights(
+        pending=bool(hints.pending and not hints.paused), active=active,
+        expired=any(t <= now for t in hints.active.values()), due=any(t <= now for t in hints.delayed.values()),
+        dead=bool(hints.dead), paused=hints.paused, claims_open=claims_open,
+        done_broken=active and b"done" in hints.broken, dead_broken=active and b"dead" in hints.broken,
+    )  # fmt: skip
     return draw.weighted(weights)
 
 

@@ -61,6 +61,7 @@ from strategies.histories import (
     _transition_call,
     _typed_step,
     _value_step,
+    aimed_verb_weights,
 )
 from strategies.seeded import draw_from_the_seed_alone
 from strategies.upgrade import lua_era, via_scripts
@@ -106,12 +107,10 @@ PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
 
 
 def _aimed_weights(m: QueueMachine) -> dict[str, int]:
-    """Work that is waiting draws the transition that does it; a corrupt set draws the transition
-    that meets it (dead: FAIL's dead-letter path; done: COMPLETE); an open split claim PAUSE and
-    RESUME (D1)."""
+    """`aimed_verb_weights` over both queues' hints (one pass: this runs every step)."""
     pending = active = expired = due = dead = paused = done_broken = dead_broken = False
     now = m.now
-    for h in m.hints.values():  # one pass: this runs every step
+    for h in m.hints.values():
         pending = pending or (bool(h.pending) and not h.paused)
         if h.active:
             active = True
@@ -121,18 +120,10 @@ def _aimed_weights(m: QueueMachine) -> dict[str, int]:
         due = due or (bool(h.delayed) and min(h.delayed.values()) <= now)
         dead = dead or bool(h.dead)
         paused = paused or h.paused
-    return {
-        "ENQUEUE": 20,
-        "CLAIM": 6 + 24 * pending,
-        "COMPLETE": 3 + 15 * active + 12 * done_broken,
-        "FAIL": 3 + 10 * active + 12 * dead_broken,
-        "EXTEND": 2 + 8 * active,
-        "SWEEP": 4 + 24 * expired,
-        "PROMOTE": 4 + 24 * due,
-        "REVIVE": 2 + 12 * dead,
-        "PAUSE": 2 + 12 * (bool(m.open_claims) and not paused),
-        "RESUME": 2 + 12 * paused,
-    }
+    return dict(
+        aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead, paused=paused,
+                           claims_open=bool(m.open_claims), done_broken=done_broken, dead_broken=dead_broken)
+    )  # fmt: skip
 
 
 class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
