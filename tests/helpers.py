@@ -73,3 +73,31 @@ def planted_scripts(directory: Path, script: str, old: str, new: str) -> Path:
 # compose projects the tests bring up are named so; the leftover check (conftest.py) counts what
 # they leave and ignores a pair the user keeps running (project difftest, or one of their own)
 TEST_PROJECT_PREFIX = "difftest-test-"
+
+
+def class_steps(steps: Any) -> set[str]:
+    """Which of the generators' classes a history's steps hold: a value other writers leave, a
+    wrong-typed key or a long-lived counter right before what reads it (`value`, `wrongtype`,
+    `long`), a restricted caller (`acl`), an integer argument at a bound (`bound`)."""
+    import itertools
+
+    from difftest import domains
+    from difftest.history import Advance, CallStep, RawWrite
+
+    seen: set[str] = set()
+    for step, after in itertools.pairwise(steps):
+        if isinstance(step, RawWrite) and isinstance(after, CallStep | RawWrite | Advance):
+            command = step.command
+            if command[0] in (b"HSET", b"HDEL") and command[2] in domains.ROW_FIELDS:
+                seen.add("value")
+            if command[0] in (b"RPUSH", b"SADD"):
+                seen.add("wrongtype")
+            if command[0] == b"HSET" and command[2] == b"attempts" and command[3] in (b"99", b"100", b"1000"):
+                seen.add("long")
+    for step in steps:
+        if isinstance(step, CallStep):
+            if step.user in domains.RESTRICTIONS:
+                seen.add("acl")
+            if any(arg in (str(2**52).encode(), str(2**63).encode(), b"-1") for arg in step.call.rest):
+                seen.add("bound")
+    return seen

@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import Phase, settings
 
-from difftest import domains
 from difftest import history as hist
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Restart
 from difftest.replay import Replayer
@@ -18,6 +17,7 @@ from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape
 from strategies.machine import RULE_ORDER, RULE_WEIGHTS, QueueMachine, machine_settings, run_machine
 from strategies.upgrade import ran_via_scripts
+from tests.helpers import class_steps
 
 CALLS_ONLY = HistoryShape(restarts=False, crashes=False, corruption=False, users=False, interleaving=False,
                           malformed=False)  # fmt: skip
@@ -74,21 +74,8 @@ def test_the_classes_are_drawn() -> None:
     claims, crashes and malformed calls all appear, each class right before what reads it."""
     seen: set[str] = set()
     for history in drawn(examples=300):
-        for step, after in itertools.pairwise(history.steps):
-            if isinstance(step, RawWrite) and isinstance(after, CallStep | RawWrite | Advance):
-                command = step.command
-                if command[0] in (b"HSET", b"HDEL") and command[2] in domains.ROW_FIELDS:
-                    seen.add("value")
-                if command[0] in (b"RPUSH", b"SADD"):
-                    seen.add("wrongtype")
-                if command[0] == b"HSET" and command[2] == b"attempts" and command[3] in (b"99", b"100", b"1000"):
-                    seen.add("long")
+        seen |= class_steps(history.steps)
         for step in history.steps:
-            if isinstance(step, CallStep):
-                if step.user in domains.RESTRICTIONS:
-                    seen.add("acl")
-                if any(arg in (str(2**52).encode(), str(2**63).encode(), b"-1") for arg in step.call.rest):
-                    seen.add("bound")
             if isinstance(step, BeginClaim | EndClaim):
                 seen.add("split")
             if isinstance(step, Restart):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from difftest import history as hist
 from difftest.history import Advance, BeginClaim, EndClaim, Restart
 from strategies.histories import SEED_VALUES, SEED_WIDTH, HistoryShape, build_history, histories
+from tests.helpers import class_steps
 
 SEEDS = st.lists(st.tuples(*[st.integers(0, SEED_VALUES - 1)] * SEED_WIDTH), max_size=60)
 
@@ -49,29 +50,11 @@ def test_zero_seeds_shrink_to_plain_calls() -> None:
 def test_the_classes_are_drawn() -> None:
     """Values other writers leave, wrong types, long-lived counters, bounds and permission users all
     appear in generated histories, each right before the transition that reads them."""
-    import itertools
     import random
-
-    from difftest import domains
-    from difftest.history import CallStep, RawWrite
 
     rng = random.Random(18)
     seen: set[str] = set()
     for _ in range(400):
         seeds = [tuple(rng.randrange(SEED_VALUES) for _ in range(SEED_WIDTH)) for _ in range(30)]
-        steps = build_history(seeds).steps
-        for step, after in itertools.pairwise(steps):
-            if isinstance(step, RawWrite) and isinstance(after, CallStep | RawWrite | Advance):
-                command = step.command
-                if command[0] in (b"HSET", b"HDEL") and command[2] in domains.ROW_FIELDS:
-                    seen.add("value")
-                if command[0] in (b"RPUSH", b"SADD"):
-                    seen.add("wrongtype")
-                if command[0] == b"HSET" and command[2] == b"attempts" and command[3] in (b"99", b"100", b"1000"):
-                    seen.add("long")
-            if isinstance(step, CallStep):
-                if step.user in domains.RESTRICTIONS:
-                    seen.add("acl")
-                if any(arg in (str(2**52).encode(), str(2**63).encode(), b"-1") for arg in step.call.rest):
-                    seen.add("bound")
+        seen |= class_steps(build_history(seeds).steps)
     assert seen == {"value", "wrongtype", "long", "acl", "bound"}
