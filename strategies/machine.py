@@ -428,8 +428,7 @@ class QueueMachine(RuleBasedStateMachine):
         exempting = self.shape.users and any(hints.active.get(j, self.now + 1) <= self.now for j in self.exempt[queue])
         user = domains.acl_user(domains.ROWS_KEY, draws.pick(domains.PERMS)) if exempting and draws.chance(4) else None
         hints.sweep(self.now, max_stalled, limit)
-        call = Call.of("SWEEP", queue, max_stalled, limit)
-        self.steps.append(CallStep(_at_a_bound(draws, call) if draws.chance(16) else call, user))
+        self._call(Call.of("SWEEP", queue, max_stalled, limit), draws, user)
 
     @weight(lambda m: m.call_weight("REVIVE"))
     @rule(job=jobs)
