@@ -172,9 +172,11 @@ def test_the_readme_example_of_adding_a_rule_works(monkeypatch: pytest.MonkeyPat
     def factory() -> QueueMachine:
         return extended(HistoryShape(), made.append)  # type: ignore[no-any-return]
 
+    from hypothesis import seed
     from hypothesis.stateful import run_state_machine_as_test
 
-    run_state_machine_as_test(factory, settings=machine_settings(150, 40, phases=[Phase.generate]))
+    # one fixed seed: the same histories every run (without it a run under xdist drew none with the rule)
+    run_state_machine_as_test(seed(20261203)(factory), settings=machine_settings(300, 40, phases=[Phase.generate]))
     dropped = [s for h in made for s in h.steps if isinstance(s, RawWrite) and s.command[0] == b"HDEL"
                and s.command[2] == b"group"]  # fmt: skip
     assert dropped, "the README's rule never ran"
