@@ -56,6 +56,12 @@ if [ -f executors/native/Cargo.toml ]; then
     say "building the native module (cargo build --release)"
     cargo build --release --quiet --manifest-path executors/native/Cargo.toml
 fi
+# The walker module (DIFFTEST.WALK) every test server loads: built from its own directory, so that
+# its .cargo/config.toml puts it in the native crate's target dir (the dependencies compiled once).
+if [ -f difftest/walker/Cargo.toml ]; then
+    say "building the walker module (cargo build --release in difftest/walker)"
+    (cd difftest/walker && cargo build --release --quiet)
+fi
 
 # The compose pair's two images (docker-compose.yml), built here FROM scratch, and its clock file:
 # then a plain `docker compose up -d` works. Only when a Docker engine answers; the local backend

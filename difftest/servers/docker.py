@@ -111,7 +111,7 @@ class DockerServer(SocketClients):
             "--port", "0", "--logfile", "/data/valkey.log", "--appendonly", "yes",
             "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--save", "", "--daemonize", "no",
             "--enable-debug-command", "yes", "--enable-module-command", "yes",
-            *self.extra_config,
+            *self.extra_config, "--loadmodule", IN_IMAGE["walker"],
         ]  # fmt: skip
         if self.module is not None:
             args += ["--loadmodule", IN_IMAGE["module"], *self.module_args]

@@ -15,12 +15,14 @@ from difftest.clock import find_libfaketime
 from difftest.problems import SetupProblem
 from difftest.servers.binary import checked_binary
 from difftest.servers.fastboot import fastboot_library, init_binary
+from difftest.servers.walker import walker_module
 
 IMAGE_REPOSITORY = "difftest-valkey"
 LABEL = "org.difftest"  # every image, container and volume of the project carries it
 IN_IMAGE = {
     "server": "/usr/local/bin/valkey-server",
     "module": "/opt/difftest/libemq_native.so",
+    "walker": "/opt/difftest/libdifftest_walker.so",  # DIFFTEST.WALK, in every image (difftest/walker)
     "fastboot": "/opt/difftest/fastboot.so",
     "init": "/opt/difftest/init",  # the docker backend's PID 1 (init.c); the compose pair runs without
     # one path whatever this machine's architecture, so docker-compose.yml can preload it
@@ -43,7 +45,7 @@ def _rootfs_files(module: Path | None) -> dict[str, Path]:
     """Path in the image -> file on this machine."""
     server = checked_binary()
     faketime = find_libfaketime()
-    files = {IN_IMAGE["server"]: server, IN_IMAGE["faketime"]: faketime}
+    files = {IN_IMAGE["server"]: server, IN_IMAGE["faketime"]: faketime, IN_IMAGE["walker"]: walker_module()}
     shim = fastboot_library()
     if shim is not None:
         files[IN_IMAGE["fastboot"]] = shim

@@ -25,6 +25,7 @@ from difftest.problems import SetupProblem
 from difftest.servers.binary import checked_binary
 from difftest.servers.clients import SocketClients
 from difftest.servers.fastboot import fastboot_library
+from difftest.servers.walker import walker_module
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 20.0
@@ -108,6 +109,7 @@ class EmbeddedServer(SocketClients):
                 f"module {module} does not exist: build it with 'make setup' "
                 "(cargo build --release in executors/native) or pass the path of your build"
             )
+        self.walker = walker_module()  # DIFFTEST.WALK, the replay's keyspace walk (difftest/walker)
         self.socket_path = workdir / "valkey.sock"
         self.logfile = workdir / "valkey.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -164,6 +166,7 @@ class EmbeddedServer(SocketClients):
             "--enable-module-command", "yes",
         ]  # fmt: skip
         args += list(self.extra_config)
+        args += ["--loadmodule", str(self.walker)]
         if self.module is not None:
             args += ["--loadmodule", str(self.module), *self.module_args]
         return args

@@ -1,0 +1,105 @@
+"""The walker module (DIFFTEST.WALK) answers what the Lua walker answers, on every kind of keyspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from difftest.problems import SetupProblem
+from difftest.servers import walker
+from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.sides import MODULE_WALK, SCRIPT_WALK, NativeSide
+from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
+from difftest.wire import Wire
+from executors.native.adapter import DEFAULT_MODULE
+
+# tiny pools, so that keys collide, fields repeat and every type meets every name
+KEY_NAMES = st.sampled_from([b"emq:{q}:pending", b"emq:{q}:job:j1", b"", b"\x00\xff", b"k" * 300, b"s p a c e"])
+BYTES = st.one_of(st.sampled_from([b"", b"lease_epoch", b"\x00", b"\xff\xfe", b"x" * 70_000]), st.binary(max_size=40))
+SCORES = st.one_of(
+    st.sampled_from(["inf", "-inf", "0", "-0", "1e3", "1.5", "123456789012345", "9007199254740993"]),
+    st.floats(allow_nan=False).map(repr),
+)
+WRITES = st.one_of(
+    st.tuples(st.just(b"SET"), KEY_NAMES, BYTES),
+    st.tuples(st.just(b"HSET"), KEY_NAMES, st.sampled_from([b"lease_epoch", b"state", b"", b"\xff"]), BYTES),
+    st.tuples(st.just(b"SADD"), KEY_NAMES, BYTES),
+    st.tuples(st.just(b"ZADD"), KEY_NAMES, SCORES.map(str.encode), BYTES),
+    st.tuples(st.just(b"RPUSH"), KEY_NAMES, BYTES),
+    st.tuples(st.just(b"XADD"), KEY_NAMES, st.just(b"*"), st.just(b"f"), BYTES),
+    st.tuples(st.just(b"PEXPIRE"), KEY_NAMES, st.integers(1, 10**12).map(lambda ms: str(ms).encode())),
+    st.tuples(st.just(b"DEL"), KEY_NAMES),
+)
+
+
+def _walks(wire: Wire) -> tuple[Any, Any]:
+    script = wire.call(b"EVAL", CANONICAL_WALK_SCRIPT, b"0")
+    module = wire.call(b"DIFFTEST.WALK")
+    return parse_canonical(script), parse_canonical(module)
+
+
+@pytest.fixture(scope="module")
+def walked() -> Any:
+    with ServerGroup() as group:
+        server = group.add("native", module=DEFAULT_MODULE)
+        wire = Wire(server.address)
+        yield wire
+        wire.close()
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(writes=st.lists(WRITES, max_size=25))
+def test_the_module_walk_equals_the_script_walk(walked: Wire, writes: list[tuple[bytes, ...]]) -> None:
+    walked.call(b"FLUSHALL")
+    for write in writes:
+        walked.call(*write)  # a write of the wrong type is refused by the server: the keyspace stays
+    by_script, by_module = _walks(walked)
+    assert by_module == by_script
+
+
+def test_a_key_that_expired_on_the_frozen_clock_is_in_neither_walk(group: ServerGroup) -> None:
+    server = group.add("lua")
+    wire = Wire(server.address)
+    wire.call(b"SET", b"gone", b"1", b"PX", b"100")
+    wire.call(b"SET", b"kept", b"1", b"PX", b"10000")
+    group.advance(500)
+    by_script, by_module = _walks(wire)
+    assert by_module == by_script
+    snapshot, _ = by_module
+    assert set(snapshot) == {b"kept"} and 0 < snapshot[b"kept"].pttl <= 9500
+    wire.close()
+
+
+def test_sides_walk_with_the_module_and_the_variable_chooses_the_script(
+    native_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    side = NativeSide(native_server, {})
+    assert side.walk_command == MODULE_WALK
+    side.close()
+    monkeypatch.setenv(walker.CHOICE_VARIABLE, "lua")
+    side = NativeSide(native_server, {})
+    assert side.walk_command == SCRIPT_WALK
+    side.close()
+    monkeypatch.setenv(walker.CHOICE_VARIABLE, "fast")
+    with pytest.raises(SetupProblem, match="DIFFTEST_WALKER=fast: use 'module'"):
+        NativeSide(native_server, {})
+
+
+def test_a_server_without_the_walker_is_walked_by_the_script(group: ServerGroup) -> None:
+    server = group.add("lua")
+    Wire(server.address).call(b"MODULE", b"UNLOAD", b"difftestwalk")  # an attached pair from an older file
+    side = NativeSide(server, {})
+    assert side.walk_command == SCRIPT_WALK
+    side.close()
+
+
+def test_a_missing_walker_build_is_one_line_saying_how_to_build_it(
+    group: ServerGroup, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(walker, "WALKER_MODULE", tmp_path / "libdifftest_walker.so")
+    with pytest.raises(SetupProblem, match=r"is not built: run 'make setup'"):
+        EmbeddedServer("lua", group.root / "x", group.clock)
