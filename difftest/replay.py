@@ -24,7 +24,7 @@ from difftest.history import Advance, History, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
 from difftest.replicas import KIND as PROPAGATION
 from difftest.replicas import Propagation, Replicas, primary_options
-from difftest.replies import Died, NotSent, Reply
+from difftest.replies import Died, NotSent, Reply, Simple
 from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side, StepOutcome
@@ -32,10 +32,13 @@ from difftest.snapshot import Epochs, Snapshot, parse_canonical, restore_command
 from difftest.wire import Future, Wire
 from executors.lua.adapter import load_scripts
 
-# past this, a server's AOF is rewritten between histories (an empty keyspace: a few ms), so that a
-# restart replays one history's writes, not the whole campaign's (measured: 200 histories took 4 s
-# at the start of a campaign and 11 s after 1,200 without it)
+# past this, a server's AOF is rewritten between histories, so that it does not grow without end
+# (measured: 200 histories took 4 s at the start of a campaign and 11 s after 1,200 without it)
 AOF_COMPACT_BYTES = 256 * 1024
+# before a history that restarts a server, past this already: a restart replays the whole AOF, and
+# the earlier histories' writes in it (up to AOF_COMPACT_BYTES, FLUSHALLs between) cost a restart
+# about 6 ms of the servers' CPU on average; a rewrite of the empty keyspace costs a fork
+AOF_COMPACT_BEFORE_RESTART_BYTES = 4 * 1024
 ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
 
 
@@ -163,6 +166,7 @@ class Replayer:
         self._acl: dict[tuple[tuple[str, ...], bytes, str], bool] = {}
         # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
         self.stages: defaultdict[str, float] = defaultdict(float)
+        self._rewriting: list[Any] = []  # servers whose AOF rewrite the reset started (until a restart)
 
     def close(self) -> None:
         for side in (self.lua, self.native):
@@ -201,10 +205,26 @@ class Replayer:
         # both servers flushed and asked their AOF's size at once: one round trip for the pair
         for side in (self.lua, self.native):
             side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence")])
+        restarts = any(isinstance(step, Restart) for step in history.steps)
+        rewriting = []
+        self._rewriting = []
         for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
             admin = side.wires[None]
             admin.read()
-            server.compact_aof(AOF_COMPACT_BYTES, aof_size(admin.read()))
+            if aof_needs_rewrite(aof_size(admin.read()), restarts):
+                admin.send([(b"BGREWRITEAOF",)])
+                rewriting.append((admin, server))
+        for admin, server in rewriting:
+            # "started": the rewrite's child has forked, its snapshot the empty keyspace; not waited
+            # for: the history's writes go to a new incremental file meanwhile, and a restart before
+            # the rewrite ends loads the old files and that one (the same keyspace). "Already in
+            # progress" is an answer too (the next reset asks again); "scheduled" (another child
+            # runs: a replica's sync, a raw BGSAVE) would fork later, mid-history: waited for
+            answer = admin.read()
+            if isinstance(answer, Simple) and b"scheduled" in answer.value:
+                server.await_aof_rewrite()
+            else:
+                self._rewriting.append(server)
         if self.group.clock.now_ms != history.start_ms:
             self.group.clock.set(history.start_ms)
         # always confirmed: the clock may have been written ahead at the end of the last replay
@@ -309,6 +329,11 @@ class Replayer:
                 self.group.advance(step.step.ms)
             return _lap(self.stages, "clock", mark)
         if isinstance(step.step, Restart):
+            # the rewrite the reset started ends first (at hz 100, within 10 ms; mostly it has), so
+            # that every restart replays its own history's writes alone, whenever it comes
+            for server in self._rewriting:
+                server.await_aof_rewrite()
+            self._rewriting = []
             # a server started after the clock file was last written reads that time from its first
             # clock call: nothing to confirm
             self.group.restart_all(crash=step.step.crash)
@@ -395,6 +420,15 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 known[(rules, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
+
+
+def aof_needs_rewrite(aof_bytes: int, history_restarts: bool) -> bool:
+    """Whether a server's AOF is rewritten before the next history (pure): when it has grown past
+    AOF_COMPACT_BYTES, or before a history that restarts the server, once it holds more than the
+    empty keyspace's few bytes (what a restart would replay of earlier histories)."""
+    if history_restarts:
+        return aof_bytes > AOF_COMPACT_BEFORE_RESTART_BYTES
+    return aof_bytes > AOF_COMPACT_BYTES
 
 
 def aof_size(info: Reply) -> int:

@@ -218,3 +218,35 @@ def test_a_group_whose_clock_cannot_start_leaves_no_directory(monkeypatch: pytes
     with pytest.raises(SetupProblem, match="DIFFTEST_LIBFAKETIME"):
         ServerGroup()
     assert made and not Path(made[0]).exists()
+
+
+def test_the_aof_is_rewritten_before_a_history_that_restarts_and_only_then() -> None:
+    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES, aof_needs_rewrite
+
+    small, grown = AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES
+    assert not aof_needs_rewrite(small, history_restarts=True) and aof_needs_rewrite(small + 1, history_restarts=True)
+    assert not aof_needs_rewrite(grown, history_restarts=False) and aof_needs_rewrite(grown + 1, history_restarts=False)
+
+
+def test_a_restart_replays_only_its_own_history_from_the_aof() -> None:
+    """Earlier histories' writes (FLUSHALLs between) are rewritten away at the reset of a history that
+    restarts: the restarted server's AOF holds this history's writes only, and they all came back."""
+    from difftest import history as hist
+    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, Replayer
+    from executors.native.adapter import DEFAULT_MODULE
+
+    header = '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'
+    writes = "".join(f'{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j{n}", "{"p" * 200}", 0]}}\n'
+                     for n in range(40))  # fmt: skip
+    with Replayer(DEFAULT_MODULE) as replayer:
+        for _ in range(3):  # no restart: nothing is rewritten below AOF_COMPACT_BYTES
+            assert replayer.replay(hist.loads(header + writes)).ok
+        grown = [int(s.client.info("persistence")["aof_current_size"]) for s in replayer.group.servers]
+        assert min(grown) > 3 * AOF_COMPACT_BEFORE_RESTART_BYTES
+        kept = '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["kept", "x", 0]}\n'
+        restarting = header + kept + '{"op": "restart"}\n'
+        result = replayer.replay(hist.loads(restarting))
+        assert result.ok and result.records[-1].resolved.is_restart
+        for server in replayer.group.servers:
+            assert int(server.client.info("persistence")["aof_current_size"]) < AOF_COMPACT_BEFORE_RESTART_BYTES
+            assert server.client.hget("emq:{q}:job:kept", "payload") == b"x"

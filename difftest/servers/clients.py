@@ -148,8 +148,14 @@ class SocketClients:
         if current_bytes <= above_bytes:
             return False
         self.client.execute_command("BGREWRITEAOF")
+        self.await_aof_rewrite()
+        return True
+
+    def await_aof_rewrite(self) -> None:
+        """Until no AOF rewrite is running or scheduled (a scheduled one forks when another child
+        ends: its snapshot must not be taken in the middle of a history)."""
         while True:
             state: dict[str, Any] = self.client.info("persistence")  # type: ignore[assignment]
             if not int(state.get("aof_rewrite_in_progress", 0)) and not int(state.get("aof_rewrite_scheduled", 0)):
-                return True
+                return
             time.sleep(0.001)

@@ -30,6 +30,7 @@ from difftest.problems import SetupProblem
 from difftest.servers.clients import SocketClients
 from difftest.servers.fastboot import fastboot_library, init_binary
 from difftest.servers.images import IN_IMAGE, LABEL, build_image
+from difftest.servers.local import SERVER_HZ
 
 OWNER_LABEL = "org.difftest.owner"  # the pid of the harness that made a container
 GROUP_LABEL = "org.difftest.group"  # the server group (its temp root's name) a container belongs to
@@ -109,7 +110,8 @@ class DockerServer(SocketClients):
         args = [
             "--dir", "/data", "--unixsocket", "/data/valkey.sock", "--unixsocketperm", "777",
             "--port", "0", "--logfile", "/data/valkey.log", "--appendonly", "yes",
-            "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--save", "", "--daemonize", "no",
+            "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--hz", SERVER_HZ, "--save", "",
+            "--daemonize", "no",
             "--enable-debug-command", "yes", "--enable-module-command", "yes",
             *self.extra_config, "--loadmodule", IN_IMAGE["walker"],
         ]  # fmt: skip

@@ -28,6 +28,7 @@ from difftest.servers.fastboot import fastboot_library
 from difftest.servers.walker import walker_module
 
 START_TIMEOUT_S = 20.0
+SERVER_HZ = "100"  # every server the harness starts, in a container too (docker-compose.yml says it itself)
 STOP_TIMEOUT_S = 20.0
 _PR_SET_PDEATHSIG = 1
 
@@ -160,6 +161,9 @@ class EmbeddedServer(SocketClients):
             "--appendonly", "yes",
             "--appendfsync", "always",
             "--auto-aof-rewrite-percentage", "0",  # rewrites only between histories (compact_aof)
+            # the server notices a rewrite's end in its cron: at hz 10, up to 100 ms after the rewrite
+            # a reset asked for, by when most histories have restarted the server on the old files
+            "--hz", SERVER_HZ,
             "--save", "",
             "--daemonize", "no",
             "--enable-debug-command", "yes",
