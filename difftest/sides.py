@@ -64,16 +64,12 @@ class Side:
     # -- connections ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Wires, scripts and users for a freshly started server, set up in one round trip."""
+        """Wires and scripts for a freshly started server, set up in one round trip."""
         address = self.server.address
         admin = Wire(address)
         self.wires = {None: admin}
         commands: list[tuple[bytes, ...]] = [(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)]
         commands += [(b"SCRIPT", b"LOAD", source) for source in self.scripts_to_load()]
-        for user, rules in self.users.items():
-            # users live in memory only: they are made again after every start
-            commands.append((b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
-                             b"+@all", *[r.encode() for r in rules]))  # fmt: skip
         commands.append((b"COMMAND", b"INFO", WALK_COMMAND))  # [None] when the server lacks the walker module
         commands.append((b"INFO", b"server"))
         admin.send(commands)
@@ -87,13 +83,32 @@ class Side:
         has_walker = replies[-2] not in ([None], [])
         # the same canonical reply either way: the module's walk costs the server a quarter as much
         self.walk_command = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
+        # users live in memory only, and are made on their first use after every start (`ensure_user`):
+        # a history declares one per key kind and permission (27) and calls few of them, and a
+        # restart made them all again (about 1.5 ms a side)
+        self.made_users: set[str] = set()
         self.connected_start = self.server.starts
+
+    def ensure_user(self, user: str) -> None:
+        """The declared `user` made on the server, if it is not yet since the server started (a
+        round trip of the admin's, after whatever the pipe holds: the order stays the history's)."""
+        if user in self.made_users:
+            return
+        rules = self.users[user]
+        self.pipe.sync()
+        made = self.wires[None].call(b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
+                                     b"+@all", *[r.encode() for r in rules])  # fmt: skip
+        if isinstance(made, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused the user {user!r} ({' '.join(rules)}): {made.message}")
+        self.made_users.add(user)
 
     def wire(self, user: str | None) -> Wire:
         """The wire of `user` (None: the admin), opened on its first use: a history declares many
         users (one per permission class) and calls as few of them; a restart need not reopen them all."""
         wire = self.wires.get(user)
         if wire is None:
+            if user is not None:
+                self.ensure_user(user)
             wire = self.wires[user] = Wire(self.server.address, user, USER_PASSWORD)
         return wire
 
@@ -114,10 +129,11 @@ class Side:
         for wire in self.wires.values():
             wire.close()
         if self.server.starts == self.connected_start:
-            # the same server process: the users of an earlier history go (a restarted one has none)
+            # the same server process: the users an earlier history made go (a restarted one has none),
+            # so that a user is made with this history's rules on its first use
             admin = Wire(self.server.address)
             for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
-                if user != b"default" and user.decode() not in self.users:  # type: ignore[union-attr]
+                if user != b"default":
                     admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
             admin.close()
         self.connect()

@@ -1,0 +1,31 @@
+"""The sides make a history's users on their first use, after every start of a server."""
+
+from __future__ import annotations
+
+from difftest import history as hist
+from difftest.replay import Replayer
+from executors.native.adapter import DEFAULT_MODULE
+
+USERS = '"users": {"called": ["~emq:*"], "idle": ["~x"]}'
+HISTORY = (
+    '{"format": "difftest-history", "version": 1, "start_ms": 1000, '
+    + USERS
+    + """}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0], "user": "called"}
+{"op": "restart"}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+"""
+)
+
+
+def test_only_the_users_a_history_calls_are_made_and_a_restart_makes_them_again_on_use() -> None:
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(hist.loads(HISTORY))
+        assert result.ok
+        for server in replayer.group.servers:  # restarted, and no call as a user since
+            assert server.client.execute_command("ACL", "USERS") == [b"default"]
+        again = HISTORY.replace('"args": ["j2", "p", 0]}', '"args": ["j2", "p", 0], "user": "called"}')
+        result = replayer.replay(hist.loads(again))
+        assert result.ok and result.records[-1].lua_reply == result.records[-1].native_reply == 1
+        for server in replayer.group.servers:
+            assert server.client.execute_command("ACL", "USERS") == [b"called", b"default"]
