@@ -179,6 +179,64 @@ unsafe fn range_of(
     Ok(out)
 }
 
+/// A zset's members in ZRANGE's order (by score, then by member), each with its score as the
+/// server formats a double (`inf` and `-inf` included): ZRANGE WITHSCORES, without the command.
+unsafe fn zset_members(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleKey,
+) -> Result<Vec<Vec<u8>>, ValkeyError> {
+    let (
+        Some(first),
+        Some(current),
+        Some(next),
+        Some(ended),
+        Some(stop),
+        Some(format),
+        Some(release),
+    ) = (
+        raw::RedisModule_ZsetFirstInScoreRange,
+        raw::RedisModule_ZsetRangeCurrentElement,
+        raw::RedisModule_ZsetRangeNext,
+        raw::RedisModule_ZsetRangeEndReached,
+        raw::RedisModule_ZsetRangeStop,
+        raw::RedisModule_CreateStringFromDouble,
+        raw::RedisModule_FreeString,
+    )
+    else {
+        return Err(missing("the zset API"));
+    };
+    let mut flat = Vec::new();
+    if first(
+        key,
+        raw::REDISMODULE_NEGATIVE_INFINITE,
+        raw::REDISMODULE_POSITIVE_INFINITE,
+        0,
+        0,
+    ) != raw::REDISMODULE_OK as c_int
+    {
+        return Err(ValkeyError::Str(
+            "ERR difftest walker: a zset's range could not be read",
+        ));
+    }
+    while ended(key) == 0 {
+        let mut score: f64 = 0.0;
+        let member = current(key, &mut score);
+        if member.is_null() {
+            break;
+        }
+        flat.push(bytes_of(member));
+        release(ctx, member);
+        let formatted = format(ctx, score);
+        flat.push(bytes_of(formatted));
+        release(ctx, formatted);
+        if next(key) == 0 {
+            break;
+        }
+    }
+    stop(key);
+    Ok(flat)
+}
+
 /// TYPE's answer for a key of a type the walker does not read (a stream, a module's type).
 unsafe fn type_name(
     ctx: *mut raw::RedisModuleCtx,
@@ -269,7 +327,7 @@ unsafe fn entry(
                 Some((b"set".to_vec(), members))
             }),
             raw::REDISMODULE_KEYTYPE_ZSET => {
-                range_of(ctx, name, true).map(|flat| Some((b"zset".to_vec(), flat)))
+                zset_members(ctx, key).map(|flat| Some((b"zset".to_vec(), flat)))
             }
             raw::REDISMODULE_KEYTYPE_LIST => {
                 range_of(ctx, name, false).map(|flat| Some((b"list".to_vec(), flat)))
