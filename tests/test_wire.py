@@ -37,3 +37,12 @@ def test_a_reply_cut_short_is_incomplete(wire: bytes, reply: object) -> None:
 def test_an_error_keeps_its_whole_text() -> None:
     value, _ = parse_reply(b"-NOPERM this user has no permissions\r\n", 0)
     assert isinstance(value, ResponseError) and str(value) == "NOPERM this user has no permissions"
+
+
+def test_the_packer_packs_as_valkey_py_does() -> None:
+    from valkey.connection import Connection
+
+    from difftest.wire import pack_commands
+
+    commands = [(b"SET", "k\u00e9", 7), (b"EVALSHA", b"\x00\xff" * 40, b"0"), (b"DIFFTEST.WALK",), (b"", -12)]
+    assert pack_commands(commands) == b"".join(Connection().pack_commands(commands))
