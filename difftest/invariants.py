@@ -7,8 +7,8 @@ ledger, so the judge's fold carries it in its state. `violations` is pure over i
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from difftest.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
 from difftest.model import hash_fields, zset
@@ -40,23 +40,25 @@ class Ledger:
     everything_tainted: bool = False
     settled: bool = field(default=False, compare=False)  # nothing recorded since the last full check
 
+    def _but(self, **changes: object) -> Ledger:
+        """This ledger with some fields changed (dataclasses.replace, without its per-call field
+        introspection: the judge makes one or two new ledgers per step)."""
+        fields = {
+            "enqueued": self.enqueued, "done": self.done, "attempts": self.attempts, "into": self.into,
+            "tainted_ids": self.tainted_ids, "tainted_queues": self.tainted_queues,
+            "tainted_metrics": self.tainted_metrics, "everything_tainted": self.everything_tainted,
+            "settled": self.settled,
+        }  # fmt: skip
+        fields.update(changes)
+        return Ledger(**fields)  # type: ignore[arg-type]
+
     def taint(self, command: tuple[bytes, ...]) -> Ledger:
         """A raw write: whatever it touches is no longer held to the invariants."""
         if len(command) < 2 or command[0].upper() in _WHOLESALE:
-            return replace(self, everything_tainted=True, settled=False)
-        ids, queues, metrics = set(self.tainted_ids), set(self.tainted_queues), set(self.tainted_metrics)
-        for key in command[1:]:
-            name = parse_key(key)
-            if name is None:
-                continue
-            if name.job is not None:
-                ids.add((name.queue, name.job))
-            elif name.metrics is not None:
-                metrics.add((name.queue, name.metrics))
-            elif name.set_name is not None:
-                queues.add(name.queue)
-        return replace(self, tainted_ids=frozenset(ids), tainted_queues=frozenset(queues),
-                       tainted_metrics=frozenset(metrics), settled=False)  # fmt: skip
+            return self._but(everything_tainted=True, settled=False)
+        ids, queues, metrics = _touched(command)
+        return self._but(tainted_ids=self.tainted_ids | ids, tainted_queues=self.tainted_queues | queues,
+                         tainted_metrics=self.tainted_metrics | metrics, settled=False)  # fmt: skip
 
     def held(self, queue: bytes, job: bytes) -> bool:
         return not (self.everything_tainted or queue in self.tainted_queues or (queue, job) in self.tainted_ids)
@@ -68,29 +70,93 @@ class Ledger:
             return self
         queue = guarded.layout.queue
         moved = reply not in (0, None, []) and not isinstance(reply, ErrorReply | Refused)
-        enqueued, done, into = self.enqueued, self.done, Counter(dict(self.into))
-        kind = reply_kind(transition.verb, reply) if moved else ""
-        if transition.moves is Moves.ENQUEUED and reply == 1:
+        enqueued, done, into = self.enqueued, self.done, self.into
+        moves = transition.moves
+        if moves is Moves.ENQUEUED and reply == 1:
             enqueued = enqueued | {(queue, guarded.job)}
-        elif transition.moves is Moves.COMPLETED and reply == 1:
-            into[(queue, COMPLETED)] += 1
+        elif moves is Moves.COMPLETED and reply == 1:
+            into = _counted(into, (queue, COMPLETED), 1)
             done = done | {(queue, guarded.job)}
-        elif transition.moves is Moves.DEAD_LETTERED and kind == "dead":
-            into[(queue, FAILED)] += 1
-        elif transition.moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == 4:
-            into[(queue, FAILED)] += int(reply[1])  # type: ignore[arg-type]
-        attempts = dict(self.attempts)
-        for key, entry in after.items():
-            if entry.kind == "hash" and isinstance(entry.value, dict):
-                raw = entry.value.get(ATTEMPTS)
-                if raw is not None and raw.lstrip(b"-").isdigit():
-                    attempts[key] = max(attempts.get(key, int(raw)), int(raw))
-        return replace(self, enqueued=enqueued, done=done, into=tuple(sorted(into.items())),
-                       attempts=tuple(sorted(attempts.items())), settled=self.settled and not moved)  # fmt: skip
+        elif moves is Moves.DEAD_LETTERED and moved and reply_kind(transition.verb, reply) == "dead":
+            into = _counted(into, (queue, FAILED), 1)
+        elif moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == 4:
+            into = _counted(into, (queue, FAILED), int(reply[1]))  # type: ignore[arg-type]
+        attempts = _highest(self.attempts, after)
+        settled = self.settled and not moved
+        if (enqueued is self.enqueued and done is self.done and into is self.into and attempts is self.attempts
+                and settled == self.settled):  # fmt: skip
+            return self  # most steps move nothing and raise no attempts: the same ledger, no new one
+        return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=settled)
 
     def checked(self) -> Ledger:
         """The ledger after a full check that found nothing broken."""
-        return self if self.settled else replace(self, settled=True)
+        return self if self.settled else self._but(settled=True)
+
+
+@lru_cache(maxsize=512)
+def _touched(command: tuple[bytes, ...]) -> tuple[frozenset[tuple[bytes, bytes]], frozenset[bytes],
+                                                  frozenset[tuple[bytes, str]]]:  # fmt: skip
+    """The ids, queues (by a set) and metrics a raw command's arguments name (a pure function of
+    the command, cached: both sides' ledgers are tainted by the same one)."""
+    ids, queues, metrics = set(), set(), set()
+    for key in command[1:]:
+        name = parse_key(key)
+        if name is None:
+            continue
+        if name.job is not None:
+            ids.add((name.queue, name.job))
+        elif name.metrics is not None:
+            metrics.add((name.queue, name.metrics))
+        elif name.set_name is not None:
+            queues.add(name.queue)
+    return frozenset(ids), frozenset(queues), frozenset(metrics)
+
+
+def _counted(into: tuple[tuple[tuple[bytes, str], int], ...], which: tuple[bytes, str],
+             count: int) -> tuple[tuple[tuple[bytes, str], int], ...]:  # fmt: skip
+    """`into` with `count` more transitions into `which` (a count of 0 still enters it: the metrics
+    hash is then held to 0), sorted as the ledger keeps it."""
+    counts = dict(into)
+    counts[which] = counts.get(which, 0) + count
+    return tuple(sorted(counts.items()))
+
+
+# the last snapshot's attempts, by identity: the replay hands the same snapshot object again while
+# the keyspace does not change (most steps), and both ledgers of a step read the same one
+_attempts_of: tuple[Snapshot | None, tuple[tuple[bytes, int], ...]] = (None, ())
+
+
+def _snapshot_attempts(after: Snapshot) -> tuple[tuple[bytes, int], ...]:
+    """Each hash's `attempts`, where it is an integer, as (key, value) in the snapshot's order."""
+    global _attempts_of
+    last, found = _attempts_of
+    if last is after:
+        return found
+    pairs = []
+    for key, entry in after.items():
+        if entry.kind == "hash" and isinstance(entry.value, dict):
+            raw = entry.value.get(ATTEMPTS)
+            if raw is not None and raw.lstrip(b"-").isdigit():
+                pairs.append((key, int(raw)))
+    found = tuple(pairs)
+    _attempts_of = (after, found)
+    return found
+
+
+def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[tuple[bytes, int], ...]:
+    """The highest attempts seen per row, with the snapshot's; `attempts` itself when none rose
+    (record keeps the pairs sorted by key, so an unchanged merge is the same tuple)."""
+    seen = _snapshot_attempts(after)
+    if not seen:
+        return attempts
+    highest = dict(attempts)
+    rose = False
+    for key, value in seen:
+        known = highest.get(key)
+        if known is None or value > known:
+            highest[key] = value
+            rose = True
+    return tuple(sorted(highest.items())) if rose else attempts
 
 
 def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply, after: Snapshot,
@@ -108,17 +174,17 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     for queue, job in sorted(ledger.enqueued):
         if not ledger.held(queue, job):
             continue
-        layout = Layout(queue)
-        homes = [s for s in SETS if job in (zset(after, layout.key(s)) or {})]
-        state = (hash_fields(after, layout.row(job)) or {}).get(b"state")
+        sets, row_prefix, _ = _queue_keys(queue)
+        homes = [s for s, key in sets if job in (zset(after, key) or {})]
+        state = (hash_fields(after, row_prefix + job) or {}).get(b"state")
         if len(homes) != 1 or state != homes[0].encode():
             broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
     for queue, job in sorted(ledger.done):
-        if ledger.held(queue, job) and job not in (zset(after, Layout(queue).done) or {}):
+        if ledger.held(queue, job) and job not in (zset(after, _queue_keys(queue)[2]) or {}):
             broken.append(f"done-final: {job!r} of {queue!r} left done")
     for key, highest in ledger.attempts:
-        name = parse_key(key)
-        if name is not None and name.job is not None and not ledger.held(name.queue, name.job):
+        owner = _row_owner(key)
+        if owner is not None and not ledger.held(*owner):
             continue
         raw = (hash_fields(after, key) or {}).get(ATTEMPTS)
         if raw is not None and raw.lstrip(b"-").isdigit() and int(raw) < highest:
@@ -126,11 +192,33 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     for (queue, which), count in ledger.into:
         if (queue, which) in ledger.tainted_metrics:
             continue
-        stored = (hash_fields(after, Layout(queue).metrics(which)) or {}).get(COUNT)
+        stored = (hash_fields(after, _metrics_key(queue, which)) or {}).get(COUNT)
         if int(stored or 0) != count:
             broken.append(f"metrics: {which} count is {stored!r}, {count} transitions happened")
     broken += _step_violations(ledger, resolved, before, reply)
     return broken
+
+
+# keys spelled by Layout, cached per queue: the full check looks up every enqueued id's sets and row
+@lru_cache(maxsize=1024)
+def _queue_keys(queue: bytes) -> tuple[tuple[tuple[str, bytes], ...], bytes, bytes]:
+    """(each set's name and key, the rows' prefix, done's key) of one queue."""
+    layout = Layout(queue)
+    return tuple((s, layout.key(s)) for s in SETS), layout.row_prefix, layout.done
+
+
+@lru_cache(maxsize=1024)
+def _metrics_key(queue: bytes, which: str) -> bytes:
+    return Layout(queue).metrics(which)
+
+
+@lru_cache(maxsize=4096)
+def _row_owner(key: bytes) -> tuple[bytes, bytes] | None:
+    """The (queue, id) of a job row's key; None for any other key."""
+    name = parse_key(key)
+    if name is None or name.job is None:
+        return None
+    return name.queue, name.job
 
 
 def _step_violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply) -> list[str]:
