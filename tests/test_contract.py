@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from difftest import errors
+from difftest import errors, observations
 from difftest.calls import Call
-from difftest.contract import RULES, StepView, Verdict, verdict_of
+from difftest.contract import ALTERNATIVES, RULES, StepView, Verdict, verdict_of
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
+from difftest.judge import JudgeState, expected_epochs
+from difftest.judge import judge as judge_step
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.resolve import resolve
 from difftest.snapshot import Snapshot
@@ -262,3 +265,25 @@ def test_n2_extend_without_row_write_permission() -> None:
     # a caller who may write the row gets no allowance: both must extend
     allowed = StepView(**{**ok.__dict__, "denied": frozenset()})
     assert judge(allowed).kind == "divergence"
+
+
+def test_a_rule_that_names_its_verbs_holds_for_no_other() -> None:
+    """The judge tries only the rules of a step's verb (and those of any verb): a rule that names
+    its verbs must answer None for every other verb's step, here every step of the recorded
+    observations (tests/observations/), judged in turn."""
+    tried = 0
+    for path in sorted((Path(__file__).parent / "observations").glob("*.jsonl")):
+        _, steps, _ = observations.load(path)
+        state = JudgeState()
+        for o in steps:
+            step_view = StepView(o.resolved, o.now_ms, o.run_id, state.before, state.before_epochs, o.lua_reply,
+                                 o.native_reply, o.lua_after, o.native_after, None, o.denied, o.native_epochs,
+                                 expected_epochs(state, o))  # fmt: skip
+            verb = o.resolved.call.verb if o.resolved.call is not None else None
+            for rule in ALTERNATIVES:
+                if rule.verbs and verb not in rule.verbs:
+                    assert rule.check(step_view) is None, (path.name, o.resolved.index, rule.id)
+                    tried += 1
+            state, verdict = judge_step(state, o)
+            assert verdict.ok
+    assert tried > 1000
