@@ -86,15 +86,21 @@ def _stamped_row(resolved: Resolved, reply: Reply) -> bytes | None:
 
 def expected_epochs(state: JudgeState, observation: Observation) -> Epochs:
     """N1's expectation after the step: a raw write may plant any epoch; a stamp sets the run_id;
-    a row that is no longer a hash holds none."""
-    if observation.resolved.is_raw:
+    a row that is no longer a hash holds none. Where nothing changes it is the state's own dict,
+    not a copy (a state's dicts are values, never written to: most steps keep the expectation)."""
+    resolved = observation.resolved
+    if resolved.is_raw:
         return dict(observation.native_epochs)
-    expected = dict(state.expected_epochs)
-    stamped = _stamped_row(observation.resolved, observation.native_reply)
+    expected = state.expected_epochs
+    stamped = _stamped_row(resolved, observation.native_reply)
     if stamped is not None:
-        expected[stamped] = observation.run_id
+        expected = {**expected, stamped: observation.run_id}  # in place when already there, as an update
     after = observation.native_after
-    return {k: v for k, v in expected.items() if k in after and after[k].kind == "hash"}
+    for key in expected:
+        entry = after.get(key)
+        if entry is None or entry.kind != "hash":
+            return {k: v for k, v in expected.items() if k in after and after[k].kind == "hash"}
+    return expected
 
 
 def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
@@ -124,6 +130,34 @@ def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> boo
     )
 
 
+def _moved(ledger: Ledger, resolved: Resolved, scripts_half_way: bool, before: Snapshot, reply: Reply,
+           after: Snapshot) -> Ledger:  # fmt: skip
+    """One side's ledger after the step: what a raw write or a half-way script touched is tainted,
+    a transition is recorded."""
+    if resolved.is_raw:
+        assert resolved.step is not None
+        return ledger.taint(resolved.step.command)  # type: ignore[union-attr]
+    if scripts_half_way:
+        # what the scripts wrote before their error is no longer held to the invariants, on
+        # either server (as after a raw write of those keys)
+        return ledger.taint((b"EVALSHA", *diff(before, after)))
+    if resolved.sends_transition:
+        return ledger.record(resolved, reply, after)
+    return ledger
+
+
+def _held_to_invariants(ledger: Ledger, side: str, resolved: Resolved, before: Snapshot, reply: Reply,
+                        after: Snapshot, broken: list[str]) -> Ledger:  # fmt: skip
+    """One side checked against the invariants: what it breaks goes to `broken`; the ledger after
+    a full check that found nothing is settled."""
+    held = after is before and ledger.settled  # nothing moved since the last check
+    found = violations(ledger, resolved, before, reply, after, held)
+    if found:
+        broken += [f"{side}: {v}" for v in found]
+        return ledger
+    return ledger if held else ledger.checked()
+
+
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
@@ -137,12 +171,14 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
         paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
     epochs = expected_epochs(state, observation)
+    before = state.before
+    lua_reply, native_reply = observation.lua_reply, observation.native_reply
     lua_after, native_after = observation.lua_after, observation.native_after
     same_reply = (
-        isinstance(observation.native_reply, NotSent)
+        isinstance(native_reply, NotSent)
         or resolved.is_raw
-        or observation.lua_reply == observation.native_reply
-        or replies_equal(observation.lua_reply, observation.native_reply)
+        or lua_reply == native_reply
+        or replies_equal(lua_reply, native_reply)
     )
     if (
         same_reply
@@ -152,52 +188,41 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     ):
         verdict = MATCH  # the common step: equal on both sides and no rule can apply
     else:
-        view = StepView(resolved, observation.now_ms, observation.run_id, state.before, state.before_epochs,
-                        observation.lua_reply, observation.native_reply, lua_after, native_after, paused_read,
+        view = StepView(resolved, observation.now_ms, observation.run_id, before, state.before_epochs,
+                        lua_reply, native_reply, lua_after, native_after, paused_read,
                         observation.denied, observation.native_epochs, epochs)  # fmt: skip
         verdict = verdict_of(view)
+        if not verdict.ok:
+            return state, verdict
     rule = RULES[verdict.rule] if verdict.rule else None
-    ledger, lua_ledger = state.ledger, state.lua_ledger
-    lua_half_way = _lua_stopped_half_way(state.before, observation)
-    scripts_half_way = _scripts_stopped_half_way(state.before, observation)
-    if verdict.ok:
-        broken: list[str] = []
-        sides = [("native", observation.native_reply, native_after), ("lua", observation.lua_reply, lua_after)]
-        ledgers = []
-        for (name, reply, after), side_ledger in zip(sides, (ledger, lua_ledger), strict=True):
-            if resolved.is_raw:
-                assert resolved.step is not None
-                side_ledger = side_ledger.taint(resolved.step.command)  # type: ignore[union-attr]
-            elif scripts_half_way:
-                # what the scripts wrote before their error is no longer held to the invariants, on
-                # either server (as after a raw write of those keys)
-                side_ledger = side_ledger.taint((b"EVALSHA", *diff(state.before, after)))
-            elif resolved.sends_transition:
-                side_ledger = side_ledger.record(resolved, reply, after)
-            # the Lua side is checked only where it differs, and not where its script stopped half-way:
-            # a rule that allows partial writes, or an error after writes (an ACL refusal on the
-            # counted path of D7, say): the retired scripts' behaviour, not judged
-            lua_checked = lua_after is not native_after and not lua_half_way
-            partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
-            check = (name == "native" or lua_checked) and not partial
-            if check:
-                held = after is state.before and side_ledger.settled  # nothing moved since the last check
-                found = violations(side_ledger, resolved, state.before, reply, after, held)
-                broken += [f"{name}: {v}" for v in found]
-                if not found and not held:
-                    side_ledger = side_ledger.checked()
-            ledgers.append(side_ledger)
-        ledger, lua_ledger = ledgers
-        if broken:
-            verdict = Verdict("divergence", verdict.rule, "; ".join(broken))
-    if not verdict.ok:
-        return state, verdict
+    scripts_half_way = _scripts_stopped_half_way(before, observation)
+    # the Lua side is checked only where it differs, and not where its script stopped half-way:
+    # a rule that allows partial writes, or an error after writes (an ACL refusal on the
+    # counted path of D7, say): the retired scripts' behaviour, not judged
+    partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
+    broken: list[str] = []
+    ledger = _moved(state.ledger, resolved, scripts_half_way, before, native_reply, native_after)
+    if not partial:
+        ledger = _held_to_invariants(ledger, "native", resolved, before, native_reply, native_after, broken)
+    lua_ledger = _moved(state.lua_ledger, resolved, scripts_half_way, before, lua_reply, lua_after)
+    if not partial and lua_after is not native_after and not _lua_stopped_half_way(before, observation):
+        lua_ledger = _held_to_invariants(lua_ledger, "lua", resolved, before, lua_reply, lua_after, broken)
+    if broken:
+        return state, Verdict("divergence", verdict.rule, "; ".join(broken))
     if rule is not None and rule.resync:
         lua_ledger = ledger  # the Lua server takes the native's ground
-    return (
-        JudgeState(native_after, observation.native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger),
-        verdict,
-    )
+    native_epochs = observation.native_epochs
+    if (
+        native_after is before
+        and native_epochs is state.before_epochs
+        and epochs is state.expected_epochs
+        and paused_reads is state.paused_reads
+        and exposure is state.exposure
+        and ledger is state.ledger
+        and lua_ledger is state.lua_ledger
+    ):
+        return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
+    return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger), verdict
 
 
 def judge_all(observations: Iterable[Observation], state: JudgeState | None = None) -> list[Verdict]:
