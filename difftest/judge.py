@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from difftest.commands import Rows, Stamp
-from difftest.contract import MATCH, RULES, Denied, StepView, Verdict, replies_equal, verdict_of
+from difftest.contract import MATCH, RULES, Denied, StepView, Verdict, replies_equal, same_keyspace, verdict_of
 from difftest.invariants import Ledger, violations
 from difftest.replies import ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
@@ -117,7 +117,7 @@ def _exposure(exposure: Exposure, resolved: Resolved) -> Exposure:
 
 def _lua_stopped_half_way(before: Snapshot, observation: Observation) -> bool:
     """The script answered an error after it had written (its keyspace moved)."""
-    return isinstance(observation.lua_reply, ErrorReply) and observation.lua_after != before
+    return isinstance(observation.lua_reply, ErrorReply) and not same_keyspace(observation.lua_after, before)
 
 
 def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> bool:
@@ -126,7 +126,7 @@ def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> boo
     return (
         observation.resolved.via_scripts
         and isinstance(observation.native_reply, ErrorReply)
-        and observation.native_after != before
+        and not same_keyspace(observation.native_after, before)
     )
 
 
@@ -182,7 +182,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     )
     if (
         same_reply
-        and (lua_after is native_after or lua_after == native_after)
+        and same_keyspace(lua_after, native_after)
         and observation.native_epochs == epochs
         and not may_need_rules(resolved, exposure)
     ):
