@@ -80,6 +80,13 @@ def _build_native(crate: Path, cache: Path, log: Path) -> tuple[Path | None, str
     jobs = os.environ.get("CARGO_BUILD_JOBS", "2")
     env = dict(os.environ, CARGO_TARGET_DIR=str(cache / "target"), CARGO_BUILD_JOBS=jobs)
     with _build_lock(cache), log.open("w") as out:
+        # every source file newer than the last build in the shared target: cargo leaves the path out
+        # of a root crate's fingerprint, so a copy made before another mutant's build (while this one
+        # waited for the lock) looked fresh to it and took that mutant's .so (a null run built so
+        # ran a crashing mutant, and was void)
+        now = time.time()
+        for path in source_files("native", crate):
+            os.utime(path, (now, now))
         try:
             result = subprocess.run(
                 ["cargo", "build", "--release", "--locked", "--manifest-path", str(crate / "Cargo.toml")],

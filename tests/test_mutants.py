@@ -100,3 +100,24 @@ def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
     assert document["score"] == {"caught": 2, "viable": 2, "percent": 100.0}
     for name in ("mutation-report.json", "junit.xml", "report.html"):
         assert (tmp_path / "report" / name).is_file()
+
+
+@pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~2 min)
+def test_a_copy_made_before_another_mutants_build_is_still_built_from_its_own_source(tmp_path: Path) -> None:
+    """The unpatched copy is made first, a mutant is built into the shared target while it waits,
+    then the copy is built: it must get its own .so, not the mutant's (cargo leaves a root crate's
+    path out of its fingerprint, so an older copy looked fresh)."""
+    from mutants.workspace import DEFAULT_CACHE, _build_native, _copy_source
+
+    mutant = next(m for m in cat.load() if m.executor == "native" and not m.canary)
+    cache = DEFAULT_CACHE  # the shared target of every mutant build (its dependencies compiled once)
+    plain, patched = tmp_path / "plain" / "src-tree", tmp_path / "patched" / "src-tree"
+    _copy_source("native", mutant.source_dir, plain)
+    _copy_source("native", mutant.source_dir, patched)
+    assert apply_patch(mutant.patch, patched) == ""
+    built_patched, why = _build_native(patched, cache, tmp_path / "patched.log")
+    assert built_patched is not None, why
+    built_plain, why = _build_native(plain, cache, tmp_path / "plain.log")
+    assert built_plain is not None, why
+    assert built_plain.read_bytes() != built_patched.read_bytes()
+    assert "Compiling emq-native" in (tmp_path / "plain.log").read_text()
