@@ -450,10 +450,10 @@ class ServerGroup:
         server.start()
         return server
 
-    def restart_all(self, crash: bool) -> None:
-        """Restart (or crash) every running server at once: stops first, then starts in parallel,
-        so a pair costs one server's start-up time, not two."""
-        running = [server for server in self.servers if server.running]
+    def restart_all(self, crash: bool, only: Sequence[Any] | None = None) -> None:
+        """Restart (or crash) every running server (or those of `only`) at once: stops first, then
+        starts in parallel, so a pair costs one server's start-up time, not two."""
+        running = [server for server in self.servers if server.running and (only is None or server in only)]
         for server in running:
             server.restart_begin(crash)
         spawned = [(server, server.restart_spawn()) for server in running]
