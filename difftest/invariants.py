@@ -143,12 +143,19 @@ def _snapshot_attempts(after: Snapshot) -> tuple[tuple[bytes, int], ...]:
     return found
 
 
+# merges already made, by the identities of their result and snapshot (both held here, so no other
+# object can take their ids): merging a result with its snapshot again changes nothing (a maximum),
+# and the same ledger meets the same snapshot again on every step that changes neither
+_merged: dict[tuple[int, int], tuple[tuple[tuple[bytes, int], ...], Snapshot]] = {}
+_MERGES_KEPT = 16  # a step's two sides and a few more; then forgotten at once
+
+
 def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[tuple[bytes, int], ...]:
     """The highest attempts seen per row, with the snapshot's; `attempts` itself when none rose
     (record keeps the pairs sorted by key, so an unchanged merge is the same tuple)."""
-    seen = _snapshot_attempts(after)
-    if not seen:
+    if (id(attempts), id(after)) in _merged:
         return attempts
+    seen = _snapshot_attempts(after)
     highest = dict(attempts)
     rose = False
     for key, value in seen:
@@ -156,7 +163,11 @@ def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[
         if known is None or value > known:
             highest[key] = value
             rose = True
-    return tuple(sorted(highest.items())) if rose else attempts
+    merged = tuple(sorted(highest.items())) if rose else attempts
+    if len(_merged) >= _MERGES_KEPT:
+        _merged.clear()
+    _merged[(id(merged), id(after))] = (merged, after)
+    return merged
 
 
 def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply, after: Snapshot,
