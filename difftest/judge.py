@@ -75,7 +75,9 @@ def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
 def _stamped_row(resolved: Resolved, reply: Reply) -> bytes | None:
     """The row a successful CLAIM or EXTEND stamps with the run_id (N1)."""
     transition, guarded = resolved.transition, resolved.guarded
-    if transition is None or guarded is None or not resolved.sends_transition or resolved.via_scripts:
+    if transition is None or transition.stamps is Stamp.NONE:
+        return None  # (most transitions: asked first)
+    if guarded is None or not resolved.sends_transition or resolved.via_scripts:
         return None  # (the scripts never stamp, on either server)
     if transition.stamps is Stamp.CLAIMED and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
         return guarded.layout.row(reply[0])
@@ -130,18 +132,18 @@ def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> boo
     )
 
 
-def _moved(ledger: Ledger, resolved: Resolved, scripts_half_way: bool, before: Snapshot, reply: Reply,
-           after: Snapshot) -> Ledger:  # fmt: skip
+def _moved(ledger: Ledger, resolved: Resolved, is_raw: bool, scripts_half_way: bool, sends: bool,
+           before: Snapshot, reply: Reply, after: Snapshot) -> Ledger:  # fmt: skip
     """One side's ledger after the step: what a raw write or a half-way script touched is tainted,
-    a transition is recorded."""
-    if resolved.is_raw:
+    a transition (`sends`) is recorded."""
+    if is_raw:
         assert resolved.step is not None
         return ledger.taint(resolved.step.command)  # type: ignore[union-attr]
     if scripts_half_way:
         # what the scripts wrote before their error is no longer held to the invariants, on
         # either server (as after a raw write of those keys)
         return ledger.taint((b"EVALSHA", *diff(before, after)))
-    if resolved.sends_transition:
+    if sends:
         return ledger.record(resolved, reply, after)
     return ledger
 
@@ -201,10 +203,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     # counted path of D7, say): the retired scripts' behaviour, not judged
     partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
     broken: list[str] = []
-    ledger = _moved(state.ledger, resolved, scripts_half_way, before, native_reply, native_after)
+    is_raw, sends = resolved.is_raw, resolved.sends_transition  # (properties: read once for both sides)
+    ledger = _moved(state.ledger, resolved, is_raw, scripts_half_way, sends, before, native_reply, native_after)
     if not partial:
         ledger = _held_to_invariants(ledger, "native", resolved, before, native_reply, native_after, broken)
-    lua_ledger = _moved(state.lua_ledger, resolved, scripts_half_way, before, lua_reply, lua_after)
+    lua_ledger = _moved(state.lua_ledger, resolved, is_raw, scripts_half_way, sends, before, lua_reply, lua_after)
     if not partial and lua_after is not native_after and not _lua_stopped_half_way(before, observation):
         lua_ledger = _held_to_invariants(lua_ledger, "lua", resolved, before, lua_reply, lua_after, broken)
     if broken:
