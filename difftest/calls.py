@@ -24,10 +24,27 @@ class Call:
     @classmethod
     def of(cls, verb: str, queue: bytes | str, *args: bytes | str | int) -> Call:
         """A well-laid-out call on one queue; the arguments are sent as given."""
-        transition = TRANSITIONS[verb]
-        keys = queue_keys(transition, as_bytes(queue))
-        return cls(verb, str(len(keys)).encode(), (*keys, *(as_bytes(a) for a in args)))
+        laid_out = _LAID_OUT.get((verb, queue))
+        if laid_out is None:
+            laid_out = _laid_out(verb, queue)
+        numkeys, keys = laid_out
+        # as_bytes, inline: the state machine makes a call on most steps
+        return cls(verb, numkeys, (*keys, *[a if isinstance(a, bytes) else str(a).encode() for a in args]))
 
     def command(self) -> list[bytes]:
         """The native command line."""
         return [f"EMQ.{self.verb}".encode(), self.numkeys, *self.rest]
+
+
+# A transition's numkeys and keys on a queue, by (verb, queue): the same few on every step of a
+# generated history, so laid out once (at most this many kept: a loaded file may name many queues)
+_LAID_OUT: dict[tuple[str, bytes | str], tuple[bytes, tuple[bytes, ...]]] = {}
+_MAX_LAID_OUT = 256
+
+
+def _laid_out(verb: str, queue: bytes | str) -> tuple[bytes, tuple[bytes, ...]]:
+    keys = tuple(queue_keys(TRANSITIONS[verb], as_bytes(queue)))
+    laid_out = (str(len(keys)).encode(), keys)
+    if len(_LAID_OUT) < _MAX_LAID_OUT:
+        _LAID_OUT[(verb, queue)] = laid_out
+    return laid_out
