@@ -41,6 +41,10 @@ WORKERS = ("A", "B")
 DURATIONS = (1, 5, 10, 50, 100)
 ADVANCES = (1, 4, 5, 6, 9, 10, 11, 49, 50, 51, 99, 100, 101, 250)
 TOKENS = (1, 1, 2, 2, 3, 0, 4)
+# pools the step builders pick from on many steps, built once
+DELAYS = (0, 0, 0, *DURATIONS)  # an ENQUEUE's delay: mostly none
+BACKOFFS = (0, *DURATIONS)
+EDGE_BYTES = tuple(domains.BYTES_EDGES.values())
 I64_MAX = str(2**63 - 1).encode()
 # every class of Valkey's integer form (difftest/domains.py), those refused by their form first (so
 # that a malformed integer shrinks to one), then those read as integers, which the argument's range decides
@@ -137,7 +141,7 @@ def _edged(draw: Chooser, pool: tuple[bytes, ...]) -> bytes:
     """Mostly the pool's values; now and then bytes at an edge (empty, spaces, CR/LF, NUL, invalid
     UTF-8, braces, large)."""
     if draw.chance(12):
-        return bytes(draw.spread(tuple(domains.BYTES_EDGES.values())))
+        return bytes(draw.spread(EDGE_BYTES))
     return bytes(draw.pick(pool))
 
 
@@ -176,7 +180,7 @@ def _transition_call(
     the id argument is that one, with the token the hints believe it has)."""
     args: tuple[Any, ...]
     if verb == "ENQUEUE":
-        job, delay = job if job is not None else _edged(draw, IDS), draw.pick((0, 0, 0, *DURATIONS))
+        job, delay = job if job is not None else _edged(draw, IDS), draw.pick(DELAYS)
         args = (job, _edged(draw, PAYLOADS), delay)
         hints.enqueue(job, now, delay)
     elif verb == "CLAIM":
@@ -196,7 +200,7 @@ def _transition_call(
             hints.complete(job, token)
     elif verb == "FAIL":
         job, token = _held(draw, hints, job)
-        max_attempts, backoff = draw.integer(1, 3), draw.pick((0, *DURATIONS))
+        max_attempts, backoff = draw.integer(1, 3), draw.pick(BACKOFFS)
         if isinstance(token, int) and token >= 1 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
             # exactly exhausted (the dead-letter path and its boundary), or one short of it
             max_attempts = token + 1 if token >= 10 and draw.chance(2) else token

@@ -14,6 +14,7 @@ Adding a transition, a fault or a class of values is one method here (README, "A
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,10 @@ from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, R
 from strategies.hints import QueueHints
 from strategies.histories import (
     ADVANCES,
+    BACKOFFS,
+    DELAYS,
     DURATIONS,
+    EDGE_BYTES,
     ERRORS,
     IDS,
     PAYLOADS,
@@ -79,14 +83,53 @@ RULE_WEIGHTS: dict[str, Weight] = {}
 DEFAULT_SHAPE = HistoryShape()
 
 
-def weight(how_often: Weight | int) -> Callable[[Any], Any]:
-    """A rule's weight: a number, or a function of the machine's state."""
+class _Constant:
+    """A weight that is a number: the rule choice reads it once per machine class, not every step."""
 
-    def constant(_: QueueMachine) -> int:
-        return int(how_often)  # type: ignore[arg-type]
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __call__(self, _: QueueMachine) -> int:
+        return self.value
+
+
+class aimed:
+    """A transition's weight by what the hints say is waiting (`QueueMachine.call_weight`): the rule
+    choice works out all ten from one pass over the hints, and only when what they say changed."""
+
+    __slots__ = ("verb",)
+
+    def __init__(self, verb: str) -> None:
+        self.verb = verb
+
+    def __call__(self, m: QueueMachine) -> int:
+        return m.call_weight(self.verb)
+
+
+class on_shape:
+    """A precondition on the history's shape alone (`HistoryShape.<flag>`): the rule choice decides
+    it once per machine class and shape, not every step."""
+
+    __slots__ = ("flag",)
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def allows(self, shape: HistoryShape) -> bool:
+        return bool(getattr(shape, self.flag))
+
+    def __call__(self, m: QueueMachine) -> bool:
+        return self.allows(m.shape)
+
+
+def weight(how_often: Weight | int) -> Callable[[Any], Any]:
+    """A rule's weight: a number, or a function of the machine's state (`aimed(verb)` for a
+    transition weighted by the hints)."""
 
     def record(function: Any) -> Any:
-        RULE_WEIGHTS[function.__name__] = how_often if callable(how_often) else constant
+        RULE_WEIGHTS[function.__name__] = how_often if callable(how_often) else _Constant(int(how_often))
         return function
 
     return record
@@ -101,13 +144,19 @@ RULE_ORDER = {name: n for n, name in enumerate((
 ))}  # fmt: skip
 
 
+VERBS = tuple(TRANSITIONS)
 CALLS = 118  # transitions per 256 steps
 PLAIN_WEIGHTS = dict(PLAIN_VERB_WEIGHTS)
 PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
 
 
-def _aimed_weights(m: QueueMachine) -> dict[str, int]:
-    """`aimed_verb_weights` over both queues' hints (one pass: this runs every step)."""
+# What `aimed_verb_weights` reads of the hints, each a bool: pending, active, expired, due, dead,
+# paused, claims_open, done_broken, dead_broken
+AimedKey = tuple[bool, bool, bool, bool, bool, bool, bool, bool, bool]
+
+
+def _aimed_key(m: QueueMachine) -> AimedKey:
+    """What the transitions' weights read of both queues' hints, in one pass (this runs every step)."""
     pending = active = expired = due = dead = paused = done_broken = dead_broken = False
     now = m.now
     for h in m.hints.values():
@@ -120,10 +169,135 @@ def _aimed_weights(m: QueueMachine) -> dict[str, int]:
         due = due or (bool(h.delayed) and min(h.delayed.values()) <= now)
         dead = dead or bool(h.dead)
         paused = paused or h.paused
-    return dict(
-        aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead, paused=paused,
-                           claims_open=bool(m.open_claims), done_broken=done_broken, dead_broken=dead_broken)
-    )  # fmt: skip
+    return (pending, active, expired, due, dead, paused, bool(m.open_claims), done_broken, dead_broken)
+
+
+_AIMED: dict[AimedKey, dict[str, int]] = {}  # at most 2**9 keys
+
+
+def _aimed_weights(key: AimedKey) -> dict[str, int]:
+    """Every transition's weight per 256 steps for what the hints say: the seed-list generator's mix
+    (118 in 256 steps are transitions; a third by fixed weights, two thirds by `aimed_verb_weights`).
+    A pure function of the key, so worked out once per key, not once per step."""
+    weights = _AIMED.get(key)
+    if weights is None:
+        pending, active, expired, due, dead, paused, claims_open, done_broken, dead_broken = key
+        aimed_now = dict(
+            aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead, paused=paused,
+                               claims_open=claims_open, done_broken=done_broken, dead_broken=dead_broken)
+        )  # fmt: skip
+        total = sum(aimed_now.values())
+        weights = {
+            v: max(1, round(CALLS * (PLAIN_WEIGHTS[v] / PLAIN_TOTAL / 3 + 2 * w / total / 3)))
+            for v, w in aimed_now.items()
+        }
+        _AIMED[key] = weights
+    return weights
+
+
+# One rule as the choice weighs it: the rule, its arguments' strategies, the positions of its
+# bundles in the state key, its weight (a number, a transition's verb, or None: a function of the
+# state) and its place among the state key's values (None: its validity is the bundles' alone).
+_Entry = tuple[Any, tuple[tuple[str, Any], ...], tuple[int, ...], int | str | None, int | None]
+# The valid rules of one state in shrink order, each with its arguments, and the running total of
+# their weights (the last is the total).
+_Table = tuple[tuple[tuple[Any, tuple[tuple[str, Any], ...]], ...], tuple[int, ...]]
+_StateKey = tuple[tuple[bool, ...], AimedKey | None, tuple[Any, ...]]
+
+
+class _RulePlan:
+    """What choosing a rule needs, for one machine class and shape, worked out once: the rules the
+    shape allows (`on_shape` preconditions decided here), in shrink order; the few whose validity or
+    weight the state decides beyond their bundles; and, per state as the choice sees it (the
+    bundles that hold something, what the hints say is waiting, those few rules' verdicts), the
+    table of valid rules by weight. A state's table is a pure function of its key, so the same
+    states draw the same rules as a fresh computation each step would; a run meets few states."""
+
+    MAX_TABLES = 1 << 12  # beyond this many states, tables are worked out and not kept
+
+    def __init__(self, machine_class: type[QueueMachine], shape: HistoryShape) -> None:
+        rules = sorted(machine_class.setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
+        positions: dict[str, int] = {}  # a bundle's name: its position in the state key
+        self.entries: list[_Entry] = []
+        # per rule the state decides: its bundles' positions, its preconditions beyond the shape's,
+        # and its weight function (None: a number or a transition's aimed weight, read by the table)
+        self.dynamic: list[tuple[tuple[int, ...], tuple[Callable[[Any], bool], ...], Weight | None]] = []
+        self.aims = False
+        for r in rules:
+            preconditions = tuple(r.preconditions)
+            if not all(p.allows(shape) for p in preconditions if isinstance(p, on_shape)):
+                continue  # never valid in this shape
+            rest = tuple(p for p in preconditions if not isinstance(p, on_shape))
+            needs = tuple(positions.setdefault(b.name, len(positions)) for b in r.bundles)
+            how_often = RULE_WEIGHTS[r.function.__name__]
+            spec: int | str | None
+            if isinstance(how_often, _Constant):
+                spec = how_often.value
+            elif isinstance(how_often, aimed):
+                spec = how_often.verb
+                self.aims = True
+            else:
+                spec = None
+            at = None
+            if rest or spec is None:
+                at = len(self.dynamic)
+                self.dynamic.append((needs, rest, how_often if spec is None else None))
+            self.entries.append((r, tuple(r.arguments_strategies.items()), needs, spec, at))
+        self.bundle_names = tuple(positions)
+        self.tables: dict[_StateKey, _Table] = {}
+
+    def state_key(self, machine: QueueMachine) -> _StateKey:
+        """Everything the valid rules and their weights depend on now (this runs every step)."""
+        bundles = machine.bundles
+        present = tuple([bool(bundles.get(name)) for name in self.bundle_names])
+        verdicts: list[Any] = []
+        # plain loops: the order (bundles, then each precondition until one fails, then the weight)
+        # is the one Hypothesis's own rule choice follows
+        for needs, preconditions, how_often in self.dynamic:
+            verdict: Any = 0
+            for i in needs:
+                if not present[i]:
+                    break
+            else:
+                for holds in preconditions:
+                    if not holds(machine):
+                        break
+                else:
+                    verdict = how_often(machine) if how_often is not None else 1
+            verdicts.append(verdict)
+        return present, _aimed_key(machine) if self.aims else None, tuple(verdicts)
+
+    def table(self, key: _StateKey) -> _Table:
+        """The valid rules of the state, in shrink order, and their weights' running total."""
+        present, aimed_key, verdicts = key
+        by_verb = _aimed_weights(aimed_key) if aimed_key is not None else {}
+        valid: list[tuple[Any, tuple[tuple[str, Any], ...]]] = []
+        running: list[int] = []
+        total = 0
+        for r, arguments, needs, spec, at in self.entries:
+            if at is not None:
+                verdict = verdicts[at]
+                if spec is None:
+                    weight_now = verdict  # a function of the state: its weight now (0: not valid)
+                elif not verdict:
+                    continue
+                else:
+                    weight_now = spec if isinstance(spec, int) else by_verb[spec]
+            elif all(present[i] for i in needs):
+                weight_now = spec if isinstance(spec, int) else by_verb[spec]  # type: ignore[index]
+            else:
+                continue
+            if weight_now > 0:
+                total += weight_now
+                valid.append((r, arguments))
+                running.append(total)
+        table = (tuple(valid), tuple(running))
+        if len(self.tables) < self.MAX_TABLES:
+            self.tables[key] = table
+        return table
+
+
+_PLANS: dict[tuple[type[QueueMachine], HistoryShape], _RulePlan] = {}
 
 
 class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
@@ -138,40 +312,28 @@ class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
     def __init__(self, machine: QueueMachine) -> None:
         super().__init__()
         self.machine = machine
-        rules = sorted(type(machine).setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
-        # what deciding a rule's validity and weight needs, looked up once (this runs every step)
-        self.candidates = [
-            (r, tuple(b.name for b in r.bundles), tuple(r.preconditions), RULE_WEIGHTS[r.function.__name__])
-            for r in rules
-        ]
+        plan_key = (type(machine), machine.shape)
+        plan = _PLANS.get(plan_key)
+        if plan is None:
+            plan = _PLANS[plan_key] = _RulePlan(type(machine), machine.shape)
+        self.plan = plan
 
     def do_draw(self, data: ConjectureData) -> tuple[Any, dict[str, Any]]:
         machine = self.machine
-        machine.choices = data
+        if machine.choices is not data:  # the machine's first rule (one run, one ConjectureData)
+            machine.choices = data
+            machine._draws = Draws(data)
         machine._aimed = None  # the state moved since the last step
-        bundles = machine.bundles
-        valid: list[tuple[Any, int]] = []
-        total = 0
-        for candidate, names, preconditions, how_often in self.candidates:
-            # plain loops: generator expressions here cost a tenth of the whole draw
-            for name in names:
-                if not bundles.get(name):
-                    break
-            else:
-                for holds in preconditions:
-                    if not holds(machine):
-                        break
-                else:
-                    weight_now = how_often(machine)
-                    if weight_now > 0:
-                        valid.append((candidate, weight_now))
-                        total += weight_now
-        n = data.draw_integer(0, total - 1)
-        for chosen, weight_now in valid:  # noqa: B007 (the loop leaves `chosen` set)
-            if n < weight_now:
-                break
-            n -= weight_now
-        return chosen, {name: data.draw(strategy) for name, strategy in chosen.arguments_strategies.items()}
+        plan = self.plan
+        key = plan.state_key(machine)
+        table = plan.tables.get(key)
+        if table is None:
+            table = plan.table(key)
+        valid, running = table
+        # the first rule whose running total exceeds the draw: what subtracting weight after weight
+        # from it finds, in one bisection
+        chosen, arguments = valid[bisect_right(running, data.draw_integer(0, (running[-1] if running else 0) - 1))]
+        return chosen, {name: data.draw(strategy) for name, strategy in arguments}
 
 
 class Draws(Chooser):
@@ -204,7 +366,7 @@ class Draws(Chooser):
 
     def queue(self) -> bytes:
         """Mostly the first queue: transitions collide more (the second shrinks to the first)."""
-        return QUEUES[1] if self.chance(4) else QUEUES[0]
+        return QUEUES[1] if self._integer(0, 3) == 3 else QUEUES[0]  # chance(4), one call less
 
     def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
         n = self._index(sum(w for _, w in weights))
@@ -247,6 +409,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.exempt: dict[bytes, set[bytes]] = {queue: set() for queue in QUEUES}
         self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
         self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
+        self._draws: Draws | None = None  # the rules' view of them
 
     # -- what the machine hands on ---------------------------------------------------------------
 
@@ -267,24 +430,31 @@ class QueueMachine(RuleBasedStateMachine):
         """A transition's weight, per 256 steps: the seed-list generator's mix (118 in 256 steps are
         transitions; a third by fixed weights, two thirds by what the hints say is waiting)."""
         if self._aimed is None:
-            aimed = _aimed_weights(self)
-            total = sum(aimed.values())
-            self._aimed = {
-                v: max(1, round(CALLS * (PLAIN_WEIGHTS[v] / PLAIN_TOTAL / 3 + 2 * w / total / 3)))
-                for v, w in aimed.items()
-            }
+            self._aimed = _aimed_weights(_aimed_key(self))
         return self._aimed[verb]
 
     def next_deadline(self) -> int | None:
         """The next lease or delay deadline more than a millisecond away, as the hints know it."""
-        later = [
-            d for h in self.hints.values() for ds in (h.active, h.delayed) for d in ds.values() if d > self.now + 1
-        ]
-        return min(later) if later else None
+        # plain loops, no list: the advance rule's precondition asks this every step
+        after = self.now + 1
+        upcoming: int | None = None
+        for h in self.hints.values():
+            for deadlines in (h.active, h.delayed):
+                for d in deadlines.values():
+                    if d > after and (upcoming is None or d < upcoming):
+                        upcoming = d
+        return upcoming
 
     def some(self, holds: Callable[[QueueHints], bool]) -> bool:
         """Whether a queue's hints say so (the rule weights read them)."""
         return any(holds(hints) for hints in self.hints.values())
+
+    def a_lease_is_held(self) -> bool:
+        """Whether a queue's hints hold a lease (`some`, without a function per step)."""
+        for hints in self.hints.values():  # noqa: SIM110 (a loop: no generator per step)
+            if hints.active:
+                return True
+        return False
 
     def _wait(self, ms: int) -> None:
         """A clock advance, joined with the one just before it: one wait for the clock, not two."""
@@ -304,9 +474,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps.append(CallStep(_at_a_bound(draws, call) if draws.chance(16) else call, user))
 
     def draws(self) -> Draws:
-        """The choices of the rule running now (each one Hypothesis draw)."""
-        assert self.choices is not None  # set when the rule was drawn
-        return Draws(self.choices)
+        """The choices of the rule running now (each one Hypothesis draw): one Draws for the whole
+        run, made when its first rule was drawn (a run draws from one ConjectureData)."""
+        assert self._draws is not None  # set when the rule was drawn
+        return self._draws
 
     def _fenced(self, draws: Draws, lease: Lease) -> tuple[bytes, bytes, int | bytes]:
         """The queue, id and token a fenced call presents. Mostly a lease that is still held: the one
@@ -343,20 +514,20 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- one rule per transition -----------------------------------------------------------------
 
-    @weight(lambda m: m.call_weight("ENQUEUE"))
+    @weight(aimed("ENQUEUE"))
     @rule(target=jobs, job=jobs)
     def enqueue(self, job: bytes) -> Any:
         draws = self.draws()
         queue = draws.queue()
         new = draws.chance(12)
         if new:  # bytes at an edge: empty, spaces, CR/LF, NUL, invalid UTF-8, braces, large
-            job = bytes(draws.pick(tuple(domains.BYTES_EDGES.values())))
-        delay = draws.pick((0, 0, 0, *DURATIONS))
+            job = bytes(draws.pick(EDGE_BYTES))
+        delay = draws.pick(DELAYS)
         self.hints[queue].enqueue(job, self.now, delay)
         self._call(Call.of("ENQUEUE", queue, job, _edged(draws, PAYLOADS), delay), draws)
         return job if new else multiple()
 
-    @weight(lambda m: m.call_weight("CLAIM"))
+    @weight(aimed("CLAIM"))
     @rule(target=leases)
     def claim(self) -> Any:
         draws = self.draws()
@@ -369,7 +540,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._call(Call.of("CLAIM", queue, lease_ms), draws)
         return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else multiple()
 
-    @weight(lambda m: m.call_weight("EXTEND"))
+    @weight(aimed("EXTEND"))
     @rule(lease=leases)
     def extend(self, lease: Lease) -> None:
         draws = self.draws()
@@ -380,7 +551,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.exempt[queue].discard(job)  # re-stamped, if the fence held
         self._call(Call.of("EXTEND", queue, job, token, lease_ms), draws)
 
-    @weight(lambda m: m.call_weight("COMPLETE"))
+    @weight(aimed("COMPLETE"))
     @rule(lease=consumes(leases))
     def complete(self, lease: Lease) -> None:
         draws = self.draws()
@@ -389,13 +560,13 @@ class QueueMachine(RuleBasedStateMachine):
             self.hints[queue].complete(job, token)
         self._call(Call.of("COMPLETE", queue, job, token), draws)
 
-    @weight(lambda m: m.call_weight("FAIL"))
+    @weight(aimed("FAIL"))
     @rule(lease=consumes(leases))
     def fail(self, lease: Lease) -> None:
         draws = self.draws()
         queue, job, token = self._fenced(draws, lease)
         hints = self.hints[queue]
-        max_attempts, backoff = draws.integer(1, 3), draws.pick((0, *DURATIONS))
+        max_attempts, backoff = draws.integer(1, 3), draws.pick(BACKOFFS)
         if isinstance(token, int) and token >= 1 and (draws.chance(3) or (b"dead" in hints.broken and draws.aim(2))):
             # exactly exhausted (the dead-letter path and its boundary), or one short of it
             max_attempts = token + 1 if token >= 10 and draws.chance(2) else token
@@ -403,7 +574,7 @@ class QueueMachine(RuleBasedStateMachine):
             hints.fail(job, token, max_attempts, self.now, backoff)
         self._call(Call.of("FAIL", queue, job, token, _edged(draws, ERRORS), max_attempts, backoff), draws)
 
-    @weight(lambda m: m.call_weight("PROMOTE"))
+    @weight(aimed("PROMOTE"))
     @rule()
     def promote(self) -> None:
         draws = self.draws()
@@ -412,7 +583,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints[queue].promote(self.now, limit)
         self._call(Call.of("PROMOTE", queue, limit), draws)
 
-    @weight(lambda m: m.call_weight("SWEEP"))
+    @weight(aimed("SWEEP"))
     @rule()
     def sweep(self) -> None:
         draws = self.draws()
@@ -430,7 +601,7 @@ class QueueMachine(RuleBasedStateMachine):
         hints.sweep(self.now, max_stalled, limit)
         self._call(Call.of("SWEEP", queue, max_stalled, limit), draws, user)
 
-    @weight(lambda m: m.call_weight("REVIVE"))
+    @weight(aimed("REVIVE"))
     @rule(job=jobs)
     def revive(self, job: bytes) -> None:
         draws = self.draws()
@@ -441,7 +612,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints[queue].revive(job, self.now)
         self._call(Call.of("REVIVE", queue, job), draws)
 
-    @weight(lambda m: m.call_weight("PAUSE"))
+    @weight(aimed("PAUSE"))
     @rule()
     def pause(self) -> None:
         draws = self.draws()
@@ -449,7 +620,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints[queue].paused = True
         self._call(Call.of("PAUSE", queue), draws)
 
-    @weight(lambda m: m.call_weight("RESUME"))
+    @weight(aimed("RESUME"))
     @rule()
     def resume(self) -> None:
         draws = self.draws()
@@ -476,7 +647,8 @@ class QueueMachine(RuleBasedStateMachine):
     # -- faults ----------------------------------------------------------------------------------
 
     @weight(1)
-    @precondition(lambda self: self.shape.upgrades and not self.upgraded and bool(self.steps))
+    @precondition(on_shape("upgrades"))
+    @precondition(lambda self: not self.upgraded and bool(self.steps))
     @rule()
     def upgrade(self) -> None:
         """The module takes over on the native server here: every call so far ran through the scripts
@@ -488,8 +660,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.exempt[q] |= set(self.hints[q].active)
 
     @weight(4)
-    @precondition(lambda self: self.shape.upgrades)
-    @rule(verb=st.sampled_from(tuple(TRANSITIONS)))
+    @precondition(on_shape("upgrades"))
+    @rule(verb=st.sampled_from(VERBS))
     def scripts_worker_call(self, verb: str) -> None:
         """A mixed fleet: during a rolling upgrade a worker still calls the scripts on the native
         server, beside workers that call the module (mostly with a lease it holds)."""
@@ -505,7 +677,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.exempt[queue].add(taken)  # no lease_epoch: the module's SWEEP exempts it
 
     @weight(12)
-    @precondition(lambda self: self.shape.interleaving and len(self.open_claims) < len(WORKERS))
+    @precondition(on_shape("interleaving"))
+    @precondition(lambda self: len(self.open_claims) < len(WORKERS))
     @rule()
     def begin_claim(self) -> None:
         """A worker's CLAIM split in two round trips: the host's paused read now, the claim later."""
@@ -537,7 +710,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.exempt[queue].discard(held)
 
     @weight(3)
-    @precondition(lambda self: self.shape.restarts)
+    @precondition(on_shape("restarts"))
     @rule()
     def restart(self) -> None:
         """Both servers shut down and start again from their AOF (a new run_id)."""
@@ -546,7 +719,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._restart(draws, False, queue)
 
     @weight(3)
-    @precondition(lambda self: self.shape.crashes)
+    @precondition(on_shape("crashes"))
     @rule()
     def crash(self) -> None:
         """Both servers killed (SIGKILL) and started again from their AOF."""
@@ -555,7 +728,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._restart(draws, True, queue)
 
     @weight(14)
-    @precondition(lambda self: self.shape.corruption)
+    @precondition(on_shape("corruption"))
     @rule()
     def corrupt(self) -> None:
         """Another writer breaks a key: a wrong type, a counter, a ghost member, a dropped row."""
@@ -564,7 +737,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps.append(_corruption(draws, queue, self.hints[queue]))
 
     @weight(14)
-    @precondition(lambda self: self.shape.corruption)
+    @precondition(on_shape("corruption"))
     @rule()
     def other_writers_value(self) -> None:
         """A value another writer left in a field (or a score) a transition reads, then that one."""
@@ -573,7 +746,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._add(_value_step(draws, queue, self.hints[queue], self.now))
 
     @weight(9)
-    @precondition(lambda self: self.shape.corruption)
+    @precondition(on_shape("corruption"))
     @rule()
     def wrong_typed_key(self) -> None:
         """A key a transition writes made of another type, then that transition."""
@@ -582,7 +755,8 @@ class QueueMachine(RuleBasedStateMachine):
         self._add(_typed_step(draws, queue, self.hints[queue], self.now))
 
     @weight(6)
-    @precondition(lambda self: self.shape.corruption and self.some(lambda h: bool(h.active)))
+    @precondition(on_shape("corruption"))
+    @precondition(lambda self: self.a_lease_is_held())
     @rule()
     def long_lived_job(self) -> None:
         """Counters past one digit (what many cycles of claim, fail, sweep and revive leave), then
@@ -594,7 +768,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._add(_long_step(draws, queue, self.hints[queue], self.now))
 
     @weight(17)
-    @precondition(lambda self: self.shape.users)
+    @precondition(on_shape("users"))
     @rule()
     def restricted_call(self) -> None:
         """A caller restricted on one key kind (none, read only, write only), mostly calling what
@@ -609,7 +783,7 @@ class QueueMachine(RuleBasedStateMachine):
             # permissions (D7 held to the caller's permissions, docs/decisions.md)
             verb, queue = "SWEEP", exempting[0]
         else:
-            verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(tuple(TRANSITIONS))
+            verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(VERBS)
         fenced = TRANSITIONS[verb].fenced
         if (fenced or verb == "SWEEP") and not self.hints[queue].active:
             queue = next((q for q in QUEUES if self.hints[q].active), queue)
@@ -631,8 +805,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps.append(CallStep(call, user))
 
     @weight(10)
-    @precondition(lambda self: self.shape.malformed)
-    @rule(verb=st.sampled_from(tuple(TRANSITIONS)))
+    @precondition(on_shape("malformed"))
+    @rule(verb=st.sampled_from(VERBS))
     def malformed_call(self, verb: str) -> None:
         """A call with one thing wrong: its shape, a key's layout, an integer's grammar."""
         draws = self.draws()
