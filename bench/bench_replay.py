@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,7 @@ class Figure:
     ratio: float
     divergences: int
     us_per_step: dict[str, float] = field(default_factory=dict)  # by stage
+    cpu_us_per_step: dict[str, float] = field(default_factory=dict)  # harness, servers, idle (compared run)
 
 
 @dataclass
@@ -123,12 +125,28 @@ def _run(generator: str, shape: HistoryShape, examples: int, replayer: Replayer 
     return counts["histories"], counts["steps"], time.perf_counter() - started, counts["divergences"]
 
 
+def _process_cpu_s(pid: int) -> float | None:
+    """A live process's CPU time (user and system, /proc), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _servers_cpu(replayer: Replayer) -> dict[int, float]:
+    pids = [getattr(server, "pid", None) for server in replayer.group.servers]
+    return {pid: cpu for pid in pids if pid is not None and (cpu := _process_cpu_s(pid)) is not None}
+
+
 def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machine") -> Figure:
     shape = MIXES[mix]
     _, gen_steps, gen_s, _ = _run(generator, shape, examples, None)
     stages = getattr(replayer, "stages", {})  # a checkout from before the counters: all "other"
     before = dict(stages)
+    times_before, servers_before = os.times(), _servers_cpu(replayer)
     count, steps, total_s, divergences = _run(generator, shape, examples, replayer)
+    times_after, servers_after = os.times(), _servers_cpu(replayer)
     assert steps == gen_steps, "the same seed must give the same histories"
     spent = {stage: stages.get(stage, 0.0) - before.get(stage, 0.0) for stage in STAGES}
     spent["generate"] = gen_s
@@ -136,7 +154,18 @@ def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machi
     generate_rate, compared_rate = gen_steps / gen_s, steps / total_s
     per_step = {stage: round(seconds / steps * 1e6, 1) for stage, seconds in spent.items()}
     ratio = compared_rate / generate_rate
-    return Figure(mix, generator, count, steps, generate_rate, compared_rate, ratio, divergences, per_step)
+    # CPU, not wall: the harness's own, and the servers' (those running at both ends, those that
+    # ended meanwhile (reaped: whole lives, less what they had used before), those started since);
+    # what is left of the wall time is the core waiting (sleeps, a server's start-up calibration)
+    harness = times_after.user + times_after.system - times_before.user - times_before.system
+    reaped = times_after.children_user + times_after.children_system
+    reaped -= times_before.children_user + times_before.children_system
+    servers = reaped + sum(cpu - servers_before.get(pid, 0.0) for pid, cpu in servers_after.items())
+    servers -= sum(cpu for pid, cpu in servers_before.items() if pid not in servers_after)
+    cpu = {"harness": harness, "servers": servers, "idle": max(total_s - harness - servers, 0.0)}
+    cpu_per_step = {name: round(seconds / steps * 1e6, 1) for name, seconds in cpu.items()}
+    return Figure(mix, generator, count, steps, generate_rate, compared_rate, ratio, divergences, per_step,
+                  cpu_per_step)  # fmt: skip
 
 
 def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer) -> ReplicaCost:
@@ -213,6 +242,11 @@ def print_mixes(figures: list[Figure]) -> None:
         total = sum(f.us_per_step.values())
         print(f"{f.mix:<12} {f.generator:>9} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES)
               + f" {total:>8.0f}")  # fmt: skip
+    print("\nCPU per step of the compared run, µs: the harness (generation included), the servers, the core idle")
+    print(f"{'mix':<12} {'generator':>9} {'harness':>8} {'servers':>8} {'idle':>8}")
+    for f in figures:
+        cpu = " ".join(f"{f.cpu_us_per_step.get(part, 0.0):>8.0f}" for part in ("harness", "servers", "idle"))
+        print(f"{f.mix:<12} {f.generator:>9} {cpu}")
     by = {(f.mix, f.generator): f for f in figures}
     for mix in dict.fromkeys(f.mix for f in figures):
         machine, seeds = by.get((mix, "machine")), by.get((mix, "seeds"))
@@ -240,6 +274,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=300, help="histories per mix")
     parser.add_argument("--pin", action="store_true", help="pin harness and servers to one core")
+    parser.add_argument("--core", type=int, default=0, help="which core --pin pins to (default 0)")
     parser.add_argument("--mixes", nargs="*", default=list(MIXES), choices=list(MIXES), help="which mixes")
     parser.add_argument("--replicas", action="store_true",
                         help="also measure the cost of a replica beside each server, per mix (a ratio)")  # fmt: skip
@@ -252,7 +287,7 @@ def main() -> None:
     figures: list[Figure] = []
     if args.mixes:
         if args.pin:
-            print(f"pinned to core {pin_to_core(0)}")
+            print(f"pinned to core {pin_to_core(args.core)}")
         with Replayer(DEFAULT_MODULE) as replayer:
             for mix in args.mixes:
                 for generator in args.generators:
