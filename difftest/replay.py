@@ -211,7 +211,9 @@ class Replayer:
         for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
             admin = side.wires[None]
             admin.read()
-            if aof_needs_rewrite(aof_size(admin.read()), restarts):
+            # only the native server restarts (see _boundary): the Lua server's AOF is compacted
+            # only once it has grown
+            if aof_needs_rewrite(aof_size(admin.read()), restarts and side is self.native):
                 admin.send([(b"BGREWRITEAOF",)])
                 rewriting.append((admin, server))
         for admin, server in rewriting:
