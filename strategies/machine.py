@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
     consumes,
     initialize,
@@ -145,6 +146,8 @@ RULE_ORDER = {name: n for n, name in enumerate((
 
 
 VERBS = tuple(TRANSITIONS)
+# what a rule with a target returns when it adds nothing (one for all steps, not one a step)
+NOTHING: MultipleResults[Any] = multiple()
 CALLS = 118  # transitions per 256 steps
 PLAIN_WEIGHTS = dict(PLAIN_VERB_WEIGHTS)
 PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
@@ -156,19 +159,29 @@ AimedKey = tuple[bool, bool, bool, bool, bool, bool, bool, bool, bool]
 
 
 def _aimed_key(m: QueueMachine) -> AimedKey:
-    """What the transitions' weights read of both queues' hints, in one pass (this runs every step)."""
+    """What the transitions' weights read of both queues' hints, in one pass (this runs every step:
+    plain tests and assignments, each fact looked at no more than it must be)."""
     pending = active = expired = due = dead = paused = done_broken = dead_broken = False
     now = m.now
     for h in m.hints.values():
-        pending = pending or (bool(h.pending) and not h.paused)
-        if h.active:
+        if h.paused:
+            paused = True  # and its pending ids wait: no CLAIM takes them
+        elif h.pending:
+            pending = True
+        held = h.active
+        if held:
             active = True
-            expired = expired or min(h.active.values()) <= now
-            done_broken = done_broken or b"done" in h.broken
-            dead_broken = dead_broken or b"dead" in h.broken
-        due = due or (bool(h.delayed) and min(h.delayed.values()) <= now)
-        dead = dead or bool(h.dead)
-        paused = paused or h.paused
+            if not expired and min(held.values()) <= now:
+                expired = True
+            broken = h.broken
+            if broken:
+                done_broken = done_broken or b"done" in broken
+                dead_broken = dead_broken or b"dead" in broken
+        delayed = h.delayed
+        if delayed and not due and min(delayed.values()) <= now:
+            due = True
+        if h.dead:
+            dead = True
     return (pending, active, expired, due, dead, paused, bool(m.open_claims), done_broken, dead_broken)
 
 
@@ -197,19 +210,21 @@ def _aimed_weights(key: AimedKey) -> dict[str, int]:
 
 # One rule as the choice weighs it: the rule, its arguments' strategies, the positions of its
 # bundles in the state key, its weight (a number, a transition's verb, or None: a function of the
-# state) and its place among the state key's values (None: its validity is the bundles' alone).
+# state) and the position of its verdict in the state key (None: its bundles alone decide).
 _Entry = tuple[Any, tuple[tuple[str, Any], ...], tuple[int, ...], int | str | None, int | None]
 # The valid rules of one state in shrink order, each with its arguments, and the running total of
 # their weights (the last is the total).
 _Table = tuple[tuple[tuple[Any, tuple[tuple[str, Any], ...]], ...], tuple[int, ...]]
-_StateKey = tuple[tuple[bool, ...], AimedKey | None, tuple[Any, ...]]
+# One flat tuple: whether each bundle holds something, each verdict, then the AimedKey (if any
+# rule's weight is aimed).
+_StateKey = tuple[Any, ...]
 
 
 class _RulePlan:
     """What choosing a rule needs, for one machine class and shape, worked out once: the rules the
     shape allows (`on_shape` preconditions decided here), in shrink order; the few whose validity or
     weight the state decides beyond their bundles; and, per state as the choice sees it (the
-    bundles that hold something, what the hints say is waiting, those few rules' verdicts), the
+    bundles that hold something, those few rules' verdicts, what the hints say is waiting), the
     table of valid rules by weight. A state's table is a pure function of its key, so the same
     states draw the same rules as a fresh computation each step would; a run meets few states."""
 
@@ -218,10 +233,10 @@ class _RulePlan:
     def __init__(self, machine_class: type[QueueMachine], shape: HistoryShape) -> None:
         rules = sorted(machine_class.setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
         positions: dict[str, int] = {}  # a bundle's name: its position in the state key
-        self.entries: list[_Entry] = []
-        # per rule the state decides: its bundles' positions, its preconditions beyond the shape's,
-        # and its weight function (None: a number or a transition's aimed weight, read by the table)
-        self.dynamic: list[tuple[tuple[int, ...], tuple[Callable[[Any], bool], ...], Weight | None]] = []
+        entries: list[list[Any]] = []
+        # the rules the state decides beyond their bundles: (entry, bundles' positions, preconditions
+        # beyond the shape's, weight function or None: a number or an aimed weight, read by the table)
+        decided: list[tuple[list[Any], tuple[int, ...], tuple[Callable[[Any], Any], ...], Weight | None]] = []
         self.aims = False
         for r in rules:
             preconditions = tuple(r.preconditions)
@@ -238,52 +253,68 @@ class _RulePlan:
                 self.aims = True
             else:
                 spec = None
-            at = None
+            entry = [r, tuple(r.arguments_strategies.items()), needs, spec, None]
+            entries.append(entry)
             if rest or spec is None:
-                at = len(self.dynamic)
-                self.dynamic.append((needs, rest, how_often if spec is None else None))
-            self.entries.append((r, tuple(r.arguments_strategies.items()), needs, spec, at))
+                decided.append((entry, needs, rest, how_often if spec is None else None))
         self.bundle_names = tuple(positions)
+        # a rule with one precondition and nothing else to decide has its verdict in one test; the
+        # others go through the general loop (bundles, each precondition, the weight)
+        self.simple: list[Callable[[Any], Any]] = []
+        self.general: list[tuple[tuple[int, ...], tuple[Callable[[Any], Any], ...], Weight | None]] = []
+        at = len(positions)  # the verdicts follow the bundles in the state key
+        for entry, needs, rest, custom in decided:
+            if not needs and len(rest) == 1 and custom is None:
+                entry[4] = at
+                at += 1
+                self.simple.append(rest[0])
+        for entry, needs, rest, custom in decided:
+            if entry[4] is None:
+                entry[4] = at
+                at += 1
+                self.general.append((needs, rest, custom))
+        self.entries: list[_Entry] = [tuple(e) for e in entries]
         self.tables: dict[_StateKey, _Table] = {}
 
     def state_key(self, machine: QueueMachine) -> _StateKey:
         """Everything the valid rules and their weights depend on now (this runs every step)."""
         bundles = machine.bundles
-        present = tuple([bool(bundles.get(name)) for name in self.bundle_names])
-        verdicts: list[Any] = []
+        key: list[Any] = [bool(bundles.get(name)) for name in self.bundle_names]
+        key += [bool(holds(machine)) for holds in self.simple]
         # plain loops: the order (bundles, then each precondition until one fails, then the weight)
         # is the one Hypothesis's own rule choice follows
-        for needs, preconditions, how_often in self.dynamic:
-            verdict: Any = 0
+        for needs, preconditions, how_often in self.general:
+            verdict: Any = False
             for i in needs:
-                if not present[i]:
+                if not key[i]:
                     break
             else:
                 for holds in preconditions:
                     if not holds(machine):
                         break
                 else:
-                    verdict = how_often(machine) if how_often is not None else 1
-            verdicts.append(verdict)
-        return present, _aimed_key(machine) if self.aims else None, tuple(verdicts)
+                    verdict = how_often(machine) if how_often is not None else True
+            key.append(verdict)
+        if self.aims:
+            key += _aimed_key(machine)
+        return tuple(key)
 
     def table(self, key: _StateKey) -> _Table:
         """The valid rules of the state, in shrink order, and their weights' running total."""
-        present, aimed_key, verdicts = key
-        by_verb = _aimed_weights(aimed_key) if aimed_key is not None else {}
+        by_verb = _aimed_weights(key[-9:]) if self.aims else {}
         valid: list[tuple[Any, tuple[tuple[str, Any], ...]]] = []
         running: list[int] = []
         total = 0
         for r, arguments, needs, spec, at in self.entries:
             if at is not None:
-                verdict = verdicts[at]
+                verdict = key[at]
                 if spec is None:
-                    weight_now = verdict  # a function of the state: its weight now (0: not valid)
+                    weight_now = verdict  # a function of the state: its weight now (False: not valid)
                 elif not verdict:
                     continue
                 else:
                     weight_now = spec if isinstance(spec, int) else by_verb[spec]
-            elif all(present[i] for i in needs):
+            elif all(key[i] for i in needs):
                 weight_now = spec if isinstance(spec, int) else by_verb[spec]  # type: ignore[index]
             else:
                 continue
@@ -333,6 +364,8 @@ class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
         # the first rule whose running total exceeds the draw: what subtracting weight after weight
         # from it finds, in one bisection
         chosen, arguments = valid[bisect_right(running, data.draw_integer(0, (running[-1] if running else 0) - 1))]
+        if not arguments:
+            return chosen, {}  # most rules draw all they need in their body
         return chosen, {name: data.draw(strategy) for name, strategy in arguments}
 
 
@@ -445,6 +478,15 @@ class QueueMachine(RuleBasedStateMachine):
                         upcoming = d
         return upcoming
 
+    def deadline_ahead(self) -> bool:
+        """Whether there is a next deadline (`next_deadline() is not None`), without finding it: the
+        advance rule's precondition asks every step, the rule itself only when it runs."""
+        after = self.now + 1
+        for h in self.hints.values():
+            if (h.active and max(h.active.values()) > after) or (h.delayed and max(h.delayed.values()) > after):
+                return True
+        return False
+
     def some(self, holds: Callable[[QueueHints], bool]) -> bool:
         """Whether a queue's hints say so (the rule weights read them)."""
         return any(holds(hints) for hints in self.hints.values())
@@ -525,7 +567,7 @@ class QueueMachine(RuleBasedStateMachine):
         delay = draws.pick(DELAYS)
         self.hints[queue].enqueue(job, self.now, delay)
         self._call(Call.of("ENQUEUE", queue, job, _edged(draws, PAYLOADS), delay), draws)
-        return job if new else multiple()
+        return job if new else NOTHING
 
     @weight(aimed("CLAIM"))
     @rule(target=leases)
@@ -538,7 +580,7 @@ class QueueMachine(RuleBasedStateMachine):
         hints.claim(self.now, lease_ms)
         self.exempt[queue].discard(taken or b"")
         self._call(Call.of("CLAIM", queue, lease_ms), draws)
-        return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else multiple()
+        return Lease(queue, taken, hints.attempts.get(taken, 1)) if taken is not None else NOTHING
 
     @weight(aimed("EXTEND"))
     @rule(lease=leases)
@@ -636,7 +678,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._wait(ms)
 
     @weight(25)
-    @precondition(lambda self: self.next_deadline() is not None)
+    @precondition(lambda self: self.deadline_ahead())
     @rule(off_by=st.sampled_from((0, -1, 1)))
     def advance_to_deadline(self, off_by: int) -> None:
         """To the next lease or delay deadline: at it, one before, or one after."""
