@@ -19,9 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import seed as seed_of
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture.choice import IntegerConstraints
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.stateful import (
     Bundle,
@@ -363,43 +365,87 @@ class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
         valid, running = table
         # the first rule whose running total exceeds the draw: what subtracting weight after weight
         # from it finds, in one bisection
-        chosen, arguments = valid[bisect_right(running, data.draw_integer(0, (running[-1] if running else 0) - 1))]
+        n = machine._draws.index(running[-1] if running else 0)  # type: ignore[union-attr]
+        chosen, arguments = valid[bisect_right(running, n)]
         if not arguments:
             return chosen, {}  # most rules draw all they need in their body
         return chosen, {name: data.draw(strategy) for name, strategy in arguments}
 
 
+# `ConjectureData.draw_integer(0, count - 1)` checks its arguments and looks its constraints up in
+# a shared pool (a dict and a key built, an LRU lookup) before it calls `_draw`, which makes the
+# choice: a tenth of a step, at a dozen draws a step. Draws calls `_draw` itself with the same
+# constraints (equal dicts, kept here per count), so the choices, their constraints and the nodes
+# Hypothesis records are the same. It reaches into Hypothesis's internals, so only on the version
+# pinned in pyproject.toml (whose `_draw` and `draw_integer` were read for it) and with the default
+# provider; anything else goes through the public draw_integer.
+DIRECT_DRAWS_VERSION = "6.170.17"
+_DIRECT_DRAWS = hypothesis.__version__ == DIRECT_DRAWS_VERSION and callable(getattr(ConjectureData, "_draw", None))
+
+
+class _Below(dict[int, IntegerConstraints]):
+    """The constraints of an integer choice in [0, count - 1], by count, made on first use."""
+
+    def __missing__(self, count: int) -> IntegerConstraints:
+        constraints: IntegerConstraints = {"min_value": 0, "max_value": count - 1, "weights": None, "shrink_towards": 0}
+        self[count] = constraints
+        return constraints
+
+
+_BELOW = _Below()
+IntegerDraw = Callable[..., int]  # ConjectureData._draw's shape: ("integer", constraints, observe=, forced=)
+
+
+def integer_draw(data: ConjectureData) -> IntegerDraw:
+    """How Draws makes one integer choice from `data`: its `_draw`, or (see above) a stand-in with the
+    same shape that calls the public draw_integer."""
+    if _DIRECT_DRAWS and not data.provider.avoid_realization:
+        return data._draw
+
+    def public(_: str, constraints: IntegerConstraints, *, observe: bool, forced: None) -> int:
+        return data.draw_integer(constraints["min_value"], constraints["max_value"])
+
+    return public
+
+
 class Draws(Chooser):
     """The choices a rule makes inside its body, each one Hypothesis draw shrinking towards the first
-    option; the step builders of `strategies/histories.py` read them through the Chooser interface."""
+    option; the step builders of `strategies/histories.py` read them through the Chooser interface.
+    Each is the engine's own integer choice in [0, count - 1], which shrinks towards 0: a strategy
+    per choice (or DataObject.draw, which also notes every draw) costs three times as much, on
+    every step; each method makes it itself (one call less a choice)."""
 
     def __init__(self, choices: ConjectureData) -> None:
-        # the engine's own integer choice, which shrinks towards 0: a strategy per choice (or
-        # DataObject.draw, which also notes every draw) costs three times as much, on every step
-        self._integer = choices.draw_integer
+        self._draw = integer_draw(choices)
+
+    def index(self, count: int) -> int:
+        """One choice in [0, count - 1], drawn even when count is 1 (the rule choice's draw)."""
+        return self._draw("integer", _BELOW[count], observe=True, forced=None)
 
     def _index(self, count: int) -> int:
-        return self._integer(0, count - 1) if count > 1 else 0
+        return self._draw("integer", _BELOW[count], observe=True, forced=None) if count > 1 else 0
 
     def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
-        return pool[self._integer(0, len(pool) - 1)] if len(pool) > 1 else pool[0]
+        count = len(pool)
+        return pool[self._draw("integer", _BELOW[count], observe=True, forced=None)] if count > 1 else pool[0]
 
     spread = pick  # draws are independent here: nothing comes in lockstep to spread
 
     def integer(self, low: int, high: int) -> int:
-        return low + self._index(high - low + 1)
+        count = high - low + 1
+        return low + self._draw("integer", _BELOW[count], observe=True, forced=None) if count > 1 else low
 
     def chance(self, out_of: int) -> bool:
         """True one time in `out_of` (False when shrunk)."""
-        return self._integer(0, out_of - 1) == out_of - 1
+        return self._draw("integer", _BELOW[out_of], observe=True, forced=None) == out_of - 1
 
     def aim(self, out_of: int) -> bool:
         """True but one time in `out_of`: whether to aim by the hints (shrunk: not aimed)."""
-        return self._integer(0, out_of - 1) != 0
+        return self._draw("integer", _BELOW[out_of], observe=True, forced=None) != 0
 
     def queue(self) -> bytes:
         """Mostly the first queue: transitions collide more (the second shrinks to the first)."""
-        return QUEUES[1] if self._integer(0, 3) == 3 else QUEUES[0]  # chance(4), one call less
+        return QUEUES[1] if self._draw("integer", _BELOW[4], observe=True, forced=None) == 3 else QUEUES[0]
 
     def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
         n = self._index(sum(w for _, w in weights))
