@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from difftest.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
-from difftest.model import hash_fields, zset
 from difftest.replies import ErrorReply, Refused, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Snapshot
@@ -26,6 +25,7 @@ INVARIANTS = {
 }
 # raw commands that rewrite the keyspace wholesale: nothing is held to the invariants after them
 _WHOLESALE = (b"FLUSHALL", b"FLUSHDB", b"RESTORE", b"RENAME")
+_REFUSED = (ErrorReply, Refused)  # replies that moved nothing, whatever they say
 
 
 @dataclass(frozen=True)
@@ -40,17 +40,32 @@ class Ledger:
     everything_tainted: bool = False
     settled: bool = field(default=False, compare=False)  # nothing recorded since the last full check
 
-    def _but(self, **changes: object) -> Ledger:
-        """This ledger with some fields changed (dataclasses.replace, without its per-call field
-        introspection: the judge makes one or two new ledgers per step)."""
-        fields = {
-            "enqueued": self.enqueued, "done": self.done, "attempts": self.attempts, "into": self.into,
-            "tainted_ids": self.tainted_ids, "tainted_queues": self.tainted_queues,
-            "tainted_metrics": self.tainted_metrics, "everything_tainted": self.everything_tainted,
-            "settled": self.settled,
-        }  # fmt: skip
-        fields.update(changes)
-        return Ledger(**fields)  # type: ignore[arg-type]
+    def _but(
+        self,
+        *,
+        enqueued: frozenset[tuple[bytes, bytes]] | None = None,
+        done: frozenset[tuple[bytes, bytes]] | None = None,
+        attempts: tuple[tuple[bytes, int], ...] | None = None,
+        into: tuple[tuple[tuple[bytes, str], int], ...] | None = None,
+        tainted_ids: frozenset[tuple[bytes, bytes]] | None = None,
+        tainted_queues: frozenset[bytes] | None = None,
+        tainted_metrics: frozenset[tuple[bytes, str]] | None = None,
+        everything_tainted: bool | None = None,
+        settled: bool | None = None,
+    ) -> Ledger:
+        """This ledger with the fields given changed (dataclasses.replace without its per-call
+        field introspection and keyword dicts: the judge makes a new ledger on most moving steps)."""
+        return Ledger(
+            enqueued=self.enqueued if enqueued is None else enqueued,
+            done=self.done if done is None else done,
+            attempts=self.attempts if attempts is None else attempts,
+            into=self.into if into is None else into,
+            tainted_ids=self.tainted_ids if tainted_ids is None else tainted_ids,
+            tainted_queues=self.tainted_queues if tainted_queues is None else tainted_queues,
+            tainted_metrics=self.tainted_metrics if tainted_metrics is None else tainted_metrics,
+            everything_tainted=self.everything_tainted if everything_tainted is None else everything_tainted,
+            settled=self.settled if settled is None else settled,
+        )
 
     def taint(self, command: tuple[bytes, ...]) -> Ledger:
         """A raw write: whatever it touches is no longer held to the invariants."""
@@ -69,7 +84,11 @@ class Ledger:
         if guarded is None or transition is None:
             return self
         queue = guarded.layout.queue
-        moved = reply not in (0, None, []) and not isinstance(reply, ErrorReply | Refused)
+        # reply not in (0, None, []), without building that list and tuple (nor a union for
+        # isinstance) on every call: objects made per step are what sets off the collector
+        moved = not (reply is None or reply == 0 or (isinstance(reply, list) and not reply)) and not isinstance(
+            reply, _REFUSED
+        )
         enqueued, done, into = self.enqueued, self.done, self.into
         moves = transition.moves
         if moves is Moves.ENQUEUED and reply == 1:
@@ -143,18 +162,19 @@ def _snapshot_attempts(after: Snapshot) -> tuple[tuple[bytes, int], ...]:
     return found
 
 
-# merges already made, by the identities of their result and snapshot (both held here, so no other
-# object can take their ids): merging a result with its snapshot again changes nothing (a maximum),
-# and the same ledger meets the same snapshot again on every step that changes neither
-_merged: dict[tuple[int, int], tuple[tuple[tuple[bytes, int], ...], Snapshot]] = {}
-_MERGES_KEPT = 16  # a step's two sides and a few more; then forgotten at once
+# merges already made (result, snapshot), compared by identity: merging a result with its snapshot
+# again changes nothing (a maximum), and the same ledger meets the same snapshot again on every step
+# that changes neither; both sides' ledgers (and the step before's) fit
+_merged: list[tuple[tuple[tuple[bytes, int], ...], Snapshot]] = []
+_MERGES_KEPT = 4
 
 
 def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[tuple[bytes, int], ...]:
     """The highest attempts seen per row, with the snapshot's; `attempts` itself when none rose
     (record keeps the pairs sorted by key, so an unchanged merge is the same tuple)."""
-    if (id(attempts), id(after)) in _merged:
-        return attempts
+    for done_attempts, done_after in _merged:
+        if done_attempts is attempts and done_after is after:
+            return attempts
     seen = _snapshot_attempts(after)
     highest = dict(attempts)
     rose = False
@@ -165,8 +185,8 @@ def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[
             rose = True
     merged = tuple(sorted(highest.items())) if rose else attempts
     if len(_merged) >= _MERGES_KEPT:
-        _merged.clear()
-    _merged[(id(merged), id(after))] = (merged, after)
+        del _merged[0]
+    _merged.append((merged, after))
     return merged
 
 
@@ -180,34 +200,49 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     broken: list[str] = []
     if ledger.everything_tainted:
         return broken
-    if held:
-        return _step_violations(ledger, resolved, before, reply)
-    for queue, job in sorted(ledger.enqueued):
-        if not ledger.held(queue, job):
-            continue
-        sets, row_prefix, _ = _queue_keys(queue)
-        homes = [s for s, key in sets if job in (zset(after, key) or {})]
-        state = (hash_fields(after, row_prefix + job) or {}).get(b"state")
-        if len(homes) != 1 or state != homes[0].encode():
-            broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
-    for queue, job in sorted(ledger.done):
-        if ledger.held(queue, job) and job not in (zset(after, _queue_keys(queue)[2]) or {}):
-            broken.append(f"done-final: {job!r} of {queue!r} left done")
-    for key, highest in ledger.attempts:
-        owner = _row_owner(key)
-        if owner is not None and not ledger.held(*owner):
-            continue
-        raw = (hash_fields(after, key) or {}).get(ATTEMPTS)
-        if raw is not None and raw.lstrip(b"-").isdigit() and int(raw) < highest:
-            broken.append(f"attempts-monotonic: {key!r} went from {highest} to {int(raw)}")
-    for (queue, which), count in ledger.into:
-        if (queue, which) in ledger.tainted_metrics:
-            continue
-        stored = (hash_fields(after, _metrics_key(queue, which)) or {}).get(COUNT)
-        if int(stored or 0) != count:
-            broken.append(f"metrics: {which} count is {stored!r}, {count} transitions happened")
-    broken += _step_violations(ledger, resolved, before, reply)
+    if not held:
+        for queue, job in sorted(ledger.enqueued):
+            if not ledger.held(queue, job):
+                continue
+            sets, row_prefix, _ = _queue_keys(queue)
+            homes = [s for s, key in sets if _in_zset(after, key, job)]
+            state = _hash_field(after, row_prefix + job, b"state")
+            if len(homes) != 1 or state != homes[0].encode():
+                broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
+        for queue, job in sorted(ledger.done):
+            if ledger.held(queue, job) and not _in_zset(after, _queue_keys(queue)[2], job):
+                broken.append(f"done-final: {job!r} of {queue!r} left done")
+        for key, highest in ledger.attempts:
+            owner = _row_owner(key)
+            if owner is not None and not ledger.held(*owner):
+                continue
+            raw = _hash_field(after, key, ATTEMPTS)
+            if raw is not None and raw.lstrip(b"-").isdigit() and int(raw) < highest:
+                broken.append(f"attempts-monotonic: {key!r} went from {highest} to {int(raw)}")
+        for (queue, which), count in ledger.into:
+            if (queue, which) in ledger.tainted_metrics:
+                continue
+            stored = _hash_field(after, _metrics_key(queue, which), COUNT)
+            if int(stored or 0) != count:
+                broken.append(f"metrics: {which} count is {stored!r}, {count} transitions happened")
+    found = _step_violation(ledger, resolved, before, reply)
+    if found is not None:
+        broken.append(found)
     return broken
+
+
+# (member in (zset(...) or {})) and (hash_fields(...) or {}).get(...), without the empty dicts they
+# make for every absent key: objects made per step are what sets off the collector
+def _in_zset(snapshot: Snapshot, key: bytes, member: bytes) -> bool:
+    entry = snapshot.get(key)
+    return entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and member in entry.value
+
+
+def _hash_field(snapshot: Snapshot, key: bytes, name: bytes) -> bytes | None:
+    entry = snapshot.get(key)
+    if entry is None or entry.kind != "hash" or not isinstance(entry.value, dict):
+        return None
+    return entry.value.get(name)
 
 
 # keys spelled by Layout, cached per queue: the full check looks up every enqueued id's sets and row
@@ -232,19 +267,20 @@ def _row_owner(key: bytes) -> tuple[bytes, bytes] | None:
     return name.queue, name.job
 
 
-def _step_violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply) -> list[str]:
+def _step_violation(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply) -> str | None:
+    """The step's own invariant it breaks (the fence, revive), if any."""
     guarded, transition = resolved.guarded, resolved.transition
     if guarded is None or transition is None:
-        return []
+        return None
     layout = guarded.layout
-    if transition.fenced and reply not in (0, None) and isinstance(reply, int | bytes):
+    if transition.fenced and reply not in (0, None) and isinstance(reply, (int, bytes)):
         job, token = guarded.job, str(guarded.args[1]).encode()
-        in_active = job in (zset(before, layout.active) or {})
-        attempts = (hash_fields(before, layout.row(job)) or {}).get(ATTEMPTS)
+        in_active = _in_zset(before, layout.active, job)
+        attempts = _hash_field(before, layout.row(job), ATTEMPTS)
         if ledger.held(layout.queue, job) and not (in_active and attempts == token):
-            return [f"fence: {transition.verb} of {job!r} with token {token!r} succeeded (attempts {attempts!r})"]
+            return f"fence: {transition.verb} of {job!r} with token {token!r} succeeded (attempts {attempts!r})"
     if transition.moves is Moves.REVIVED and reply == 1:
         job = guarded.job
-        if job not in (zset(before, layout.dead) or {}):
-            return [f"revive-dead-only: {job!r} was revived but was not dead"]
-    return []
+        if not _in_zset(before, layout.dead, job):
+            return f"revive-dead-only: {job!r} was revived but was not dead"
+    return None
