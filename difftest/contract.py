@@ -180,15 +180,16 @@ def checked_keys(resolved: Resolved) -> list[bytes]:
     return list(call.rest[: transition.numkeys])
 
 
-def acl_probe_keys(resolved: Resolved, before: Snapshot) -> list[bytes]:
+def acl_probe_keys(resolved: Resolved, before: Snapshot) -> tuple[bytes, ...]:
     """The derived keys whose permissions the judge may ask about for this step's user: the queue's
     meta and metrics, every row the keyspace holds for it, the rows of every member of its sets, and
-    the id argument's row. Replay asks the server (ACL DRYRUN) before judging."""
+    the id argument's row. Replay asks the server (ACL DRYRUN) before judging, at every step: a
+    tuple, so that the common answer (no user: none) is the empty tuple, not a new list."""
     guarded = resolved.guarded
     if resolved.user is None:
-        return []
+        return ()
     if guarded is None:  # refused by the host: the server still checks the native command's keys
-        return list(dict.fromkeys(checked_keys(resolved)))
+        return tuple(dict.fromkeys(checked_keys(resolved)))
     layout = guarded.layout
     keys = layout.derived()
     transition = resolved.transition
@@ -197,7 +198,7 @@ def acl_probe_keys(resolved: Resolved, before: Snapshot) -> list[bytes]:
     keys += _rows_in(before, layout)
     if transition is not None and transition.rows is Rows.JOB_ARG:
         keys.append(layout.row(guarded.job))
-    return list(dict.fromkeys(keys))
+    return tuple(dict.fromkeys(keys))
 
 
 # the last keyspace's rows of one queue, by the snapshot's identity: a restricted caller's steps come
@@ -734,7 +735,7 @@ def _alternatives(view: StepView) -> Verdict:
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
         same = same_keyspace(view.lua_after, view.native_after)
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
-    failures = []
+    failures: list[tuple[str, str]] | None = None  # (made only when a rule fails: most steps meet none)
     # a native command the server refuses on the caller's ACL never runs, nor does a script the
     # host sends: only what the host decides before sending can differ
     refused_by_server = (
@@ -750,6 +751,8 @@ def _alternatives(view: StepView) -> Verdict:
         ok, detail = result
         if ok:  # preconditions can overlap (an ACL refusal inside an exempting sweep): one must hold
             return Verdict("allowed", rule.id)
+        if failures is None:
+            failures = []
         failures.append((rule.id, f"{rule.id} applies but {detail}"))
     if failures:
         return Verdict("divergence", failures[0][0], "; ".join(reason for _, reason in failures))
