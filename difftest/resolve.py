@@ -5,7 +5,7 @@ shrinker and the replay alike."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition
@@ -30,7 +30,11 @@ class Guarded:
 
 @dataclass(frozen=True)
 class Resolved:
-    """One step of a history, resolved against the steps before it."""
+    """One step of a history, resolved against the steps before it.
+
+    What the step is (a begin, a raw write, ...) and its transition are worked out once, when it is
+    made: the judge asks them dozens of times a step, and as properties each was a call. They are
+    not fields for equality, hashing or repr, and `replace` works them out again."""
 
     index: int
     step: Step
@@ -40,40 +44,28 @@ class Resolved:
     refusal: str | None = None  # the call failed them: the error text (contract row D6)
     begun_at: int | None = None  # an end: the index of its begin
     executor: str | None = None  # SCRIPTS: the native server runs the Lua scripts for it too (an end: its begin's)
+    transition: Transition | None = field(init=False, repr=False, compare=False)
+    # the call runs through the Lua scripts (the host adapter) on the native server too
+    via_scripts: bool = field(init=False, repr=False, compare=False)
+    is_begin: bool = field(init=False, repr=False, compare=False)
+    is_end: bool = field(init=False, repr=False, compare=False)
+    # the step runs a whole transition on the native side (a begin only reads, on the Lua side)
+    sends_transition: bool = field(init=False, repr=False, compare=False)
+    is_raw: bool = field(init=False, repr=False, compare=False)
+    is_restart: bool = field(init=False, repr=False, compare=False)
+    is_advance: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def transition(self) -> Transition | None:
-        return TRANSITIONS[self.call.verb] if self.call is not None else None
-
-    @property
-    def via_scripts(self) -> bool:
-        """The call runs through the Lua scripts (the host adapter) on the native server too."""
-        return self.executor == SCRIPTS
-
-    @property
-    def is_begin(self) -> bool:
-        return isinstance(self.step, BeginClaim)
-
-    @property
-    def is_end(self) -> bool:
-        return isinstance(self.step, EndClaim)
-
-    @property
-    def sends_transition(self) -> bool:
-        """The step runs a whole transition on the native side (a begin only reads, on the Lua side)."""
-        return self.call is not None and not self.is_begin
-
-    @property
-    def is_raw(self) -> bool:
-        return isinstance(self.step, RawWrite)
-
-    @property
-    def is_restart(self) -> bool:
-        return isinstance(self.step, Restart)
-
-    @property
-    def is_advance(self) -> bool:
-        return isinstance(self.step, Advance)
+    def __post_init__(self) -> None:
+        step, call = self.step, self.call
+        derive = object.__setattr__  # (frozen)
+        derive(self, "transition", TRANSITIONS[call.verb] if call is not None else None)
+        derive(self, "via_scripts", self.executor == SCRIPTS)
+        derive(self, "is_begin", isinstance(step, BeginClaim))
+        derive(self, "is_end", isinstance(step, EndClaim))
+        derive(self, "sends_transition", call is not None and not isinstance(step, BeginClaim))
+        derive(self, "is_raw", isinstance(step, RawWrite))
+        derive(self, "is_restart", isinstance(step, Restart))
+        derive(self, "is_advance", isinstance(step, Advance))
 
 
 def guard(call: Call) -> Guarded | str:
