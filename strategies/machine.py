@@ -357,7 +357,6 @@ class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
         if machine.choices is not data:  # the machine's first rule (one run, one ConjectureData)
             machine.choices = data
             machine._draws = Draws(data)
-        machine._aimed = None  # the state moved since the last step
         plan = self.plan
         key = plan.state_key(machine)
         table = plan.tables.get(key)
@@ -482,7 +481,6 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints = {queue: QueueHints() for queue in QUEUES}
         self.now = 0
         self.open_claims: list[str] = []
-        self._aimed: dict[str, int] | None = None  # this step's transition weights, once a rule asks
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
         # taken by the scripts; a caller's permissions on the rows then meet the exemption's writes
@@ -509,9 +507,7 @@ class QueueMachine(RuleBasedStateMachine):
     def call_weight(self, verb: str) -> int:
         """A transition's weight, per 256 steps: the seed-list generator's mix (118 in 256 steps are
         transitions; a third by fixed weights, two thirds by what the hints say is waiting)."""
-        if self._aimed is None:
-            self._aimed = _aimed_weights(_aimed_key(self))
-        return self._aimed[verb]
+        return _aimed_weights(_aimed_key(self))[verb]  # (the rule choice reads its table instead)
 
     def next_deadline(self) -> int | None:
         """The next lease or delay deadline more than a millisecond away, as the hints know it."""
@@ -725,7 +721,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._wait(ms)
 
     @weight(25)
-    @precondition(lambda self: self.deadline_ahead())
+    @precondition(deadline_ahead)  # the function itself: one call a step, not two
     @rule(off_by=st.sampled_from((0, -1, 1)))
     def advance_to_deadline(self, off_by: int) -> None:
         """To the next lease or delay deadline: at it, one before, or one after."""
@@ -845,7 +841,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(6)
     @precondition(on_shape("corruption"))
-    @precondition(lambda self: self.a_lease_is_held())
+    @precondition(a_lease_is_held)
     @rule()
     def long_lived_job(self) -> None:
         """Counters past one digit (what many cycles of claim, fail, sweep and revive leave), then
