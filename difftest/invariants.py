@@ -91,12 +91,14 @@ class Ledger:
         )
         enqueued, done, into = self.enqueued, self.done, self.into
         moves = transition.moves
-        if moves is Moves.ENQUEUED and reply == 1:
+        if not moved:
+            pass  # each case below needs a reply that moved something (1, a kind, a sweep's counts)
+        elif moves is Moves.ENQUEUED and reply == 1:
             enqueued = enqueued | {(queue, guarded.job)}
         elif moves is Moves.COMPLETED and reply == 1:
             into = _counted(into, (queue, COMPLETED), 1)
             done = done | {(queue, guarded.job)}
-        elif moves is Moves.DEAD_LETTERED and moved and reply_kind(transition.verb, reply) == "dead":
+        elif moves is Moves.DEAD_LETTERED and reply_kind(transition.verb, reply) == "dead":
             into = _counted(into, (queue, FAILED), 1)
         elif moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == 4:
             into = _counted(into, (queue, FAILED), int(reply[1]))  # type: ignore[arg-type]

@@ -97,6 +97,8 @@ def expected_epochs(state: JudgeState, observation: Observation) -> Epochs:
     stamped = _stamped_row(resolved, observation.native_reply)
     if stamped is not None:
         expected = {**expected, stamped: observation.run_id}  # in place when already there, as an update
+    if not expected:
+        return expected  # (most steps: no lease held)
     after = observation.native_after
     for key in expected:
         entry = after.get(key)
@@ -164,7 +166,9 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
     resolved = observation.resolved
-    exposure = _exposure(state.exposure, resolved)
+    exposure = state.exposure
+    if resolved.via_scripts or resolved.is_raw or resolved.is_restart or resolved.user is not None:
+        exposure = _exposure(exposure, resolved)  # (no other step exposes anything)
     paused_reads = state.paused_reads
     paused_read: Reply = None
     if resolved.is_begin:
@@ -197,7 +201,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         if not verdict.ok:
             return state, verdict
     rule = RULES[verdict.rule] if verdict.rule else None
-    scripts_half_way = _scripts_stopped_half_way(before, observation)
+    scripts_half_way = resolved.via_scripts and _scripts_stopped_half_way(before, observation)
     # the Lua side is checked only where it differs, and not where its script stopped half-way:
     # a rule that allows partial writes, or an error after writes (an ACL refusal on the
     # counted path of D7, say): the retired scripts' behaviour, not judged
