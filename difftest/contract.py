@@ -694,12 +694,40 @@ RULES: dict[str, Rule] = {
 # the order the alternatives are tried in (the first whose outcome is met allows the step)
 ALTERNATIVES: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if not rule.always)
 ALWAYS: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if rule.always)
-# the alternatives a step can meet, by its call's verb (None: no call): a rule that names its verbs
-# answers None for any other (each check tests the verb first; tests/test_contract.py holds them to
-# it), so leaving it out changes no verdict; the order stays ALTERNATIVES'
-_ALTERNATIVES_OF: dict[str | None, tuple[Rule, ...]] = {
-    verb: tuple(rule for rule in ALTERNATIVES if not rule.verbs or verb in rule.verbs) for verb in (*Verb, None)
+# The alternatives a step can meet, worked out once: a rule that names its verbs answers None for
+# any other (each check tests the verb first), and a few checks ask one more thing first, answering
+# None without it: D3 and D4 a Lua reply that is an error, D6 the host's refusal, D1 a split claim's
+# end. Leaving out a rule that answers None changes no verdict (tests/test_contract.py holds each
+# rule to it on every recorded step); the order stays ALTERNATIVES'. By verb (None: no call), then
+# by (Lua error, refusal, end) as bits of an index.
+_NEEDS_LUA_ERROR, _NEEDS_REFUSAL, _NEEDS_END = frozenset({"D3", "D4"}), frozenset({"D6"}), frozenset({"D1"})
+
+
+def _may_apply(rule: Rule, verb: str | None, lua_error: bool, refused: bool, end: bool) -> bool:
+    return (
+        (not rule.verbs or verb in rule.verbs)
+        and (lua_error or rule.id not in _NEEDS_LUA_ERROR)
+        and (refused or rule.id not in _NEEDS_REFUSAL)
+        and (end or rule.id not in _NEEDS_END)
+    )
+
+
+_CANDIDATES: dict[str | None, tuple[tuple[Rule, ...], ...]] = {
+    verb: tuple(
+        tuple(rule for rule in ALTERNATIVES if _may_apply(rule, verb, bool(bits & 4), bool(bits & 2), bool(bits & 1)))
+        for bits in range(8)
+    )
+    for verb in (*Verb, None)
 }
+
+
+def candidates(view: StepView) -> tuple[Rule, ...]:
+    """The alternatives whose preconditions can hold at this step, in ALTERNATIVES' order."""
+    resolved = view.resolved
+    call = resolved.call
+    bits = (isinstance(view.lua_reply, ErrorReply) << 2) | ((resolved.refusal is not None) << 1) | resolved.is_end
+    by_bits = _CANDIDATES.get(None if call is None else call.verb)
+    return ALTERNATIVES if by_bits is None else by_bits[bits]
 
 
 def verdict_of(view: StepView) -> Verdict:
@@ -741,8 +769,7 @@ def _alternatives(view: StepView) -> Verdict:
     refused_by_server = (
         bool(view.denied) and view.guarded is not None and view.resolved.sends_transition and _declared_denied(view)
     )
-    call = view.resolved.call
-    for rule in _ALTERNATIVES_OF.get(None if call is None else call.verb, ALTERNATIVES):
+    for rule in candidates(view):
         if refused_by_server and not rule.host_side:
             continue
         result = rule.check(view)
