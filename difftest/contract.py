@@ -697,37 +697,45 @@ ALWAYS: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if rule.always)
 # The alternatives a step can meet, worked out once: a rule that names its verbs answers None for
 # any other (each check tests the verb first), and a few checks ask one more thing first, answering
 # None without it: D3 and D4 a Lua reply that is an error, D6 the host's refusal, D1 a split claim's
-# end. Leaving out a rule that answers None changes no verdict (tests/test_contract.py holds each
-# rule to it on every recorded step); the order stays ALTERNATIVES'. By verb (None: no call), then
-# by (Lua error, refusal, end) as bits of an index.
-_NEEDS_LUA_ERROR, _NEEDS_REFUSAL, _NEEDS_END = frozenset({"D3", "D4"}), frozenset({"D6"}), frozenset({"D1"})
+# end, N2, N3 and N4 a key denied to the caller. Leaving out a rule that answers None changes no
+# verdict (tests/test_contract.py holds each rule to it on every recorded step); the order stays
+# ALTERNATIVES'. By verb (None: no call), then by those four facts as the bits of an index.
+_NEEDS = (("D3", "D4"), ("D6",), ("D1",), ("N2", "N3", "N4"))  # error, refusal, end, denial: bits 3..0
 
 
-def _may_apply(rule: Rule, verb: str | None, lua_error: bool, refused: bool, end: bool) -> bool:
-    return (
-        (not rule.verbs or verb in rule.verbs)
-        and (lua_error or rule.id not in _NEEDS_LUA_ERROR)
-        and (refused or rule.id not in _NEEDS_REFUSAL)
-        and (end or rule.id not in _NEEDS_END)
-    )
+def _may_apply(rule: Rule, verb: str | None, bits: int) -> bool:
+    if rule.verbs and verb not in rule.verbs:
+        return False
+    return all(bits & (8 >> i) or rule.id not in needs for i, needs in enumerate(_NEEDS))
 
 
 _CANDIDATES: dict[str | None, tuple[tuple[Rule, ...], ...]] = {
-    verb: tuple(
-        tuple(rule for rule in ALTERNATIVES if _may_apply(rule, verb, bool(bits & 4), bool(bits & 2), bool(bits & 1)))
-        for bits in range(8)
-    )
+    verb: tuple(tuple(rule for rule in ALTERNATIVES if _may_apply(rule, verb, bits)) for bits in range(16))
     for verb in (*Verb, None)
 }
 
 
-def candidates(view: StepView) -> tuple[Rule, ...]:
-    """The alternatives whose preconditions can hold at this step, in ALTERNATIVES' order."""
-    resolved = view.resolved
+def candidates_of(resolved: Resolved, lua_reply: Reply, denied: Denied) -> tuple[Rule, ...]:
+    """The alternatives whose preconditions can hold at a step, in ALTERNATIVES' order."""
     call = resolved.call
-    bits = (isinstance(view.lua_reply, ErrorReply) << 2) | ((resolved.refusal is not None) << 1) | resolved.is_end
     by_bits = _CANDIDATES.get(None if call is None else call.verb)
-    return ALTERNATIVES if by_bits is None else by_bits[bits]
+    if by_bits is None:
+        return ALTERNATIVES
+    error, refused = isinstance(lua_reply, ErrorReply), resolved.refusal is not None
+    return by_bits[(error << 3) | (refused << 2) | (resolved.is_end << 1) | bool(denied)]
+
+
+def candidates(view: StepView) -> tuple[Rule, ...]:
+    return candidates_of(view.resolved, view.lua_reply, view.denied)
+
+
+def meets_no_rule(resolved: Resolved, lua_reply: Reply, native_reply: Reply, denied: Denied) -> bool:
+    """Whether verdict_of can only answer by comparing the two sides (and N1): no alternative can
+    apply, and the step is neither a death, a step through the scripts nor a raw write (which it
+    judges apart). Then a step whose replies, keyspaces and epochs agree is a MATCH."""
+    if resolved.via_scripts or resolved.is_raw or isinstance(native_reply, Died):
+        return False
+    return not candidates_of(resolved, lua_reply, denied)
 
 
 def verdict_of(view: StepView) -> Verdict:

@@ -13,7 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from difftest.commands import Rows, Stamp
-from difftest.contract import MATCH, RULES, Denied, StepView, Verdict, replies_equal, same_keyspace, verdict_of
+from difftest.contract import (
+    MATCH,
+    RULES,
+    Denied,
+    StepView,
+    Verdict,
+    meets_no_rule,
+    replies_equal,
+    same_keyspace,
+    verdict_of,
+)
 from difftest.invariants import Ledger, violations
 from difftest.replies import ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
@@ -190,7 +200,10 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         same_reply
         and same_keyspace(lua_after, native_after)
         and observation.native_epochs == epochs
-        and not may_need_rules(resolved, exposure)
+        and (
+            not may_need_rules(resolved, exposure)
+            or meets_no_rule(resolved, lua_reply, native_reply, observation.denied)
+        )
     ):
         verdict = MATCH  # the common step: equal on both sides and no rule can apply
     else:
