@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from difftest.commands import SETS, TRANSITIONS, Layout, Rows, Transition, Verb
 from difftest.model import (
@@ -191,14 +192,24 @@ def acl_probe_keys(resolved: Resolved, before: Snapshot) -> tuple[bytes, ...]:
     if guarded is None:  # refused by the host: the server still checks the native command's keys
         return tuple(dict.fromkeys(checked_keys(resolved)))
     layout = guarded.layout
-    keys = layout.derived()
     transition = resolved.transition
-    if transition is not None:  # the declared keys too: the server checks them before either executor runs
-        keys += [key for key in layout.declared(transition) if key != layout.base]
-    keys += _rows_in(before, layout)
+    verb = None if transition is None else transition.verb
+    keys = [*_fixed_probe_keys(layout.queue, verb), *_rows_in(before, layout)]
     if transition is not None and transition.rows is Rows.JOB_ARG:
         keys.append(layout.row(guarded.job))
     return tuple(dict.fromkeys(keys))
+
+
+@lru_cache(maxsize=1024)
+def _fixed_probe_keys(queue: bytes, verb: str | None) -> tuple[bytes, ...]:
+    """What acl_probe_keys asks about whatever the keyspace holds (a pure function of the queue and
+    the verb, cached): the queue's derived keys, then the verb's declared keys but the base (the
+    server checks those before either executor runs)."""
+    layout = Layout(queue)
+    keys = layout.derived()
+    if verb is not None:
+        keys += [key for key in layout.declared(TRANSITIONS[verb]) if key != layout.base]
+    return tuple(keys)
 
 
 # the last keyspace's rows of one queue, by the snapshot's identity: a restricted caller's steps come
