@@ -144,20 +144,16 @@ def _scripts_stopped_half_way(before: Snapshot, observation: Observation) -> boo
     )
 
 
-def _moved(ledger: Ledger, resolved: Resolved, is_raw: bool, scripts_half_way: bool, sends: bool,
-           before: Snapshot, reply: Reply, after: Snapshot) -> Ledger:  # fmt: skip
-    """One side's ledger after the step: what a raw write or a half-way script touched is tainted,
-    a transition (`sends`) is recorded."""
-    if is_raw:
+def _moved(ledger: Ledger, resolved: Resolved, scripts_half_way: bool, before: Snapshot, after: Snapshot) -> Ledger:
+    """One side's ledger after a raw write or a script that stopped half-way: what it touched is
+    tainted (a transition is recorded instead, in the judge)."""
+    if resolved.is_raw:
         assert resolved.step is not None
         return ledger.taint(resolved.step.command)  # type: ignore[union-attr]
-    if scripts_half_way:
-        # what the scripts wrote before their error is no longer held to the invariants, on
-        # either server (as after a raw write of those keys)
-        return ledger.taint((b"EVALSHA", *diff(before, after)))
-    if sends:
-        return ledger.record(resolved, reply, after)
-    return ledger
+    assert scripts_half_way
+    # what the scripts wrote before their error is no longer held to the invariants, on either
+    # server (as after a raw write of those keys)
+    return ledger.taint((b"EVALSHA", *diff(before, after)))
 
 
 def _held_to_invariants(ledger: Ledger, side: str, resolved: Resolved, before: Snapshot, reply: Reply,
@@ -220,11 +216,16 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     # counted path of D7, say): the retired scripts' behaviour, not judged
     partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
     broken: list[str] = []
-    is_raw, sends = resolved.is_raw, resolved.sends_transition  # (properties: read once for both sides)
-    ledger = _moved(state.ledger, resolved, is_raw, scripts_half_way, sends, before, native_reply, native_after)
+    if resolved.is_raw or scripts_half_way:
+        ledger = _moved(state.ledger, resolved, scripts_half_way, before, native_after)
+        lua_ledger = _moved(state.lua_ledger, resolved, scripts_half_way, before, lua_after)
+    elif resolved.sends_transition:
+        ledger = state.ledger.record(resolved, native_reply, native_after)
+        lua_ledger = state.lua_ledger.record(resolved, lua_reply, lua_after)
+    else:
+        ledger, lua_ledger = state.ledger, state.lua_ledger
     if not partial:
         ledger = _held_to_invariants(ledger, "native", resolved, before, native_reply, native_after, broken)
-    lua_ledger = _moved(state.lua_ledger, resolved, is_raw, scripts_half_way, sends, before, lua_reply, lua_after)
     if not partial and lua_after is not native_after and not _lua_stopped_half_way(before, observation):
         lua_ledger = _held_to_invariants(lua_ledger, "lua", resolved, before, lua_reply, lua_after, broken)
     if broken:
