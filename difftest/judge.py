@@ -156,18 +156,6 @@ def _moved(ledger: Ledger, resolved: Resolved, scripts_half_way: bool, before: S
     return ledger.taint((b"EVALSHA", *diff(before, after)))
 
 
-def _held_to_invariants(ledger: Ledger, side: str, resolved: Resolved, before: Snapshot, reply: Reply,
-                        after: Snapshot, broken: list[str]) -> Ledger:  # fmt: skip
-    """One side checked against the invariants: what it breaks goes to `broken`; the ledger after
-    a full check that found nothing is settled."""
-    held = after is before and ledger.settled  # nothing moved since the last check
-    found = violations(ledger, resolved, before, reply, after, held)
-    if found:
-        broken += [f"{side}: {v}" for v in found]
-        return ledger
-    return ledger if held else ledger.checked()
-
-
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
@@ -182,7 +170,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     elif resolved.is_end:
         paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
         paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
-    epochs = expected_epochs(state, observation)
+    transition = resolved.transition
+    if resolved.is_raw or state.expected_epochs or (transition is not None and transition.stamps is not Stamp.NONE):
+        epochs = expected_epochs(state, observation)
+    else:
+        epochs = state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
     before = state.before
     lua_reply, native_reply = observation.lua_reply, observation.native_reply
     lua_after, native_after = observation.lua_after, observation.native_after
@@ -194,7 +186,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     )
     if (
         same_reply
-        and same_keyspace(lua_after, native_after)
+        and (lua_after is native_after or lua_after == native_after)
         and observation.native_epochs == epochs
         and (
             not may_need_rules(resolved, exposure)
@@ -215,7 +207,6 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     # a rule that allows partial writes, or an error after writes (an ACL refusal on the
     # counted path of D7, say): the retired scripts' behaviour, not judged
     partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
-    broken: list[str] = []
     if resolved.is_raw or scripts_half_way:
         ledger = _moved(state.ledger, resolved, scripts_half_way, before, native_after)
         lua_ledger = _moved(state.lua_ledger, resolved, scripts_half_way, before, lua_after)
@@ -224,10 +215,23 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         lua_ledger = state.lua_ledger.record(resolved, lua_reply, lua_after)
     else:
         ledger, lua_ledger = state.ledger, state.lua_ledger
+    # each side held to the invariants (a ledger after a full check that found nothing is settled;
+    # `held`: nothing moved since the last check)
+    broken: list[str] | None = None
     if not partial:
-        ledger = _held_to_invariants(ledger, "native", resolved, before, native_reply, native_after, broken)
-    if not partial and lua_after is not native_after and not _lua_stopped_half_way(before, observation):
-        lua_ledger = _held_to_invariants(lua_ledger, "lua", resolved, before, lua_reply, lua_after, broken)
+        held = native_after is before and ledger.settled
+        found = violations(ledger, resolved, before, native_reply, native_after, held)
+        if found:
+            broken = [f"native: {v}" for v in found]
+        elif not held:
+            ledger = ledger.checked()
+        if lua_after is not native_after and not _lua_stopped_half_way(before, observation):
+            held = lua_after is before and lua_ledger.settled
+            found = violations(lua_ledger, resolved, before, lua_reply, lua_after, held)
+            if found:
+                broken = [*(broken or ()), *(f"lua: {v}" for v in found)]
+            elif not held:
+                lua_ledger = lua_ledger.checked()
     if broken:
         return state, Verdict("divergence", verdict.rule, "; ".join(broken))
     if rule is not None and rule.resync:
