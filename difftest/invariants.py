@@ -203,7 +203,7 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     if ledger.everything_tainted:
         return broken
     if not held:
-        for queue, job in sorted(ledger.enqueued):
+        for queue, job in _sorted(ledger.enqueued):
             if not ledger.held(queue, job):
                 continue
             sets, row_prefix, _ = _queue_keys(queue)
@@ -211,7 +211,7 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
             state = _hash_field(after, row_prefix + job, b"state")
             if len(homes) != 1 or state != homes[0].encode():
                 broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
-        for queue, job in sorted(ledger.done):
+        for queue, job in _sorted(ledger.done):
             if ledger.held(queue, job) and not _in_zset(after, _queue_keys(queue)[2], job):
                 broken.append(f"done-final: {job!r} of {queue!r} left done")
         for key, highest in ledger.attempts:
@@ -231,6 +231,26 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     if found is not None:
         broken.append(found)
     return broken
+
+
+# the ids of the last few sets sorted, compared by identity: a ledger's sets change only when an id
+# is enqueued or done, and the full check goes through them in order at every step that changes
+# the keyspace
+_sorted_ids: list[tuple[frozenset[tuple[bytes, bytes]], tuple[tuple[bytes, bytes], ...]]] = []
+_SORTED_KEPT = 4
+
+
+def _sorted(ids: frozenset[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+    if not ids:
+        return ()
+    for known, in_order in _sorted_ids:
+        if known is ids:
+            return in_order
+    in_order = tuple(sorted(ids))
+    if len(_sorted_ids) >= _SORTED_KEPT:
+        del _sorted_ids[0]
+    _sorted_ids.append((ids, in_order))
+    return in_order
 
 
 # (member in (zset(...) or {})) and (hash_fields(...) or {}).get(...), without the empty dicts they
