@@ -798,7 +798,8 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(on_shape("restarts"))
     @rule()
     def restart(self) -> None:
-        """Both servers shut down and start again from their AOF (a new run_id)."""
+        """The native server shuts down and starts again from its AOF (a new run_id); the Lua server,
+        the reference, keeps its keyspace (docs/decisions.md, "A restart restarts the native server")."""
         draws = self.draws()
         queue = draws.queue()
         self._restart(draws, False, queue)
@@ -807,7 +808,7 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(on_shape("crashes"))
     @rule()
     def crash(self) -> None:
-        """Both servers killed (SIGKILL) and started again from their AOF."""
+        """The native server killed (SIGKILL) and started again from its AOF (the Lua server runs on)."""
         draws = self.draws()
         queue = draws.queue()
         self._restart(draws, True, queue)
