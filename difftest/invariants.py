@@ -83,17 +83,19 @@ class Ledger:
         guarded, transition = resolved.guarded, resolved.transition
         if guarded is None or transition is None:
             return self
-        queue = guarded.layout.queue
         # reply not in (0, None, []), without building that list and tuple (nor a union for
         # isinstance) on every call: objects made per step are what sets off the collector
         moved = not (reply is None or reply == 0 or (isinstance(reply, list) and not reply)) and not isinstance(
             reply, _REFUSED
         )
-        enqueued, done, into = self.enqueued, self.done, self.into
-        moves = transition.moves
+        attempts = _highest(self.attempts, after)
         if not moved:
-            pass  # each case below needs a reply that moved something (1, a kind, a sweep's counts)
-        elif moves is Moves.ENQUEUED and reply == 1:
+            # each case below needs a reply that moved something (1, a kind, a sweep's counts), and
+            # settled stays: most steps, the same ledger unless attempts rose
+            return self if attempts is self.attempts else self._but(attempts=attempts)
+        enqueued, done, into = self.enqueued, self.done, self.into
+        moves, queue = transition.moves, guarded.layout.queue
+        if moves is Moves.ENQUEUED and reply == 1:
             enqueued = enqueued | {(queue, guarded.job)}
         elif moves is Moves.COMPLETED and reply == 1:
             into = _counted(into, (queue, COMPLETED), 1)
@@ -102,12 +104,10 @@ class Ledger:
             into = _counted(into, (queue, FAILED), 1)
         elif moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == 4:
             into = _counted(into, (queue, FAILED), int(reply[1]))  # type: ignore[arg-type]
-        attempts = _highest(self.attempts, after)
-        settled = self.settled and not moved
         if (enqueued is self.enqueued and done is self.done and into is self.into and attempts is self.attempts
-                and settled == self.settled):  # fmt: skip
-            return self  # most steps move nothing and raise no attempts: the same ledger, no new one
-        return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=settled)
+                and not self.settled):  # fmt: skip
+            return self  # nothing new and already unsettled: the same ledger
+        return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False)
 
     def checked(self) -> Ledger:
         """The ledger after a full check that found nothing broken."""
@@ -203,12 +203,23 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     if ledger.everything_tainted:
         return broken
     if not held:
-        for queue, job in _sorted(ledger.enqueued):
-            if not ledger.held(queue, job):
+        # (the lookups of _in_zset and _hash_field and Ledger.held written out: this loop runs for
+        # every enqueued id at every step that changes the keyspace)
+        tainted_queues, tainted_ids, get = ledger.tainted_queues, ledger.tainted_ids, after.get
+        for item in _sorted(ledger.enqueued):
+            queue, job = item
+            if queue in tainted_queues or item in tainted_ids:
                 continue
             sets, row_prefix, _ = _queue_keys(queue)
-            homes = [s for s, key in sets if _in_zset(after, key, job)]
-            state = _hash_field(after, row_prefix + job, b"state")
+            homes = []
+            for s, key in sets:
+                entry = get(key)
+                if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
+                    homes.append(s)
+            row = get(row_prefix + job)
+            state = None
+            if row is not None and row.kind == "hash" and isinstance(row.value, dict):
+                state = row.value.get(b"state")
             if len(homes) != 1 or state != homes[0].encode():
                 broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
         for queue, job in _sorted(ledger.done):
