@@ -72,8 +72,13 @@ class Ledger:
         if len(command) < 2 or command[0].upper() in _WHOLESALE:
             return self._but(everything_tainted=True, settled=False)
         ids, queues, metrics = _touched(command)
-        return self._but(tainted_ids=self.tainted_ids | ids, tainted_queues=self.tainted_queues | queues,
-                         tainted_metrics=self.tainted_metrics | metrics, settled=False)  # fmt: skip
+        return self._but(
+            # (a union only where the command names something: most name one kind of key)
+            tainted_ids=self.tainted_ids | ids if ids else self.tainted_ids,
+            tainted_queues=self.tainted_queues | queues if queues else self.tainted_queues,
+            tainted_metrics=self.tainted_metrics | metrics if metrics else self.tainted_metrics,
+            settled=False,
+        )
 
     def held(self, queue: bytes, job: bytes) -> bool:
         return not (self.everything_tainted or queue in self.tainted_queues or (queue, job) in self.tainted_ids)
