@@ -33,6 +33,15 @@ struct Entry {
     pttl: i64,
 }
 
+/// `len` bytes at `data`, copied out (none for a null pointer).
+unsafe fn copied(data: *const c_char, len: usize) -> Vec<u8> {
+    if data.is_null() {
+        Vec::new()
+    } else {
+        slice::from_raw_parts(data as *const u8, len).to_vec()
+    }
+}
+
 /// The bytes of a module string (empty for a null pointer).
 unsafe fn bytes_of(string: *const raw::RedisModuleString) -> Vec<u8> {
     let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
@@ -42,11 +51,7 @@ unsafe fn bytes_of(string: *const raw::RedisModuleString) -> Vec<u8> {
         return Vec::new();
     }
     let mut len: usize = 0;
-    let data = ptr_len(string, &mut len);
-    if data.is_null() {
-        return Vec::new();
-    }
-    slice::from_raw_parts(data as *const u8, len).to_vec()
+    copied(ptr_len(string, &mut len), len)
 }
 
 unsafe extern "C" fn collect_key(
@@ -122,12 +127,10 @@ unsafe fn elements(key: *mut raw::RedisModuleKey) -> Result<Vec<(Vec<u8>, Vec<u8
     Ok(pairs)
 }
 
-/// A command's array reply as bulk strings (ZRANGE WITHSCORES, LRANGE): the server formats the
-/// scores, so they are the bytes the Lua walker gets.
-unsafe fn range_of(
+/// A list's elements in order: LRANGE's reply (lists are rare: another writer's corruption).
+unsafe fn list_elements(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
-    zset: bool,
 ) -> Result<Vec<Vec<u8>>, ValkeyError> {
     let (Some(call), Some(length), Some(element), Some(string), Some(free)) = (
         raw::RedisModule_Call,
@@ -139,26 +142,14 @@ unsafe fn range_of(
         return Err(missing("RedisModule_Call"));
     };
     // "s": the key as a module string, "c": C strings, "E": an error comes back as a reply
-    let reply = if zset {
-        call(
-            ctx,
-            c"ZRANGE".as_ptr(),
-            c"scccE".as_ptr(),
-            name,
-            c"0".as_ptr(),
-            c"-1".as_ptr(),
-            c"WITHSCORES".as_ptr(),
-        )
-    } else {
-        call(
-            ctx,
-            c"LRANGE".as_ptr(),
-            c"sccE".as_ptr(),
-            name,
-            c"0".as_ptr(),
-            c"-1".as_ptr(),
-        )
-    };
+    let reply = call(
+        ctx,
+        c"LRANGE".as_ptr(),
+        c"sccE".as_ptr(),
+        name,
+        c"0".as_ptr(),
+        c"-1".as_ptr(),
+    );
     if reply.is_null() {
         return Err(ValkeyError::Str(
             "ERR difftest walker: a range read of a key failed",
@@ -168,12 +159,7 @@ unsafe fn range_of(
     for index in 0..length(reply) {
         let item = element(reply, index);
         let mut len: usize = 0;
-        let data = string(item, &mut len);
-        out.push(if data.is_null() {
-            Vec::new()
-        } else {
-            slice::from_raw_parts(data as *const u8, len).to_vec()
-        });
+        out.push(copied(string(item, &mut len), len));
     }
     free(reply);
     Ok(out)
@@ -299,12 +285,7 @@ unsafe fn entry(
             raw::REDISMODULE_KEYTYPE_EMPTY => Ok(None),
             raw::REDISMODULE_KEYTYPE_STRING => {
                 let mut len: usize = 0;
-                let data = dma(key, &mut len, raw::REDISMODULE_READ as c_int);
-                let value = if data.is_null() {
-                    Vec::new()
-                } else {
-                    slice::from_raw_parts(data as *const u8, len).to_vec()
-                };
+                let value = copied(dma(key, &mut len, raw::REDISMODULE_READ as c_int), len);
                 Ok(Some((b"string".to_vec(), vec![value])))
             }
             raw::REDISMODULE_KEYTYPE_HASH => elements(key).map(|mut pairs| {
@@ -330,7 +311,7 @@ unsafe fn entry(
                 zset_members(ctx, key).map(|flat| Some((b"zset".to_vec(), flat)))
             }
             raw::REDISMODULE_KEYTYPE_LIST => {
-                range_of(ctx, name, false).map(|flat| Some((b"list".to_vec(), flat)))
+                list_elements(ctx, name).map(|flat| Some((b"list".to_vec(), flat)))
             }
             _ => type_name(ctx, name).map(|kind| Some((kind, Vec::new()))), // compared by type only
         };
