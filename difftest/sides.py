@@ -49,7 +49,7 @@ class StepOutcome:
 
 class Side:
     """A server reached through raw wires: one admin, one per user. The users (name: ACL rules)
-    are made by the side, with USER_PASSWORD, after every start of the server."""
+    are made by the side, with USER_PASSWORD, on their first use after every start of the server."""
 
     name = "side"
 
