@@ -491,20 +491,12 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_leftovers(shm: Path = SHM) -> list[Path]:
-    """Remove what killed processes left in /dev/shm: libfaketime's per-process segments of pids that
-    no longer run, and campaign server-group directories whose owner no longer runs. Never anything
-    a live process holds. Returns what it removed."""
+    """Remove what killed processes left in /dev/shm: campaign server-group directories whose owner
+    no longer runs. Never anything a live process holds. Returns what it removed."""
     removed: list[Path] = []
     with contextlib.suppress(OSError):
         for entry in shm.iterdir():
-            name = entry.name
-            pid_text = name.rsplit("_", 1)[-1]
-            if name.startswith(("faketime_shm_", "sem.faketime_sem_")) and pid_text.isdigit():
-                if not _alive(int(pid_text)):
-                    with contextlib.suppress(FileNotFoundError):
-                        entry.unlink()
-                        removed.append(entry)
-            elif name.startswith("difftest-"):
+            if entry.name.startswith("difftest-"):
                 try:
                     owner = int((entry / OWNER_FILE).read_text().strip())
                 except (OSError, ValueError):

@@ -245,9 +245,9 @@ def command_run(args: argparse.Namespace) -> int:
     if args.attach is not None:
         args.workers = 1  # an attached pair is one pair: one worker replays on it
     if args.backend == "local" and args.attach is None:
-        from difftest.clock import find_libfaketime
+        from difftest.servers.compiled import clock_library
 
-        find_libfaketime()  # a bad DIFFTEST_LIBFAKETIME is one line now, not one per worker
+        clock_library()  # built once here: no C compiler is one line now, not one per worker
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     shard = _shard(args.shard)
     examples = None if args.seconds is not None and args.examples is None else (args.examples or DEFAULT_EXAMPLES)

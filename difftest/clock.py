@@ -1,103 +1,60 @@
 """The frozen wall clock that every server of a pair reads, moved only by the harness.
 
-libfaketime, preloaded into the servers only, reads the absolute time from a timestamp file on
-every clock call (FAKETIME_NO_CACHE); the monotonic clock stays real so the event loop runs.
-Rewriting the file (atomically, by rename) is the only way time moves.
+The clock is a file of 8 bytes, the time in ms since the epoch (a little-endian int64), that the
+harness and every server map shared: the servers through the project's clock library
+(`difftest/servers/frozen_clock.c`, preloaded into the servers only), which answers their
+wall-clock calls from it; the monotonic clocks stay real so the event loop runs. Moving the clock
+is one aligned store into the mapping, seen by each server's next command: nothing to wait for and
+nothing to confirm (docs/decisions.md, "The frozen clock").
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
+import ctypes
+import mmap
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from difftest.problems import SetupProblem
-
-LIBFAKETIME_CANDIDATES = (
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-    "/usr/lib/faketime/libfaketime.so.1",
-)
-
 # 2026-01-01T00:00:00Z: a fixed origin so that every run's scores are reproducible.
 DEFAULT_START_MS = 1_767_225_600_000
-# 9999-12-31T23:59:59.999Z: the last moment libfaketime's timestamp file (a four-digit year, written
-# through datetime) can hold; a history's clock must stay within [0, MAX_MS]
+# 9999-12-31T23:59:59.999Z: the last moment a history's clock may show, [0, MAX_MS] (the bound of
+# the history format since its first version: the clock library would go further, the files not)
 MAX_MS = 253_402_300_799_999
-LIBFAKETIME_VARIABLE = "DIFFTEST_LIBFAKETIME"
-ELF_MAGIC = b"\x7fELF"
-
-
-def find_libfaketime() -> Path:
-    override = os.environ.get(LIBFAKETIME_VARIABLE)
-    if override:
-        # named on purpose: a wrong path must not fall back to another library (or preload nothing,
-        # which the dynamic loader only warns about, leaving the servers on the real clock)
-        return _checked_override(override)
-    for candidate in LIBFAKETIME_CANDIDATES:
-        if Path(candidate).is_file():
-            return Path(candidate)
-    raise SetupProblem(
-        "libfaketime not found (needed to freeze the servers' clock): "
-        "run 'apt-get install -y libfaketime' or set DIFFTEST_LIBFAKETIME to its path"
-    )
-
-
-def _checked_override(value: str) -> Path:
-    path = Path(value)
-    fix = f"point {LIBFAKETIME_VARIABLE} at libfaketime.so.1, or unset it to use Debian's (apt-get install libfaketime)"
-    if not path.is_file():
-        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: no such file; {fix}")
-    try:
-        with path.open("rb") as library:
-            magic = library.read(len(ELF_MAGIC))
-    except OSError as problem:
-        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: cannot be read ({problem.strerror}); {fix}") from None
-    if magic != ELF_MAGIC:
-        raise SetupProblem(f"{LIBFAKETIME_VARIABLE}={value}: not a shared library (no ELF header); {fix}")
-    return path.absolute()
-
-
-def format_timestamp(ms: int) -> str:
-    """libfaketime's absolute format, UTC (the servers run with TZ=UTC), 100 ns into the millisecond.
-
-    libfaketime turns the fraction into nanoseconds by truncating a double, so ".200" becomes
-    0.199999999 s, and the servers add up to a millisecond of real time to the frozen reading
-    (measured: readings spread over [t - 1 ns, t + 1 ms)); a reading then fell in the millisecond
-    before about one time in 300, on one server and not the other. 100 ns in, every reading
-    stays within its millisecond.
-    """
-    if ms < 0:
-        raise ValueError(f"the frozen clock cannot go before the epoch: {ms} ms")
-    return f"{_second(ms // 1000)}.{ms % 1000:03d}0001"
-
-
-@functools.lru_cache(maxsize=256)
-def _second(seconds: int) -> str:
-    """The date and time of a second, formatted once (a history's clock stays within a few)."""
-    return f"{dt.datetime.fromtimestamp(seconds, tz=dt.UTC):%Y-%m-%d %H:%M:%S}"
+CLOCK_BYTES = 8  # one int64
+CLOCK_FILE = "frozen-ms"  # its name in a server group's directory (and the compose pair's /clock)
+CLOCK_VARIABLE = "DIFFTEST_CLOCK_FILE"  # where the clock library finds the file
 
 
 class FrozenClock:
-    """One timestamp file; every server started with `server_env()` reads it."""
+    """One clock file; every server started with `server_env()` (or given the file and the library
+    in a container) reads it."""
 
     def __init__(self, path: Path, start_ms: int = DEFAULT_START_MS) -> None:
         self.path = path
-        self._scratch = str(path.with_suffix(".tmp"))
-        self.library = find_libfaketime()
+        # opened, never replaced: a running server (a container of the compose pair, say) maps this
+        # very file, so it is resized in place, and a stale file of another format is overwritten
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(descriptor, CLOCK_BYTES)
+            self._mapping = mmap.mmap(descriptor, CLOCK_BYTES)
+        finally:
+            os.close(descriptor)
+        # one aligned int64 over the mapping: a server never reads it half-written
+        self._cell = ctypes.c_int64.from_buffer(self._mapping)
         self._now_ms = start_ms
-        self._write()
+        self._cell.value = start_ms
 
     @property
     def now_ms(self) -> int:
         return self._now_ms
 
     def set(self, ms: int) -> None:
-        """Move the clock to an absolute time; callers then confirm each server sees it."""
+        """Move the clock to an absolute time: each server's next command reads it."""
+        if ms < 0:
+            raise ValueError(f"the frozen clock cannot go before the epoch: {ms} ms")
         self._now_ms = ms
-        self._write()
+        self._cell.value = ms
 
     def advance(self, ms: int) -> None:
         if ms < 0:
@@ -105,27 +62,17 @@ class FrozenClock:
         self.set(self._now_ms + ms)
 
     def server_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ if base is None else base)
-        env.pop("FAKETIME", None)  # the variable would win over the file
-        from difftest.servers.fastboot import fastboot_library
+        """The environment of a server on this machine: the clock library (and the fastboot shim,
+        when there is one) preloaded, pointed at this clock's file."""
+        from difftest.servers.compiled import clock_library, fastboot_library
 
-        shim = fastboot_library()
-        preload = f"{shim}:{self.library}" if shim else str(self.library)
-        env.update(
-            LD_PRELOAD=preload,
-            FAKETIME_TIMESTAMP_FILE=str(self.path),
-            FAKETIME_NO_CACHE="1",
-            FAKETIME_DONT_FAKE_MONOTONIC="1",
-            TZ="UTC",
-        )
+        env = dict(os.environ if base is None else base)
+        env.update(server_clock_env(str(self.path), str(clock_library()), fastboot_library()))
         return env
 
-    def _write(self) -> None:
-        # a half-written file makes libfaketime abort the server: write aside, then rename
-        # (os-level calls: the clock moves at every advance and every history)
-        scratch = os.open(self._scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(scratch, f"{format_timestamp(self._now_ms)}\n".encode())
-        finally:
-            os.close(scratch)
-        os.replace(self._scratch, self.path)
+
+def server_clock_env(clock_file: str, clock_library: str, fastboot: Path | str | None) -> dict[str, str]:
+    """What a server's environment needs to run on a clock file: the same for a server started
+    here and for one in a container (there, with the paths the image and its mounts give)."""
+    preload = f"{fastboot}:{clock_library}" if fastboot else clock_library
+    return {"LD_PRELOAD": preload, CLOCK_VARIABLE: clock_file, "TZ": "UTC"}

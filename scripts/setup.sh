@@ -5,10 +5,11 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
-# Debian packages: libclang for the module's bindgen, libfaketime for the frozen clock, chromium's
-# headless shell for the test that renders report.html in a real browser.
+# Debian packages: libclang for the module's bindgen, a C compiler for the servers' frozen clock
+# (difftest/servers/frozen_clock.c, built on first use), chromium's headless shell for the test that
+# renders report.html in a real browser.
 need_apt=()
-[ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need_apt+=(libfaketime)
+command -v cc >/dev/null || command -v gcc >/dev/null || need_apt+=(gcc)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || need_apt+=(libclang-dev)
 command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || need_apt+=(chromium-headless-shell)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -110,19 +110,21 @@ def test_an_unwritable_reports_directory_is_one_line(tmp_path: Path, capsys: pyt
         one_line(err, str(blocker / "reports"), "writ")
 
 
-def test_a_bad_libfaketime_variable_is_refused_not_ignored(
+def test_no_compiler_for_the_frozen_clock_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    not_a_library = tmp_path / "libfaketime.so.1"
-    not_a_library.write_text("not ELF")
-    for value, why in ((str(tmp_path / "missing.so"), "no such file"), (str(not_a_library), "not a shared library")):
-        monkeypatch.setenv("DIFFTEST_LIBFAKETIME", value)
-        code, _, err = outcome(["run", "--examples", "2", "--no-database", "--reports", str(tmp_path / "r")], capsys)
-        assert code == EXIT_SETUP
-        one_line(err, f"DIFFTEST_LIBFAKETIME={value}", why)
-        code, _, err = outcome(["scenario", "--reports", str(tmp_path / "r")], capsys)
-        assert code == EXIT_SETUP
-        one_line(err, "DIFFTEST_LIBFAKETIME", why)
+    from difftest.servers import compiled
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    compiled.clock_library.cache_clear()
+    try:
+        for command in (["run", "--examples", "2", "--no-database"], ["scenario"]):
+            code, _, err = outcome([*command, "--reports", str(tmp_path / "r")], capsys)
+            assert code == EXIT_SETUP, command
+            one_line(err, "frozen clock", "install a C compiler")
+    finally:
+        compiled.clock_library.cache_clear()
     assert not (tmp_path / "r").exists()
 
 

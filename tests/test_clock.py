@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import struct
+from pathlib import Path
+
 import pytest
 
-from difftest.clock import DEFAULT_START_MS, FrozenClock, format_timestamp
+from difftest.clock import DEFAULT_START_MS, FrozenClock
+from difftest.problems import SetupProblem
 from difftest.servers.local import EmbeddedServer, ServerGroup
+from executors.native.adapter import DEFAULT_MODULE
 
 SCRIPT_TIME = b"local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)"
 
@@ -14,20 +19,24 @@ def script_ms(server: EmbeddedServer) -> int:
     return int(server.client.execute_command(b"EVAL", SCRIPT_TIME, b"0"))
 
 
-def test_format_timestamp_is_utc_to_the_millisecond() -> None:
-    assert format_timestamp(0) == "1970-01-01 00:00:00.0000001"
-    assert format_timestamp(DEFAULT_START_MS + 1_234) == "2026-01-01 00:00:01.2340001"
-    with pytest.raises(ValueError, match="before the epoch"):
-        format_timestamp(-1)
-
-
-def test_clock_only_moves_forward(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_clock_file_holds_the_frozen_milliseconds_and_only_moves_forward(tmp_path) -> None:  # type: ignore[no-untyped-def]
     clock = FrozenClock(tmp_path / "ts")
+    assert (tmp_path / "ts").read_bytes() == struct.pack("<q", DEFAULT_START_MS)
     clock.advance(5)
     assert clock.now_ms == DEFAULT_START_MS + 5
-    assert (tmp_path / "ts").read_text() == "2026-01-01 00:00:00.0050001\n"
+    assert (tmp_path / "ts").read_bytes() == struct.pack("<q", DEFAULT_START_MS + 5)  # in place, at once
     with pytest.raises(ValueError, match="only moves forward"):
         clock.advance(-1)
+    with pytest.raises(ValueError, match="before the epoch"):
+        clock.set(-1)
+
+
+def test_a_clock_file_of_another_kind_is_made_a_clock_in_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "ts"
+    path.write_text("2026-01-01 00:00:00.0000001\n")  # what an older difftest wrote there
+    inode = path.stat().st_ino
+    FrozenClock(path, start_ms=7)
+    assert path.read_bytes() == struct.pack("<q", 7) and path.stat().st_ino == inode
 
 
 def test_both_servers_read_the_frozen_clock(group: ServerGroup) -> None:
@@ -64,13 +73,36 @@ def test_frozen_time_does_not_drift_in_real_time(group: ServerGroup) -> None:
     assert server.time_ms() == before
 
 
-def test_every_reading_falls_in_the_frozen_millisecond(group: ServerGroup) -> None:
-    """Thousands of script readings at a millisecond whose fraction a double cannot hold (.200):
-    with the fraction written as it was, about one in 300 read the millisecond before."""
+def test_every_reading_is_the_frozen_time_exactly(group: ServerGroup) -> None:
+    """Thousands of readings, TIME and a script's, all the frozen time to the microsecond."""
     server = group.add("a")
     group.set_time(1_200)
     pipe = server.client.pipeline(transaction=False)
-    for _ in range(3_000):
+    for _ in range(1_500):
         pipe.execute_command(b"EVAL", SCRIPT_TIME, b"0")
+        pipe.time()
     readings = pipe.execute()
-    assert set(readings) == {1_200}
+    assert set(readings[0::2]) == {1_200}
+    assert set(readings[1::2]) == {(1, 200_000)}
+
+
+def test_a_moved_clock_is_read_by_the_very_next_command(group: ServerGroup) -> None:
+    """No wait and no confirmation: each move, however small and however soon after the last
+    reading, is what the next command reads (Valkey 9 on the TSC would read the wall clock at most
+    once a millisecond: the clock library makes it take the monotonic clock that reads it always)."""
+    server = group.add("a", module=DEFAULT_MODULE)
+    info = server.client.info("server")
+    assert "POSIX" in str(info["monotonic_clock"])  # not the TSC: see difftest/servers/frozen_clock.c
+    for ms in range(DEFAULT_START_MS, DEFAULT_START_MS + 2_000):
+        group.clock.set(ms)
+        assert server.time_ms() == ms
+
+
+def test_a_server_whose_clock_file_is_gone_does_not_start(tmp_path: Path) -> None:
+    """A server that cannot map the clock stops at once, naming the file: never the real clock."""
+    with ServerGroup(root=tmp_path / "group") as group:
+        group.clock.path.unlink()
+        with pytest.raises(
+            SetupProblem, match=r"exited with code 112 at start: frozen_clock: cannot open the clock file"
+        ):
+            group.add("a")

@@ -16,6 +16,7 @@ import valkey
 
 from difftest import history as hist
 from difftest.cli import main
+from difftest.clock import CLOCK_FILE
 from difftest.problems import SetupProblem
 from difftest.replay import Replayer
 from difftest.servers import compose
@@ -177,7 +178,7 @@ def test_attached_replay_restarts_and_crashes_the_servers_in_their_containers(pa
 
 def test_restart_and_crash_keep_data_and_read_the_shared_clock(pair: PairSettings) -> None:
     with ServerGroup(backend=attach_backend(pair.project)) as group:
-        assert group.clock.path == pair.clock_dir / "faketime"  # the file the containers read
+        assert group.clock.path == pair.clock_dir / CLOCK_FILE  # the file the containers read
         server = group.add("native", module=DEFAULT_MODULE)
         group.advance(42)
         assert server.time_ms() == group.clock.now_ms

@@ -85,7 +85,7 @@ def alive(pid: int) -> bool:
 @dataclass
 class Footprint:
     """What a running `difftest run` holds, seen from /proc: its processes, its servers, and its
-    entries in /dev/shm (data directories, libfaketime segments, multiprocessing semaphores)."""
+    entries in /dev/shm (data directories, multiprocessing semaphores)."""
 
     group: int = 0  # the runner's process group: servers started after a look are in it too
     processes: set[int] = field(default_factory=set)
@@ -99,7 +99,6 @@ class Footprint:
             line = _cmdline(pid)
             if line and line[0].endswith("valkey-server"):
                 self.servers.add(pid)
-                self.shm |= {SHM / f"faketime_shm_{pid}", SHM / f"sem.faketime_sem_{pid}"}
                 if "--dir" in line:  # <root>/<name>: the root is the group's difftest-* directory
                     workdir = Path(line[line.index("--dir") + 1])
                     if workdir.parent.parent == SHM:
@@ -230,18 +229,14 @@ def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> No
 
     gone = _dead_pid()
     mine = os.getpid()
-    for pid in (gone, mine):
-        (tmp_path / f"faketime_shm_{pid}").write_bytes(b"")
-        (tmp_path / f"sem.faketime_sem_{pid}").write_bytes(b"")
     for name, owner in (("difftest-dead", gone), ("difftest-live", mine), ("difftest-other", None)):
         (tmp_path / name).mkdir()
         if owner is not None:
             (tmp_path / name / OWNER_FILE).write_text(f"{owner}\n")
     removed = sweep_leftovers(tmp_path)
-    # a dead pid's clock segments and a dead owner's directory go; a live one's, or one of no campaign, stay
-    assert {p.name for p in removed} == {f"faketime_shm_{gone}", f"sem.faketime_sem_{gone}", "difftest-dead"}
-    left = {p.name for p in tmp_path.iterdir()}
-    assert left == {f"faketime_shm_{mine}", f"sem.faketime_sem_{mine}", "difftest-live", "difftest-other"}
+    # a dead owner's directory goes; a live one's, or one of no campaign, stays
+    assert {p.name for p in removed} == {"difftest-dead"}
+    assert {p.name for p in tmp_path.iterdir()} == {"difftest-live", "difftest-other"}
 
 
 def _dead_pid() -> int:

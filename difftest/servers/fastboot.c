@@ -1,17 +1,11 @@
 /* fastboot: preloaded into test servers only; makes a server quick to start and bound to its harness.
+ * (The start-up's clock calibration is the frozen clock's business: frozen_clock.c.)
  *
  * 1. The server dies with the process that started it (PR_SET_PDEATHSIG), so a harness killed
  *    with SIGKILL leaves no server behind, without a pre-exec hook in the harness (which would
  *    force a slow fork of the whole Python process instead of posix_spawn).
  *
- * 2. Valkey 9 calibrates its monotonic clock by sleeping 10 ms three times (usleep(10000)) before
- * anything else; that is most of a server start (~35 ms), and difftest restarts servers often.
- * The first three usleep(10000) calls become 0.2 ms sleeps: the calibration still measures ticks
- * over a real interval (measured: 20 starts within 0.3% of each other, against 0.1% with 1 ms
- * sleeps, for 2 ms less a restart), used only for timeouts and cron, never for the frozen wall
- * clock the transitions read. Every later call is passed through unchanged.
- *
- * 3. Readiness without polling: when DIFFTEST_READY_FD names a pipe, the server writes one byte to
+ * 2. Readiness without polling: when DIFFTEST_READY_FD names a pipe, the server writes one byte to
  *    it (and closes it) at its first wait for events after it listens on its unix socket (when it
  *    has loaded its data: Valkey 9 listens before it loads the AOF), so the harness blocks on the
  *    pipe instead of polling for the socket file, and its first PING is answered (measured: one
@@ -78,18 +72,4 @@ int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
         ready_fd = -1;
     }
     return real_epoll_wait(epfd, events, maxevents, timeout);
-}
-
-static int shortened = 0;
-
-int usleep(useconds_t usec) {
-    static int (*real_usleep)(useconds_t) = NULL;
-    if (real_usleep == NULL) {
-        real_usleep = (int (*)(useconds_t))dlsym(RTLD_NEXT, "usleep");
-    }
-    if (usec == 10000 && shortened < 3) {
-        shortened++;
-        usec = 200;
-    }
-    return real_usleep(usec);
 }

@@ -1,5 +1,5 @@
-"""Container images built here, FROM scratch: valkey-server, the libraries it loads, the clock
-library, the start-up shim and the native module, at the paths they have on this machine."""
+"""Container images built here, FROM scratch: valkey-server, the libraries it loads, the frozen
+clock, the start-up shim and the native module, at the paths they have on this machine."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from difftest.clock import find_libfaketime
 from difftest.problems import SetupProblem
 from difftest.servers.binary import checked_binary
-from difftest.servers.fastboot import fastboot_library, init_binary
+from difftest.servers.compiled import clock_library, fastboot_library, init_binary
 from difftest.servers.walker import walker_module
 
 IMAGE_REPOSITORY = "difftest-valkey"
@@ -25,8 +24,7 @@ IN_IMAGE = {
     "walker": "/opt/difftest/libdifftest_walker.so",  # DIFFTEST.WALK, in every image (difftest/walker)
     "fastboot": "/opt/difftest/fastboot.so",
     "init": "/opt/difftest/init",  # the docker backend's PID 1 (init.c); the compose pair runs without
-    # one path whatever this machine's architecture, so docker-compose.yml can preload it
-    "faketime": "/opt/difftest/libfaketime.so.1",
+    "clock": "/opt/difftest/frozen_clock.so",  # docker-compose.yml preloads it by this path
 }
 
 
@@ -44,8 +42,7 @@ def shared_libraries(binary: Path) -> list[Path]:
 def _rootfs_files(module: Path | None) -> dict[str, Path]:
     """Path in the image -> file on this machine."""
     server = checked_binary()
-    faketime = find_libfaketime()
-    files = {IN_IMAGE["server"]: server, IN_IMAGE["faketime"]: faketime, IN_IMAGE["walker"]: walker_module()}
+    files = {IN_IMAGE["server"]: server, IN_IMAGE["clock"]: clock_library(), IN_IMAGE["walker"]: walker_module()}
     shim = fastboot_library()
     if shim is not None:
         files[IN_IMAGE["fastboot"]] = shim

@@ -20,11 +20,11 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import FrozenClock
+from difftest.clock import CLOCK_FILE, FrozenClock
 from difftest.problems import SetupProblem
 from difftest.servers.binary import checked_binary
 from difftest.servers.clients import SocketClients
-from difftest.servers.fastboot import fastboot_library
+from difftest.servers.compiled import clock_library, fastboot_library
 from difftest.servers.walker import walker_module
 
 START_TIMEOUT_S = 20.0
@@ -240,24 +240,12 @@ class EmbeddedServer(SocketClients):
         process = self._process
         assert process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
-        retries = 0
         self._wait_listening(deadline)
         while True:
             code = process.poll()
             if code is not None:
                 self._process = None
                 stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                if CLOCK_MEMORY_TAKEN in stderr and retries < CLOCK_MEMORY_RETRIES:
-                    # a pid reused from a process that died without removing its clock memory (killed
-                    # with its parent, say): that file is stale, as its pid is now this dead server's
-                    _forget_clock_memory(process.pid)
-                    retries += 1  # the next pid may be stale too: a burst of killed servers
-                    self._spawn(port)
-                    process = self._process
-                    assert process is not None
-                    self._wait_listening(deadline)
-                    continue
-                _forget_clock_memory(process.pid)  # it died at start: whatever it made in /dev/shm goes too
                 raise self._start_failure(code, stderr, log_offset, port)
             if self.socket_path.exists() and self._ping():
                 break
@@ -360,10 +348,8 @@ class EmbeddedServer(SocketClients):
 
     def _close_process(self) -> None:
         self._close_ready()
-        if self._process is not None:
-            if self._process.stderr:
-                self._process.stderr.close()
-            _forget_clock_memory(self._process.pid)
+        if self._process is not None and self._process.stderr:
+            self._process.stderr.close()
         self._process = None
 
     @property
@@ -377,20 +363,6 @@ class EmbeddedServer(SocketClients):
 
 class _PortTaken(Exception):
     pass
-
-
-SHARED_MEMORY = Path("/dev/shm")
-CLOCK_MEMORY_TAKEN = "ft_shm_create(), shm_open failed"  # libfaketime, when its pid's file is there already
-CLOCK_MEMORY_RETRIES = 100  # a failed start of that kind takes a millisecond
-
-
-def _forget_clock_memory(pid: int) -> None:
-    """libfaketime (0.9.10) makes a shared-memory segment and a semaphore per process, named by its
-    pid, and removes them only on a clean exit: a server that is killed (a crash) or that leaves by
-    _exit leaves them in /dev/shm, tens of thousands over a nightly campaign. Its pid is gone now."""
-    for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
-        with contextlib.suppress(FileNotFoundError):
-            (SHARED_MEMORY / name).unlink()
 
 
 class ServerGroup:
@@ -421,7 +393,8 @@ class ServerGroup:
         self.root.mkdir(parents=True, exist_ok=True)
         kwargs = {} if start_ms is None else {"start_ms": start_ms}
         try:
-            self.clock = FrozenClock(self.root / "faketime", **kwargs)
+            clock_library()  # built now: without a C compiler, one line before any server
+            self.clock = FrozenClock(self.root / CLOCK_FILE, **kwargs)
         except BaseException:  # no clock library, say: the directory made above goes with the group
             if self._owns_root:
                 shutil.rmtree(self.root, ignore_errors=True)
@@ -461,33 +434,24 @@ class ServerGroup:
             server.restart_await(started)
 
     def advance(self, ms: int) -> None:
-        """Move the shared clock and confirm every running server reads the new millisecond."""
+        """Move the shared clock: every server's next command reads the new millisecond."""
         self.clock.advance(ms)
-        self.confirm_clock()
 
     def set_time(self, ms: int) -> None:
         self.clock.set(ms)
-        self.confirm_clock()
 
     def confirm_clock(self) -> None:
-        """Wait until every running server reads the frozen millisecond.
-
-        A rewritten timestamp file reaches a server's clock about a millisecond later (measured
-        here), so each server is asked until it answers the new time: no step can run early.
-        """
+        """Check that every running server reads the frozen millisecond now (one round trip for
+        the group): a server that does not has not loaded the clock library, and no step may run."""
         expected = self.clock.now_ms
-        waiting = [server for server in self.servers if server.running]
-        deadline = time.monotonic() + 5.0
-        while waiting:
-            # every server asked at once, then read: one round trip for the group
-            for server in waiting:
-                server.send_time()
-            seen = [(server, server.read_time()) for server in waiting]
-            waiting = [server for server, ms in seen if ms != expected]
-            if waiting and time.monotonic() > deadline:
-                server, ms = next((s, ms) for s, ms in seen if ms != expected)
+        running = [server for server in self.servers if server.running]
+        for server in running:
+            server.send_time()
+        for server in running:
+            ms = server.read_time()
+            if ms != expected:
                 raise RuntimeError(
-                    f"{server.name} reads {ms} ms, not the frozen {expected} ms: is libfaketime preloaded?"
+                    f"{server.name} reads {ms} ms, not the frozen {expected} ms: is the clock library preloaded?"
                 )
 
     def close(self) -> None:

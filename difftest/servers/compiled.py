@@ -1,8 +1,6 @@
-"""Builds (once, cached) and finds the fastboot shim that shortens a server's start-up calibration,
-and the containers' init that restarts a server inside its container.
-
-Optional: without a C compiler the servers start at their normal speed. DIFFTEST_FASTBOOT=0 turns
-it off.
+"""Builds (once, cached by the source's digest) and finds the project's small C pieces: the frozen
+clock every test server preloads (needed), the fastboot shim and the containers' init (optional:
+without them servers start more slowly; DIFFTEST_FASTBOOT=0 and DIFFTEST_INIT=0 turn them off).
 """
 
 from __future__ import annotations
@@ -15,6 +13,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from difftest.problems import SetupProblem
+
+CLOCK_SOURCE = Path(__file__).with_name("frozen_clock.c")
 SOURCE = Path(__file__).with_name("fastboot.c")
 INIT_SOURCE = Path(__file__).with_name("init.c")
 
@@ -22,6 +23,18 @@ INIT_SOURCE = Path(__file__).with_name("init.c")
 def _cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "difftest"
+
+
+@functools.cache
+def clock_library() -> Path:
+    """The frozen clock (frozen_clock.c): without it no server can run on the harness's time."""
+    built = _built(CLOCK_SOURCE, "frozen-clock", ".so", ["-shared", "-fPIC"], ["-ldl"])
+    if built is None:
+        raise SetupProblem(
+            f"could not build the servers' frozen clock ({CLOCK_SOURCE.name}): install a C compiler "
+            "('apt-get install -y gcc') and try again"
+        )
+    return built
 
 
 @functools.cache
