@@ -64,25 +64,28 @@ class Side:
     # -- connections ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Wires and scripts for a freshly started server, set up in one round trip."""
+        """The admin wire for a freshly started server, and what it is, in one round trip. Scripts
+        are loaded on their first use (`ScriptHost`), the Lua walker only where it walks: a native
+        server restarts about once a history, and most of its histories call no script."""
         address = self.server.address
         admin = Wire(address)
         self.wires = {None: admin}
-        commands: list[tuple[bytes, ...]] = [(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)]
-        commands += [(b"SCRIPT", b"LOAD", source) for source in self.scripts_to_load()]
-        commands.append((b"COMMAND", b"INFO", WALK_COMMAND))  # [None] when the server lacks the walker module
-        commands.append((b"INFO", b"server"))
+        # [None] when the server lacks the walker module
+        commands: list[tuple[bytes, ...]] = [(b"COMMAND", b"INFO", WALK_COMMAND), (b"INFO", b"server")]
         admin.send(commands)
-        replies = [admin.read() for _ in commands]
-        problems = [r for r in replies if isinstance(r, ErrorReply)]
-        if problems:
-            raise SetupProblem(f"{self.name} server refused the set-up: {problems[0].message}")
-        info = replies[-1]
+        walker, info = [admin.read() for _ in commands]
+        if isinstance(info, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused the set-up: {info.message}")
         assert isinstance(info, bytes)
         self.run_id = info.split(b"run_id:")[1][:40].decode()
-        has_walker = replies[-2] not in ([None], [])
+        has_walker = walker not in ([None], []) and not isinstance(walker, ErrorReply)
         # the same canonical reply either way: the module's walk costs the server a quarter as much
         self.walk_command = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
+        if self.walk_command == SCRIPT_WALK:
+            loaded = admin.call(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)
+            if isinstance(loaded, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused the set-up: {loaded.message}")
+        self.loaded_scripts: set[str] = set()  # the verbs whose script this server start has been sent
         # users live in memory only, and are made on their first use after every start (`ensure_user`):
         # a history declares one per key kind and permission (27) and calls few of them, and a
         # restart made them all again (about 1.5 ms a side)
@@ -119,10 +122,6 @@ class Side:
         if self.server.starts != self.connected_start or users != self.users:
             self.users = users
             self.reconnect()
-
-    def scripts_to_load(self) -> list[bytes]:
-        """Scripts are not kept across a restart: the Lua side loads its own after every start."""
-        return []
 
     def reconnect(self) -> None:
         self.pipe.reset()
@@ -219,8 +218,14 @@ class ScriptHost(Side):
         self.open_claims: dict[int, _OpenClaim] = {}  # by the begin's step index
         super().__init__(server, users)
 
-    def scripts_to_load(self) -> list[bytes]:
-        return list(self.scripts.values())
+    def _evalsha(self, wire: Wire, verb: str, call: Call) -> Future:
+        """EVALSHA of the verb's script, sent after the script itself on the same wire the first
+        time since the server started: the server's script cache is empty after every start, and a
+        SCRIPT LOAD in the same pipeline costs no round trip (an error of it shows as NOSCRIPT)."""
+        if verb not in self.loaded_scripts:
+            self.pipe.add(wire, (b"SCRIPT", b"LOAD", self.scripts[verb]))
+            self.loaded_scripts.add(verb)
+        return self.pipe.add(wire, evalsha_command(self.shas[verb], call))
 
     def scripted(self, step: Resolved) -> Reply | Future:
         """The step as the Lua host runs it."""
@@ -247,12 +252,12 @@ class ScriptHost(Side):
                 return paused
             # the host needs the read's answer before it decides: a round trip of its own
             return self._finish_claim(call, step.user, self.pipe.get(paused))
-        return self.pipe.add(wire, evalsha_command(self.shas[plan.verb], call))
+        return self._evalsha(wire, plan.verb, call)
 
     def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
         if reads_as_paused(paused_read):
             return []
-        return self.pipe.add(self.wire(user), evalsha_command(self.shas[call.verb], call))
+        return self._evalsha(self.wire(user), call.verb, call)
 
 
 class NativeSide(ScriptHost):
