@@ -39,6 +39,7 @@ AOF_COMPACT_BYTES = 256 * 1024
 # the earlier histories' writes in it (up to AOF_COMPACT_BYTES, FLUSHALLs between) cost a restart
 # about 6 ms of the servers' CPU on average; a rewrite of the empty keyspace costs a fork
 AOF_COMPACT_BEFORE_RESTART_BYTES = 4 * 1024
+START_REWRITE, FINISH_REWRITE = "start", "finish"  # what the reset does about a server's AOF
 ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
 
 
@@ -166,7 +167,6 @@ class Replayer:
         self._acl: dict[tuple[tuple[str, ...], bytes, str], bool] = {}
         # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
         self.stages: defaultdict[str, float] = defaultdict(float)
-        self._rewriting: list[Any] = []  # servers whose AOF rewrite the reset started (until a restart)
 
     def close(self) -> None:
         for side in (self.lua, self.native):
@@ -209,7 +209,6 @@ class Replayer:
             side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence"), (b"TIME",)])
         restarts = any(isinstance(step, Restart) for step in history.steps)
         rewriting = []
-        self._rewriting = []
         for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
             admin = side.wires[None]
             admin.read()
@@ -217,20 +216,21 @@ class Replayer:
             _check_clock(server.name, admin.read(), history.start_ms)
             # only the native server restarts (see _boundary): the Lua server's AOF is compacted
             # only once it has grown
-            if aof_needs_rewrite(aof_bytes, restarts and side is self.native):
+            rewrite = aof_rewrite(aof_bytes, restarts and side is self.native)
+            if rewrite is not None:
                 admin.send([(b"BGREWRITEAOF",)])
-                rewriting.append((admin, server))
-        for admin, server in rewriting:
+                rewriting.append((admin, server, rewrite))
+        for admin, server, rewrite in rewriting:
             # "started": the rewrite's child has forked, its snapshot the empty keyspace; not waited
-            # for: the history's writes go to a new incremental file meanwhile, and a restart before
-            # the rewrite ends loads the old files and that one (the same keyspace). "Already in
-            # progress" is an answer too (the next reset asks again); "scheduled" (another child
-            # runs: a replica's sync, a raw BGSAVE) would fork later, mid-history: waited for
+            # for: the history's writes go to a new incremental file meanwhile. A restart before the
+            # rewrite ends stops it (SHUTDOWN ends the child; a crash leaves it to finish its own
+            # temporary file), and the server loads the old files and the new one: the same
+            # keyspace, a longer load; the next reset starts another. "Already in progress" is an
+            # answer too. "Scheduled" (another child runs: a replica's sync, a raw BGSAVE) would
+            # fork later, mid-history: waited for, as is a rewrite past AOF_COMPACT_BYTES
             answer = admin.read()
-            if isinstance(answer, Simple) and b"scheduled" in answer.value:
+            if rewrite == FINISH_REWRITE or (isinstance(answer, Simple) and b"scheduled" in answer.value):
                 server.await_aof_rewrite()
-            else:
-                self._rewriting.append(server)
 
     def replay(self, history: History, alone_from: int | None = None) -> ReplayResult:
         """Every step replayed and judged, up to the first divergence. `alone_from`: the steps from
@@ -312,14 +312,10 @@ class Replayer:
             self.group.advance(step.step.ms)  # the servers' next commands read it
             return _lap(self.stages, "clock", mark)
         if isinstance(step.step, Restart):
-            # the rewrite the reset started ends first (at hz 100, within 10 ms; mostly it has), so
-            # that every restart replays its own history's writes alone, whenever it comes
-            for server in self._rewriting:
-                server.await_aof_rewrite()
-            self._rewriting = []
-            # Only the native server restarts: the Lua server, the
-            # reference, would reload from its AOF the keyspace it holds (every write it acknowledged
-            # is there, fsynced), and nothing else of it is compared (docs/decisions.md, "A restart")
+            # Not waited for: a rewrite the reset started (see there). Only the native server
+            # restarts: the Lua server, the reference, would reload from its AOF the keyspace it
+            # holds (every write it acknowledged is there, fsynced), and nothing else of it is
+            # compared (docs/decisions.md, "A restart")
             self.group.restart_all(crash=step.step.crash, only=[self.native_server])
             if self.replicas is not None:
                 self.replicas.relink()  # fresh replicas, synced before the segment writes anything
@@ -421,13 +417,18 @@ def _check_clock(server: str, time_reply: Reply, expected_ms: int) -> None:
     )
 
 
-def aof_needs_rewrite(aof_bytes: int, history_restarts: bool) -> bool:
-    """Whether a server's AOF is rewritten before the next history (pure): when it has grown past
-    AOF_COMPACT_BYTES, or before a history that restarts the server, once it holds more than the
-    empty keyspace's few bytes (what a restart would replay of earlier histories)."""
-    if history_restarts:
-        return aof_bytes > AOF_COMPACT_BEFORE_RESTART_BYTES
-    return aof_bytes > AOF_COMPACT_BYTES
+def aof_rewrite(aof_bytes: int, history_restarts: bool) -> str | None:
+    """What the reset does about a server's AOF before the next history (pure): nothing, start a
+    rewrite (START_REWRITE) or start it and wait for its end (FINISH_REWRITE). A rewrite starts when
+    the AOF has grown past AOF_COMPACT_BYTES, or before a history that restarts the server once it
+    holds more than the empty keyspace's few bytes (what a restart would replay of earlier
+    histories). Such a history's restart may stop the rewrite, so its AOF can keep growing: past
+    AOF_COMPACT_BYTES, the rewrite before a restarting history is waited for."""
+    if aof_bytes > AOF_COMPACT_BYTES:
+        return FINISH_REWRITE if history_restarts else START_REWRITE
+    if history_restarts and aof_bytes > AOF_COMPACT_BEFORE_RESTART_BYTES:
+        return START_REWRITE
+    return None
 
 
 def aof_size(info: Reply) -> int:

@@ -154,21 +154,6 @@ def test_start_failure_keeps_no_process(group: ServerGroup) -> None:
     assert not server.running
 
 
-def test_a_grown_aof_is_rewritten_between_histories_and_the_data_survives(lua_server: EmbeddedServer) -> None:
-    client = lua_server.client
-    for n in range(2000):
-        client.set(f"k{n}", "x" * 100)
-    client.flushall()
-    client.set("kept", "1")
-    grown = int(client.info("persistence")["aof_current_size"])
-    assert grown > 200_000
-    assert lua_server.compact_aof(above_bytes=100_000) is True
-    assert int(client.info("persistence")["aof_current_size"]) < 1_000  # one key left to write
-    assert lua_server.compact_aof(above_bytes=100_000) is False  # small now: nothing to do
-    lua_server.restart()
-    assert lua_server.client.get("kept") == b"1" and lua_server.client.dbsize() == 1
-
-
 def test_nothing_of_a_server_is_left_in_dev_shm_by_a_crash_a_restart_or_the_end() -> None:
     shm = Path("/dev/shm")
     pids = []
@@ -213,36 +198,52 @@ def test_a_group_whose_clock_cannot_be_built_leaves_no_directory(
 
 
 def test_the_aof_is_rewritten_before_a_history_that_restarts_and_only_then() -> None:
-    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES, aof_needs_rewrite
+    from difftest.replay import (
+        AOF_COMPACT_BEFORE_RESTART_BYTES,
+        AOF_COMPACT_BYTES,
+        FINISH_REWRITE,
+        START_REWRITE,
+        aof_rewrite,
+    )
 
     small, grown = AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES
-    assert not aof_needs_rewrite(small, history_restarts=True) and aof_needs_rewrite(small + 1, history_restarts=True)
-    assert not aof_needs_rewrite(grown, history_restarts=False) and aof_needs_rewrite(grown + 1, history_restarts=False)
+    assert aof_rewrite(small, history_restarts=True) is None
+    assert aof_rewrite(small + 1, history_restarts=True) == START_REWRITE
+    assert aof_rewrite(grown, history_restarts=False) is None
+    assert aof_rewrite(grown + 1, history_restarts=False) == START_REWRITE
+    # a restart may stop the rewrite before its history: past the bound, that one is waited for
+    assert aof_rewrite(grown + 1, history_restarts=True) == FINISH_REWRITE
 
 
-def test_a_restart_replays_only_its_own_history_from_the_aof() -> None:
-    """Earlier histories' writes (FLUSHALLs between) are rewritten away at the reset of a history that
-    restarts: the restarted server's AOF holds this history's writes only, and they all came back."""
+def test_a_restart_replays_only_its_own_history_once_the_aof_has_grown() -> None:
+    """Earlier histories' writes (FLUSHALLs between) past AOF_COMPACT_BYTES are rewritten away, and
+    waited for, at the reset of a history that restarts: the restarted server's AOF holds this
+    history's writes only, and they all came back. Below it the rewrite is not waited for, and a
+    restart that comes first loads the older files too: the same keyspace."""
     from difftest import history as hist
-    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, Replayer
+    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES, Replayer
     from executors.native.adapter import DEFAULT_MODULE
 
     header = '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'
-    writes = "".join(f'{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j{n}", "{"p" * 200}", 0]}}\n'
-                     for n in range(40))  # fmt: skip
+
+    def enqueues(count: int, size: int) -> hist.History:
+        calls = (f'{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j{n}", "{"p" * size}", 0]}}\n'
+                 for n in range(count))  # fmt: skip
+        return hist.loads(header + "".join(calls))
+
+    kept = '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["kept", "x", 0]}\n'
+    restarting = hist.loads(header + kept + '{"op": "restart"}\n')
     with Replayer(DEFAULT_MODULE) as replayer:
-        for _ in range(3):  # no restart: nothing is rewritten below AOF_COMPACT_BYTES
-            assert replayer.replay(hist.loads(header + writes)).ok
-        grown = [int(s.client.info("persistence")["aof_current_size"]) for s in replayer.group.servers]
-        assert min(grown) > 3 * AOF_COMPACT_BEFORE_RESTART_BYTES
-        kept = '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["kept", "x", 0]}\n'
-        restarting = header + kept + '{"op": "restart"}\n'
-        result = replayer.replay(hist.loads(restarting))
-        assert result.ok and result.records[-1].resolved.is_restart
-        # the native server restarted on its own history's writes; the Lua server, never restarted,
-        # keeps its AOF until it grows past AOF_COMPACT_BYTES
         native, lua = replayer.native_server, replayer.lua_server
+        assert replayer.replay(enqueues(3, 2_000)).ok  # past the small bound only
+        result = replayer.replay(restarting)  # its restart may come before the rewrite's end
+        assert result.ok and result.records[-1].resolved.is_restart
+        assert native.client.dbsize() == 2  # the row and pending, whichever files it loaded
+        assert replayer.replay(enqueues(40, 7_000)).ok  # no restart: nothing is rewritten below the bound
+        assert int(native.client.info("persistence")["aof_current_size"]) > AOF_COMPACT_BYTES
+        result = replayer.replay(restarting)
+        assert result.ok and result.records[-1].resolved.is_restart
+        # the native server restarted on its own history's writes alone
         assert int(native.client.info("persistence")["aof_current_size"]) < AOF_COMPACT_BEFORE_RESTART_BYTES
-        assert int(lua.client.info("persistence")["aof_current_size"]) > 3 * AOF_COMPACT_BEFORE_RESTART_BYTES
         for server in (native, lua):
             assert server.client.hget("emq:{q}:job:kept", "payload") == b"x"

@@ -135,22 +135,6 @@ class SocketClients:
             raise valkey.ResponseError(f"TIME answered {reply!r}")
         return int(lines[2]) * 1000 + int(lines[4]) // 1000
 
-    def compact_aof(self, above_bytes: int, current_bytes: int | None = None) -> bool:
-        """Rewrite the AOF, and wait for it, when it has grown past `above_bytes`; True if it did.
-
-        Called between histories, on an empty keyspace: a restart replays the whole AOF, and every
-        history appends to it, so without this a long campaign's restarts get slower and slower.
-        Servers run with automatic rewrites off, so a rewrite never lands in the middle of a history
-        (it would snapshot writes the module did not propagate, and hide a lost write)."""
-        if current_bytes is None:  # not read already (with the FLUSHALL between histories)
-            info: dict[str, Any] = self.client.info("persistence")  # type: ignore[assignment]
-            current_bytes = int(info.get("aof_current_size", 0))
-        if current_bytes <= above_bytes:
-            return False
-        self.client.execute_command("BGREWRITEAOF")
-        self.await_aof_rewrite()
-        return True
-
     def await_aof_rewrite(self) -> None:
         """Until no AOF rewrite is running or scheduled (a scheduled one forks when another child
         ends: its snapshot must not be taken in the middle of a history)."""

@@ -160,7 +160,7 @@ class EmbeddedServer(SocketClients):
             "--logfile", str(self.logfile),
             "--appendonly", "yes",
             "--appendfsync", "always",
-            "--auto-aof-rewrite-percentage", "0",  # rewrites only between histories (compact_aof)
+            "--auto-aof-rewrite-percentage", "0",  # rewrites only between histories (replay's reset)
             # the server notices a rewrite's end in its cron: at hz 10, up to 100 ms after the rewrite
             # a reset asked for, by when most histories have restarted the server on the old files
             "--hz", SERVER_HZ,
