@@ -125,18 +125,27 @@ def _run(generator: str, shape: HistoryShape, examples: int, replayer: Replayer 
     return counts["histories"], counts["steps"], time.perf_counter() - started, counts["divergences"]
 
 
-def _process_cpu_s(pid: int) -> float | None:
-    """A live process's CPU time (user and system, /proc), None once it is gone."""
+def _process_cpu_s(pid: int, reaped: bool = False) -> float | None:
+    """A live process's CPU time (user and system, /proc), None once it is gone; `reaped`: with
+    its children's that it has waited for (a zygote's: every server start it forked and reaped)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _servers_cpu(replayer: Replayer) -> dict[int, float]:
-    pids = [getattr(server, "pid", None) for server in replayer.group.servers]
-    return {pid: cpu for pid in pids if pid is not None and (cpu := _process_cpu_s(pid)) is not None}
+    """The CPU of each server process now running and of each zygote with its reaped starts, by pid."""
+    cpu: dict[int, float] = {}
+    for server in replayer.group.servers:
+        for pid, reaped in ((getattr(server, "pid", None), False), (getattr(server, "zygote_pid", None), True)):
+            if pid is not None and (used := _process_cpu_s(pid, reaped)) is not None:
+                cpu[pid] = used
+    return cpu
 
 
 def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machine") -> Figure:

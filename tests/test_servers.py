@@ -96,14 +96,61 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("PPid:")[1].split()[0])
+
+
 def test_close_removes_processes_and_files() -> None:
     group = ServerGroup()
     server = group.add("a")
-    pid, root = server.pid, group.root
-    assert pid is not None and _alive(pid)
+    pid, zygote, root = server.pid, server.zygote_pid, group.root
+    assert pid is not None and _alive(pid) and zygote is not None and _alive(zygote)
     group.close()
-    assert not _alive(pid)
+    assert not _alive(pid) and not _alive(zygote)
     assert not root.exists()
+
+
+def test_every_start_is_a_fresh_server_forked_by_one_zygote(group: ServerGroup) -> None:
+    """A restart and a crash start a new process (a new pid, a new run_id, the AOF loaded again)
+    forked by the server's zygote, which stays; the zygote is no server (it never reached main)."""
+    server = group.add("a")
+    zygote = server.zygote_pid
+    assert zygote is not None and server.pid is not None and _parent(server.pid) == zygote
+    assert _parent(zygote) == os.getpid()
+    server.client.hset("h", "f", "v")
+    seen = [(server.pid, server.run_id)]
+    for how in ("restart", "crash", "restart"):
+        getattr(server, how)()
+        assert server.zygote_pid == zygote and server.pid is not None and _parent(server.pid) == zygote
+        assert server.client.hgetall("h") == {b"f": b"v"}
+        seen.append((server.pid, server.run_id))
+    assert len({pid for pid, _ in seen}) == len({run_id for _, run_id in seen}) == 4
+    # the zygote never reached main(): one thread, where a server runs its background threads too
+    assert len(os.listdir(f"/proc/{zygote}/task")) == 1 < len(os.listdir(f"/proc/{server.pid}/task"))
+
+
+def test_a_zygote_that_died_is_made_again_and_its_server_died_with_it(group: ServerGroup) -> None:
+    server = group.add("a")
+    zygote, first = server.zygote_pid, server.pid
+    assert zygote is not None and first is not None
+    os.kill(zygote, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while server.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not server.running and not _alive(first)  # it dies with its zygote (and the harness)
+    server.kill()  # what the replay's reset does with a server that died
+    server.start()
+    assert server.zygote_pid not in (None, zygote) and server.client.ping()
+
+
+def test_without_the_zygote_every_start_is_an_exec(monkeypatch: pytest.MonkeyPatch, group: ServerGroup) -> None:
+    monkeypatch.setenv("DIFFTEST_ZYGOTE", "0")
+    server = group.add("a")
+    first = server.pid
+    server.restart()
+    assert server.zygote_pid is None and server.pid not in (None, first)
+    assert server.pid is not None and _parent(server.pid) == os.getpid() and server.client.ping()
 
 
 HARNESS = textwrap.dedent(

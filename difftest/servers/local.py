@@ -26,8 +26,10 @@ from difftest.servers.binary import checked_binary
 from difftest.servers.clients import SocketClients
 from difftest.servers.compiled import clock_library, fastboot_library
 from difftest.servers.walker import walker_module
+from difftest.servers.zygote import ForkedServer, Zygote, ZygoteGone
 
 START_TIMEOUT_S = 20.0
+ZYGOTE_VARIABLE = "DIFFTEST_ZYGOTE"  # 0: every start of a server is an exec of its own
 SERVER_HZ = "100"  # every server the harness starts, in a container too (docker-compose.yml says it itself)
 STOP_TIMEOUT_S = 20.0
 _PR_SET_PDEATHSIG = 1
@@ -113,7 +115,10 @@ class EmbeddedServer(SocketClients):
         self.walker = walker_module()  # DIFFTEST.WALK, the replay's keyspace walk (difftest/walker)
         self.socket_path = workdir / "valkey.sock"
         self.logfile = workdir / "valkey.log"
-        self._process: subprocess.Popen[bytes] | None = None
+        self.stderr_file = workdir / "valkey.stderr"  # what the server writes there, since its last start
+        self._process: subprocess.Popen[bytes] | ForkedServer | None = None
+        self._zygote: Zygote | None = None  # with the fastboot shim: what forks this server's starts
+        self._stderr = -1  # stderr_file, open for appending while the server is in use
         self._client: valkey.Valkey | None = None
         self._ready_read = -1  # the read end of the shim's readiness pipe while a start is awaited
         self.starts = 0
@@ -184,37 +189,59 @@ class EmbeddedServer(SocketClients):
         log_offset = self.logfile.stat().st_size if self.logfile.exists() else 0
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
+        if self._stderr < 0:
+            self._stderr = os.open(self.stderr_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        os.ftruncate(self._stderr, 0)  # only this start's words are read if it fails
+        command_line = self._command_line(port)
         env = self.clock.server_env()
         env["DIFFTEST_PARENT_PID"] = str(os.getpid())
-        # With the fastboot shim the server binds its life to ours by itself, and Popen can use
-        # posix_spawn; without it, a pre-exec hook does that (a slower fork). The shim also tells
-        # when the server listens, through a pipe whose write end only this child holds: it is
-        # inheritable just for this spawn and closed here right after.
-        shim = fastboot_library() is not None
-        hook = None if shim else _die_with_parent
-        ready_write = -1
-        if shim:
-            self._ready_read, ready_write = os.pipe()
-            os.set_inheritable(ready_write, True)
-            env["DIFFTEST_READY_FD"] = str(ready_write)
+        # With the fastboot shim the server binds its life to ours by itself, a zygote forks it
+        # (no exec: zygote.py), and it tells when it listens, through a pipe whose write end only
+        # the new server holds. Without the shim, Popen with a pre-exec hook that binds its life
+        # to ours (a slower fork of this process), and the caller polls.
+        if fastboot_library() is None:
+            self._process = subprocess.Popen(
+                command_line, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
+            return log_offset, port
+        self._ready_read, ready_write = os.pipe()
         try:
-            process = subprocess.Popen(
-                self._command_line(port),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                close_fds=False,
-                preexec_fn=hook,
-            )
+            if os.environ.get(ZYGOTE_VARIABLE, "1") == "0":
+                os.set_inheritable(ready_write, True)
+                env["DIFFTEST_READY_FD"] = str(ready_write)
+                self._process = subprocess.Popen(
+                    command_line, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+                    close_fds=False,
+                )  # fmt: skip
+            else:
+                self._process = self._forked(command_line, env, ready_write)
         except BaseException:
             self._close_ready()
             raise
         finally:
-            if ready_write >= 0:
-                os.close(ready_write)
-        self._process = process
+            os.close(ready_write)
         return log_offset, port
+
+    def _forked(self, command_line: list[str], env: dict[str, str], ready_write: int) -> ForkedServer:
+        """A server forked by this server's zygote, made (again) for this command line: a zygote
+        that died (or never started: a bad clock file, say) is one start failure, as an exec's."""
+        zygote = self._zygote
+        if zygote is None or zygote.command_line != command_line or not zygote.alive:
+            if zygote is not None:
+                zygote.close()
+            self._zygote = zygote = Zygote(command_line, env, self._stderr)
+        try:
+            return zygote.spawn(ready_write, self._stderr)
+        except ZygoteGone as gone:
+            self._zygote = None
+            raise self._start_failure(gone.returncode, self._stderr_text(), 0, None) from None
+
+    def _stderr_text(self) -> str:
+        try:
+            return self.stderr_file.read_bytes().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _wait_listening(self, deadline: float) -> None:
         """Block until the server listens on its socket, or dies first (the shim's pipe: a byte,
@@ -245,8 +272,7 @@ class EmbeddedServer(SocketClients):
             code = process.poll()
             if code is not None:
                 self._process = None
-                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                raise self._start_failure(code, stderr, log_offset, port)
+                raise self._start_failure(code, self._stderr_text(), log_offset, port)
             if self.socket_path.exists() and self._ping():
                 break
             if time.monotonic() > deadline:
@@ -265,7 +291,7 @@ class EmbeddedServer(SocketClients):
             self._drop_client()
             return False
 
-    def _start_failure(self, code: int, stderr: str, log_offset: int, port: int | None) -> Exception:
+    def _start_failure(self, code: int | None, stderr: str, log_offset: int, port: int | None) -> Exception:
         log = ""
         if self.logfile.exists():
             with self.logfile.open("rb") as fh:
@@ -344,12 +370,19 @@ class EmbeddedServer(SocketClients):
         self.start()
 
     def close(self) -> None:
+        """The server killed, its zygote gone, its stderr closed (the data dir stays)."""
         self.kill()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
+        if self._stderr >= 0:
+            os.close(self._stderr)
+            self._stderr = -1
 
     def _close_process(self) -> None:
         self._close_ready()
-        if self._process is not None and self._process.stderr:
-            self._process.stderr.close()
+        if isinstance(self._process, ForkedServer):
+            self._process.close()
         self._process = None
 
     @property
@@ -359,6 +392,11 @@ class EmbeddedServer(SocketClients):
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The process that forks this server's starts (its CPU counts their reaped children's)."""
+        return self._zygote.process.pid if self._zygote is not None else None
 
 
 class _PortTaken(Exception):
