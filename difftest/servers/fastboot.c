@@ -6,11 +6,13 @@
  *    force a slow fork of the whole Python process instead of posix_spawn).
  *
  * 2. Readiness without polling: when DIFFTEST_READY_FD names a pipe, the server writes one byte to
- *    it (and closes it) at its first wait for events after it listens on its unix socket (when it
- *    has loaded its data: Valkey 9 listens before it loads the AOF), so the harness blocks on the
- *    pipe instead of polling for the socket file, and its first PING is answered (measured: one
- *    PING a start instead of two, and a client made once). A server that dies first closes the
- *    pipe: the harness reads its end.
+ *    it (and closes it) at its first wait for events that may block after it listens on its unix
+ *    socket: its event loop's, once it has loaded its data. Valkey 9 listens before it loads the
+ *    AOF, and the load polls for events without waiting (a timeout of 0) from its first command on,
+ *    to answer LOADING: a byte at that poll sent the harness's first PING into LOADING at nearly
+ *    every start (279 of 311). So the harness blocks on the pipe instead of polling for the socket
+ *    file, and its first PING is answered. A server that dies first closes the pipe: the harness
+ *    reads its end.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -189,14 +191,14 @@ int listen(int fd, int backlog) {
     return rc;
 }
 
-/* The first wait for events after the server listens: it has loaded its data and serves. (A long
- * AOF load also waits for events now and then, to answer LOADING: the harness's PING retries.) */
+/* The first wait for events that may block, after the server listens: its event loop's, so it has
+ * loaded its data and serves (the load's own polls never block: see 2 above). */
 int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout) {
     static int (*real_epoll_wait)(int, struct epoll_event *, int, int) = NULL;
     if (real_epoll_wait == NULL) {
         real_epoll_wait = (int (*)(int, struct epoll_event *, int, int))dlsym(RTLD_NEXT, "epoll_wait");
     }
-    if (listening && ready_fd >= 0) {
+    if (listening && ready_fd >= 0 && timeout != 0) {
         char byte = 'L';
         (void)!write(ready_fd, &byte, 1);
         close(ready_fd);
