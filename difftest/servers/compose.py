@@ -429,7 +429,7 @@ class AttachedServer(DockerServer):
         return 0, port
 
     def _reachable(self) -> bool:
-        return self._ping()
+        return self.pings()
 
     def start(self) -> None:
         first = self.starts == 0

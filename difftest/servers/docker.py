@@ -254,19 +254,10 @@ class DockerServer(SocketClients):
         self._await_ready(*started)
 
     def _reachable(self) -> bool:
-        return self.socket_path.exists() and self._ping()
-
-    def _ping(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except (valkey.ConnectionError, valkey.BusyLoadingError, valkey.ResponseError):
-            self._drop_client()
-            return False
+        return self.socket_path.exists() and self.pings()
 
     def request_shutdown(self) -> None:
-        with contextlib.suppress(valkey.ConnectionError, valkey.ResponseError):
-            self.client.execute_command("SHUTDOWN")
-        self._drop_client()
+        self.shutdown()
 
     def stop(self) -> None:
         """Graceful: SHUTDOWN (as docker stop's SIGTERM would), then wait for the container."""

@@ -273,7 +273,7 @@ class EmbeddedServer(SocketClients):
             if code is not None:
                 self._process = None
                 raise self._start_failure(code, self._stderr_text(), log_offset, port)
-            if self.socket_path.exists() and self._ping():
+            if self.socket_path.exists() and self.pings():
                 break
             if time.monotonic() > deadline:
                 self.kill()
@@ -283,13 +283,6 @@ class EmbeddedServer(SocketClients):
             time.sleep(0.0005)
         self.tcp_port = port
         self.starts += 1
-
-    def _ping(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except (valkey.ConnectionError, valkey.BusyLoadingError, valkey.ResponseError):
-            self._drop_client()
-            return False
 
     def _start_failure(self, code: int | None, stderr: str, log_offset: int, port: int | None) -> Exception:
         log = ""
@@ -317,18 +310,14 @@ class EmbeddedServer(SocketClients):
         """Send SHUTDOWN without waiting for the process: `stop` waits."""
         if self._process is None:
             return
-        with contextlib.suppress(valkey.ConnectionError, valkey.ResponseError):
-            self.client.execute_command("SHUTDOWN")
-        self._drop_client()
+        self.shutdown()
 
     def stop(self) -> None:
         """Graceful: SHUTDOWN (the AOF is already fsynced), then wait for the process to end."""
         process = self._process
         if process is None:
             return
-        with contextlib.suppress(valkey.ConnectionError, valkey.ResponseError):
-            self.client.execute_command("SHUTDOWN")
-        self._drop_client()
+        self.shutdown()
         try:
             process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
