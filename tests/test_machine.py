@@ -43,6 +43,26 @@ def test_the_seed_alone_decides_the_histories() -> None:
     assert len(first) == 60  # every valid run is a history: the budget counts them exactly
 
 
+def test_every_run_the_machine_draws_is_a_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No run is drawn to be thrown away: the engine's mutations, replayed unextended, overran (41%
+    of the runs), and they are off while the machine runs; on again after it (Hypothesis's own)."""
+    from hypothesis.internal.conjecture import engine
+
+    before = engine.ConjectureRunner.generate_mutations_from
+    runs = Counter[str]()
+    teardown = QueueMachine.teardown
+
+    def counted(machine: QueueMachine) -> None:
+        runs["drawn"] += 1
+        runs["overran"] += machine.choices is not None and machine.choices.frozen
+        teardown(machine)
+
+    monkeypatch.setattr(QueueMachine, "teardown", counted)
+    histories = drawn(examples=150)
+    assert len(histories) == 150 and runs == {"drawn": 150, "overran": 0}
+    assert engine.ConjectureRunner.generate_mutations_from is before
+
+
 def test_every_history_is_loadable_and_its_claims_paired() -> None:
     for history in drawn(examples=150):
         assert history.steps
