@@ -215,7 +215,7 @@ class EmbeddedServer(SocketClients):
                     close_fds=False,
                 )  # fmt: skip
             else:
-                self._process = self._forked(command_line, env, ready_write)
+                self._process = self._forked(command_line, env, ready_write, log_offset)
         except BaseException:
             self._close_ready()
             raise
@@ -223,11 +223,12 @@ class EmbeddedServer(SocketClients):
             os.close(ready_write)
         return log_offset, port
 
-    def _forked(self, command_line: list[str], env: dict[str, str], ready_write: int) -> ForkedServer:
-        """A server forked by this server's zygote, made (again) for this command line: a zygote
-        that died (or never started: a bad clock file, say) is one start failure, as an exec's."""
+    def _forked(self, command_line: list[str], env: dict[str, str], ready_write: int, log_offset: int) -> ForkedServer:
+        """A server forked by this server's zygote, made (again) for this command line and
+        environment: a zygote that died (or never started: a bad clock file, say) is one start
+        failure, as an exec's."""
         zygote = self._zygote
-        if zygote is None or zygote.command_line != command_line or not zygote.alive:
+        if zygote is None or (zygote.command_line, zygote.env) != (command_line, env) or not zygote.alive:
             if zygote is not None:
                 zygote.close()
             self._zygote = zygote = Zygote(command_line, env, self._stderr)
@@ -235,7 +236,7 @@ class EmbeddedServer(SocketClients):
             return zygote.spawn(ready_write, self._stderr)
         except ZygoteGone as gone:
             self._zygote = None
-            raise self._start_failure(gone.returncode, self._stderr_text(), 0, None) from None
+            raise self._start_failure(gone.returncode, self._stderr_text(), log_offset, None) from None
 
     def _stderr_text(self) -> str:
         try:

@@ -42,6 +42,7 @@ class Zygote:
 
     def __init__(self, command_line: Sequence[str], env: Mapping[str, str], stderr: int) -> None:
         self.command_line = list(command_line)
+        self.env = dict(env)  # what its children run with (besides the socket's variable)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
