@@ -107,6 +107,19 @@ def test_bad_settings_are_one_clear_error(env: dict[str, str], project: str | No
     assert "\n" not in str(problem.value)
 
 
+def test_a_pair_from_an_older_compose_file_is_told_apart_by_its_clock() -> None:
+    """Servers given the clock file run on the harness's clock; an older file's (libfaketime's
+    timestamp file) do not, and attaching to them is refused with how to bring the pair up again."""
+
+    class Container:
+        def __init__(self, env: list[str] | None) -> None:
+            self.attrs = {"Config": {"Env": env}}
+
+    assert compose._reads_the_clock_file(Container(["TZ=UTC", "DIFFTEST_CLOCK_FILE=/clock/frozen-ms"]))
+    assert not compose._reads_the_clock_file(Container(["FAKETIME_TIMESTAMP_FILE=/clock/faketime", "TZ=UTC"]))
+    assert not compose._reads_the_clock_file(Container(None))
+
+
 def test_the_attach_backend_names_its_project() -> None:
     assert attached_project(attach_backend("p1")) == "p1"
     assert attached_project(attach_backend(None)) == ""  # found when attaching

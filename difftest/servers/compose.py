@@ -26,7 +26,7 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import CLOCK_BYTES, FrozenClock
+from difftest.clock import CLOCK_BYTES, CLOCK_VARIABLE, FrozenClock
 from difftest.clock import CLOCK_FILE as CLOCK_FILE  # the name in the pair's clock directory
 from difftest.problems import SetupProblem
 from difftest.servers.clients import Address
@@ -310,6 +310,17 @@ def _file_in(container: Any, path: str) -> bytes:
         return extracted.read() if extracted is not None else b""
 
 
+def _reads_the_clock_file(container: Any) -> bool:
+    """Whether a server container runs on the clock file this harness moves (docker-compose.yml
+    gives it CLOCK_VARIABLE; an older file gave libfaketime a timestamp file instead)."""
+    environment = container.attrs.get("Config", {}).get("Env") or []
+    return any(entry.startswith(f"{CLOCK_VARIABLE}=") for entry in environment)
+
+
+def _project_option(project: str) -> str:
+    return "" if project == DEFAULT_PROJECT else f" --project {project}"
+
+
 class AttachedPair:
     """A running compose pair the harness replays on; one harness at a time (a lock file)."""
 
@@ -332,6 +343,14 @@ class AttachedPair:
                 "bring it up again with 'difftest servers up'"
             )
         self.clock_dir = Path(str(next(iter(mounts.values()))))
+        older = [service for service, c in self.containers.items() if not _reads_the_clock_file(c)]
+        if older:
+            option = _project_option(self.project)
+            raise SetupProblem(
+                f"the pair of project {self.project} was brought up from an older docker-compose.yml, whose "
+                f"servers ({', '.join(older)}) keep their clock another way: bring it down and up again "
+                f"(difftest servers down{option}; difftest servers up{option})"
+            )
         self._lock = self._take_lock()
 
     def _take_lock(self) -> Any:
