@@ -5,9 +5,10 @@ All figures come from one run on the same machine, so the ratios hold even when 
 noisy. Per mix: generation-only and compared steps/s, and the cost per step of each stage in µs
 (generate: Hypothesis drawing the histories; send: the steps and their keyspace walks on both
 servers, round trips included; walk: reading the walks into snapshots; judge: building each
-observation and judging it; restart: stopping and starting both servers, reconnecting; clock:
-moving and confirming the frozen clock; reset: flushing between histories; resync: the Lua
-server taking the native's keyspace; other: what the compared run spent outside the replay).
+observation and judging it; restart: stopping and starting the native server, reconnecting;
+clock: moving the frozen clock; reset: flushing between histories and checking each server's clock;
+resync: the Lua server taking the native's keyspace; other: what the compared run spent outside the
+replay). The servers' CPU counts each zygote's reaped children (every server start it forked).
 
 `--replicas` adds the cost of a replica beside each server (`difftest run --replicas`): per mix, each
 history replayed on a pair without replicas and at once on a pair with them, and the ratio of the
