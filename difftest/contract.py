@@ -8,7 +8,7 @@ met. The fold in `difftest/judge.py` applies them; nothing here reads a server.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from difftest.commands import SETS, TRANSITIONS, Layout, Rows, Transition, Verb
@@ -393,6 +393,23 @@ def rule_d2(view: StepView) -> RuleResult:
     return _both(lua_ok, _native_refused(view, problem))
 
 
+LUA_EXACT_INTEGERS = 2**53  # a Lua number (a double) holds every integer up to this, and not all beyond
+
+
+def lua_number(count: int) -> int:
+    """A count as the retired scripts reply it: through a Lua number, so past 2^53 the double nearest
+    it (N5; docs/decisions.md, "Lua number precision")."""
+    return count if abs(count) <= LUA_EXACT_INTEGERS else int(float(count))
+
+
+def _as_the_script_replies(expected: Outcome) -> Outcome:
+    """A CLAIM's outcome as the script gives it: its reply's attempts a Lua number, the rows alike."""
+    reply = expected.reply
+    if isinstance(reply, list) and len(reply) == 3 and isinstance(reply[2], int):
+        return replace(expected, reply=[reply[0], reply[1], lua_number(reply[2])])
+    return expected
+
+
 def rule_d1(view: StepView) -> RuleResult:
     """A split claim whose Lua read (at its begin) decided otherwise than the native decides on the
     state at its end: a PAUSE, a RESUME or a write to meta landed between."""
@@ -409,7 +426,9 @@ def rule_d1(view: StepView) -> RuleResult:
     claimed = claim(view.before, view.guarded.layout, int(lease), view.now_ms)
     empty = Outcome([], view.before)
     lua_check = (
-        _exact("lua", view.lua_reply, view.lua_after, empty) if stale_paused else _lua_class_or_exact(view, claimed)
+        _exact("lua", view.lua_reply, view.lua_after, empty)
+        if stale_paused
+        else _lua_class_or_exact(view, _as_the_script_replies(claimed))  # past 2^53: N5's rounding
     )
     if native == "error":
         problem = meta_problem(view)
@@ -625,9 +644,6 @@ def rule_d3(view: StepView) -> RuleResult:
     return _native_refused(view, native_code if native_code in faults else code)
 
 
-LUA_EXACT_INTEGERS = 2**53  # a Lua number (a double) holds every integer up to this, and not all beyond
-
-
 def rule_n5(view: StepView) -> RuleResult:
     """The retired CLAIM returns `attempts` through a Lua number (docs/decisions.md, "Lua number
     precision"): past 2^53 its reply is the double nearest the count, while the row, incremented by
@@ -641,7 +657,7 @@ def rule_n5(view: StepView) -> RuleResult:
     assert view.guarded is not None
     counted = (hash_fields(view.lua_after, view.guarded.layout.row(lua[0])) or {}).get(b"attempts", b"")
     count = int(counted) if counted.lstrip(b"-").isdigit() else None
-    if count is None or abs(count) <= LUA_EXACT_INTEGERS or int(float(count)) == count or lua[2] != int(float(count)):
+    if count is None or lua_number(count) == count or lua[2] != lua_number(count):
         return None  # a count a double holds, or a reply rounding does not explain: judged as before
     if not (isinstance(native, list) and len(native) == 3 and native[2] == count):
         return False, f"native should answer attempts {count} exactly, answered {native!r}"

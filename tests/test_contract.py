@@ -7,7 +7,7 @@ from typing import Any
 
 from difftest import errors, observations
 from difftest.calls import Call
-from difftest.contract import ALTERNATIVES, RULES, StepView, Verdict, candidates, verdict_of
+from difftest.contract import ALTERNATIVES, RULES, StepView, Verdict, candidates, lua_number, verdict_of
 from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
 from difftest.judge import JudgeState, expected_epochs
 from difftest.judge import judge as judge_step
@@ -121,6 +121,13 @@ def test_n5_a_claims_attempts_past_2_53_rounded_only_in_the_scripts_reply() -> N
     # at or below 2^53 a double is exact: any difference there is judged as before
     small = ks(active=Z(j1=NOW + 10), job__j1=H(payload=b"p", attempts=b"8", state=b"active"))
     assert judge(view(step("CLAIM", 10), before, [b"j1", b"p", 7], [b"j1", b"p", 8], small, small)).kind == "divergence"
+
+
+def test_a_count_as_the_scripts_reply_it_is_a_lua_number() -> None:
+    """N5's rounding, which D1's Lua side meets too (a stale claim past 2^53, found by a null run)."""
+    assert [lua_number(n) for n in (7, 2**53, -(2**53), 2**53 + 1, 2**53 + 3, -(2**53) - 1)] == [
+        7, 2**53, -(2**53), 2**53, 2**53 + 4, -(2**53)
+    ]  # fmt: skip
 
 
 def test_d6_the_server_refuses_a_caller_denied_a_key_before_the_arguments() -> None:

@@ -36,6 +36,7 @@ EXPECTED_RULES = {
     "claim_ghost_by_a_write_only_row_caller.jsonl": {},
     "d7_lua_stops_at_an_earlier_members_destination.jsonl": {"D7": 1},
     "n5_claim_attempts_past_2_53.jsonl": {"N5": 2},
+    "d1_n5_stale_claim_past_2_53.jsonl": {"D1": 1},
 }
 
 
