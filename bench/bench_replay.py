@@ -295,6 +295,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     figures: list[Figure] = []
+    cores = os.sched_getaffinity(0)  # the campaigns get them back: --pin confines this process only
     if args.mixes:
         if args.pin:
             print(f"pinned to core {pin_to_core(args.core)}")
@@ -310,6 +311,7 @@ def main() -> None:
         print_replica_costs(costs)
     runs: list[Campaign] = []
     if args.campaigns:
+        os.sched_setaffinity(0, cores)  # else two workers would share the one pinned core
         runs.append(campaign("local, 1 worker", args.campaigns, 1, "local"))
         runs.append(campaign("local, 2 workers", args.campaigns, 2, "local"))
         if docker_answers():
