@@ -53,7 +53,6 @@ class SocketClients:
 
     socket_path: Path
     _client: valkey.Valkey | None = None
-    _clock: socket.socket | None = None  # a raw connection for TIME alone (`send_time`, `read_time`)
 
     @property
     def address(self) -> Address:
@@ -84,9 +83,6 @@ class SocketClients:
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self._clock is not None:
-            self._clock.close()
-            self._clock = None
 
     @property
     def run_id(self) -> str:
@@ -128,38 +124,6 @@ class SocketClients:
         with contextlib.suppress(OSError), self._raw_connection() as probe:
             probe.sendall(b"SHUTDOWN\r\n")
             probe.recv(256)
-
-    def send_time(self) -> None:
-        """Ask the server's time on a raw connection of its own; `read_time` reads the answer. The
-        group asks all its servers at once, then reads them: one round trip for all, and no client
-        library on the way (the clock is confirmed at every advance and every history)."""
-        try:
-            if self._clock is None:
-                self._clock = self._raw_connection()
-            self._clock.sendall(b"*1\r\n$4\r\nTIME\r\n")
-        except OSError as lost:
-            self._drop_client()
-            raise valkey.ConnectionError(f"TIME could not be sent: {lost}") from lost
-
-    def read_time(self) -> int:
-        """The server's time in ms, answering `send_time`."""
-        reply = b""
-        try:
-            assert self._clock is not None
-            # *2, $10, seconds, $n, microseconds: five lines
-            while reply.count(b"\r\n") < 5:
-                chunk = self._clock.recv(64)
-                if not chunk:
-                    raise OSError("connection closed")
-                reply += chunk
-        except OSError as lost:
-            self._drop_client()
-            raise valkey.ConnectionError(f"TIME was not answered: {lost}") from lost
-        lines = reply.split(b"\r\n")
-        if lines[0] != b"*2":
-            self._drop_client()
-            raise valkey.ResponseError(f"TIME answered {reply!r}")
-        return int(lines[2]) * 1000 + int(lines[4]) // 1000
 
     def await_aof_rewrite(self) -> None:
         """Until no AOF rewrite is running or scheduled (a scheduled one forks when another child

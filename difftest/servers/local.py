@@ -469,15 +469,12 @@ class ServerGroup:
         self.clock.set(ms)
 
     def confirm_clock(self) -> None:
-        """Check that every running server reads the frozen millisecond now (one round trip for
-        the group): a server that does not has not loaded the clock library, and no step may run."""
+        """Check that every running server reads the frozen millisecond now: a server that does not
+        has not loaded the clock library, and no step may run on it. (The replay checks the same in
+        its reset's round trip.)"""
         expected = self.clock.now_ms
-        running = [server for server in self.servers if server.running]
-        for server in running:
-            server.send_time()
-        for server in running:
-            ms = server.read_time()
-            if ms != expected:
+        for server in self.servers:
+            if server.running and (ms := server.time_ms()) != expected:
                 raise RuntimeError(
                     f"{server.name} reads {ms} ms, not the frozen {expected} ms: is the clock library preloaded?"
                 )
