@@ -4,7 +4,9 @@ built from the command table and the value domains (difftest/domains.py).
 A campaign replays it as Hypothesis's explicit examples in its first batch, before generating: every
 bound, every value class of every field a transition reads, every key a transition writes made of
 another type, every permission on every key it reaches, ids, payloads and errors at their edges and
-long-lived counters are met at least once whatever the seed. The generator draws the same classes at
+long-lived counters are met at least once whatever the seed; so are the reply kinds, sweep verdicts
+and contract rows the generator meets only by chance (`_behaviours`), so that every label coverage.py
+requires is reached by any campaign, `--examples 1` too. The generator draws the same classes at
 random beside everything else, in combinations no corpus lists.
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Iterator
 from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition, Verb
-from difftest.history import SCRIPTS, Advance, CallStep, History, RawWrite, Step
+from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Step
 from strategies.histories import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -209,6 +211,25 @@ def _upgrades() -> Iterator[History]:
                    CallStep(_call(Verb.SWEEP), executor=SCRIPTS), Advance(10), CallStep(_call(Verb.SWEEP)))  # fmt: skip
 
 
+def _behaviours() -> Iterator[History]:
+    """The required labels outside the classes that the prelude and the histories above leave unmet:
+    each reply kind, sweep verdict and contract row the generator only meets by chance, so that a
+    campaign of any seed and budget (--examples 1 too) reaches every required label."""
+    yield _history("reply:PAUSE:already", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.PAUSE)))
+    yield _history("reply:RESUME:resumed", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.RESUME)))
+    yield _history("reply:REVIVE:not-dead", CallStep(_call(Verb.REVIVE, SPARE)))  # j4 is pending, not dead
+    # an active member whose row another writer removed: the sweep counts it a ghost
+    yield _history("sweep:ghost", RawWrite((b"DEL", LAYOUT.row(HELD))), CallStep(_call(Verb.SWEEP)))
+    # a PAUSE between the Lua host's paused? read and its script: the script still claims j4
+    yield _history("contract:D1", BeginClaim("A", _call(Verb.CLAIM)), CallStep(_call(Verb.PAUSE), worker="B"),
+                   EndClaim("A"))  # fmt: skip
+    # a caller denied the pending set claims from a paused queue: the Lua host answers from its read
+    user = domains.acl_user("pending", "none")
+    yield _history("contract:N3", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.CLAIM), user),
+                   users={user: USERS[user]})  # fmt: skip
+
+
 def class_corpus() -> list[History]:
     """Every directed history, in a fixed order."""
-    return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades()]
+    return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
+            *_behaviours()]  # fmt: skip

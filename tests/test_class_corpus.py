@@ -63,13 +63,15 @@ def test_each_corpus_history_meets_its_own_class_and_the_executors_agree(replaye
         label = history.note.removeprefix(CORPUS_NOTE).split(" ")[0]
         assert got[label] > 0, f"{history.note}: its label was not reached"
         reached.update(got)
-    assert [label for label in CLASS_LABELS if reached[label] == 0] == []
+    # the corpus alone reaches every required label, the classes and the rarer behaviours alike
+    assert [label for label in REQUIRED if reached[label] == 0] == []
 
 
 def test_the_first_batch_replays_the_corpus_and_the_budget_counts_generated_histories(tmp_path: Path) -> None:
-    config = CampaignConfig(seed=7, module=DEFAULT_MODULE, reports=tmp_path / "run", examples=5, workers=1,
+    # one generated history: the corpus still reaches every required label, whatever the seed
+    config = CampaignConfig(seed=7, module=DEFAULT_MODULE, reports=tmp_path / "run", examples=1, workers=1,
                             pin=False, database=None)  # fmt: skip
     result = run_campaign(config)
-    assert result.histories == 5 and not result.failures
+    assert result.histories == 1 and not result.failures
     reached = result.labels
-    assert [label for label in CLASS_LABELS if reached[label] == 0] == []
+    assert [label for label in REQUIRED if reached[label] == 0] == []
