@@ -16,6 +16,8 @@ lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	.venv/bin/zizmor --offline --no-progress .github/workflows/
+	.venv/bin/actionlint .github/workflows/nightly.yml
 
 bench: setup
 	.venv/bin/python bench/bench_replay.py

@@ -6,12 +6,17 @@ import contextlib
 import io
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from functools import cache
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from difftest.cli import build_parser, subcommands
-from tests.workflow import ROOT, every_command, input_defaults, job_commands, load, triggers
+from tests.workflow import ROOT, WORKFLOW, every_command, input_defaults, job_commands, load, triggers
 
 DIFFTEST = ".venv/bin/difftest"
 # the nightly's own helper (standard library only: the plan job runs it before any set-up)
@@ -182,3 +187,62 @@ def test_the_readme_shows_the_same_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     for written, _ in workflow_commands():
         assert written in readme, f"README.md does not show the workflow's command {written!r}"
+
+
+# ---- supply chain: pinned actions, no credentials left in the checkout, the two linters -------------------
+
+# `uses: owner/name@<40 hex> # v1.2.3`: a tag can be moved to other code, a commit cannot; the comment
+# says which release the hash is (and lets a bump tool read it)
+PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s+[\w.-]+/[\w./-]+@[0-9a-f]{40}\s+#\s+v\d+(?:\.\d+)*\s*$")
+
+
+def unpinned(text: str) -> list[str]:
+    """The `uses:` lines of a workflow's text not pinned to a full commit hash with its version beside it."""
+    return [line.strip() for line in text.splitlines() if re.match(r"^\s*(?:-\s+)?uses:", line)
+            and not PINNED.match(line)]  # fmt: skip
+
+
+def persisting_checkouts(document: dict[str, Any]) -> list[str]:
+    """The checkout steps that leave the job's token in .git/config (then in any artifact of the tree)."""
+    return [f"{name}: {step['uses']}" for name, job in document["jobs"].items() for step in job["steps"]
+            if str(step.get("uses", "")).startswith("actions/checkout@")
+            and (step.get("with") or {}).get("persist-credentials") is not False]  # fmt: skip
+
+
+def test_every_action_is_pinned_to_a_commit_and_no_checkout_keeps_the_token() -> None:
+    text = WORKFLOW.read_text()
+    assert re.search(r"^\s*(?:-\s+)?uses:", text, re.MULTILINE), "no uses: line found"
+    assert unpinned(text) == []
+    assert persisting_checkouts(load()) == []
+    # the checks themselves refuse what they are there to refuse: a tag, a short hash, no version comment
+    hashed = "a" * 40
+    bad = ["- uses: actions/checkout@v4", f"  uses: actions/checkout@{hashed[:39]} # v4",
+           f"- uses: actions/checkout@{hashed}", f"- uses: actions/checkout@{hashed} # main"]  # fmt: skip
+    assert unpinned("\n".join([*bad, f"- uses: actions/checkout@{hashed} # v4.4.0"])) == [b.strip() for b in bad]
+    steps = [{"uses": f"actions/checkout@{hashed}"},
+             {"uses": f"actions/checkout@{hashed}", "with": {"persist-credentials": "false"}},
+             {"uses": f"actions/checkout@{hashed}", "with": {"persist-credentials": False}}]  # fmt: skip
+    assert len(persisting_checkouts({"jobs": {"j": {"steps": steps}}})) == 2
+
+
+def _linter(name: str) -> str:
+    """The linter beside this interpreter (the dev extras install it in .venv) or on PATH; skip without it."""
+    here = Path(sys.executable).with_name(name)
+    found = str(here) if here.is_file() else shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (pip install -e '.[dev]' installs it)")
+    return found
+
+
+def test_zizmor_finds_nothing() -> None:
+    # --offline: the audits that need no GitHub API (unpinned uses, persisted credentials, injections...)
+    done = subprocess.run([_linter("zizmor"), "--offline", "--no-progress", str(WORKFLOW.parent)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No findings" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_actionlint_finds_nothing() -> None:
+    done = subprocess.run([_linter("actionlint"), "-no-color", str(WORKFLOW)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
