@@ -360,7 +360,7 @@ def _shard(text: str | None) -> tuple[int, int]:
 
 
 def _summary_of(directory: Path) -> dict[str, object]:
-    from difftest.reports import SUMMARY
+    from difftest.reports import SUMMARY, VERDICTS
 
     path = directory / SUMMARY
     if not path.is_file():
@@ -372,6 +372,11 @@ def _summary_of(directory: Path) -> dict[str, object]:
     if not isinstance(document, dict):
         raise SetupProblem(f"{path} holds a JSON {type(document).__name__}, not the object difftest run writes: "
                            "pass a run directory, or run the campaign again")  # fmt: skip
+    verdict = document.get("verdict")
+    if verdict not in VERDICTS:  # a page must never draw a verdict the run did not reach
+        said = "has no verdict" if verdict is None else f"has the verdict {json.dumps(verdict)[:40]}"
+        raise SetupProblem(f"{path} {said}, not one difftest writes ({', '.join(VERDICTS)}): "
+                           "restore the file from its run, or run the campaign again")  # fmt: skip
     return document
 
 

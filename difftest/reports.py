@@ -21,6 +21,7 @@ from difftest.campaign import BatchRecord, CampaignResult
 from difftest.exampledb import describe
 
 SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "report.html"
+VERDICTS = ("agree", "divergence", "interrupted", "void")  # every verdict a summary can carry
 
 
 def verdict(divergences: list[Any], interrupted: bool, histories: int | None = None) -> str:

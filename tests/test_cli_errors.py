@@ -299,8 +299,12 @@ def test_an_unexpected_exception_is_exit_70_with_its_traceback_in_a_log(
 
 @pytest.mark.parametrize(
     ("text", "needle"),
-    [("[1, 2]", "holds a JSON list"), ('{"budget": 5}', "not in the shape"), ("{not json", "cannot be read"),
-     ('{"divergences": [{"artifact": 3}], "coverage": []}', "not in the shape")],
+    [("[1, 2]", "holds a JSON list"), ('{"verdict": "agree", "budget": 5}', "not in the shape"),
+     ("{not json", "cannot be read"),
+     ('{"verdict": "divergence", "divergences": [{"artifact": 3}], "coverage": []}', "not in the shape"),
+     ('{"seed": 3, "histories": 40}', "has no verdict, not one difftest writes"),
+     ('{"verdict": "banana"}', 'has the verdict "banana", not one difftest writes'),
+     ('{"verdict": ["agree"]}', "not one difftest writes")],
 )  # fmt: skip
 def test_report_on_a_malformed_summary_is_one_line(
     text: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
