@@ -98,12 +98,18 @@ def shard_spec(text: str) -> str:
     return text.strip()
 
 
+MODULE_FIX = "build the module with 'make setup' (or cargo build --release) and pass its libemq_native.so"
+
+
 def module_file(text: str) -> Path:
-    """An argparse type: an existing file, made absolute (the server runs in its own directory)."""
+    """An argparse type: a whole ELF shared object for this host, made absolute (the server runs in
+    its own directory); else one line now, not a fragment of a server's log later."""
+    from difftest.preflight import module_problem
+
     path = Path(text).expanduser().absolute()
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text}: no such file; build the module with 'make setup' "
-                                         "(or cargo build --release) and pass its libemq_native.so")  # fmt: skip
+    problem = module_problem(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}; {MODULE_FIX}")
     return path
 
 
@@ -117,9 +123,14 @@ def scripts_directory(text: str) -> Path:
 
 
 def _check_module(path: Path) -> None:
-    """The default module (a type function only sees what is typed) must exist too."""
-    if not path.is_file():
+    """The default module (a type function only sees what is typed) must exist and load here too."""
+    from difftest.preflight import module_problem
+
+    if not path.exists():
         raise SetupProblem(f"module {path} does not exist: build it with 'make setup' or pass --module PATH")
+    problem = module_problem(path)
+    if problem is not None:
+        raise SetupProblem(f"module {path} {problem}: {MODULE_FIX}, or pass --module PATH")
 
 
 def _writable_parent(path: Path) -> Path | None:
@@ -518,13 +529,21 @@ def command_servers(args: argparse.Namespace) -> int:
 
 
 MUTANTS_HELP = ("-h", "--help")
+MUTANTS_BAD_ARGUMENTS = 3  # the runner's own code for bad arguments (mutants/README.md)
 
 
 def command_mutants(argv: Sequence[str]) -> int:
     """`difftest mutants ...`: the catalogue runner, every argument passed on unchanged."""
+    from difftest.preflight import check_environment
     from mutants.__main__ import main as mutants_main
 
     rest = list(argv)
+    if not set(rest) & set(MUTANTS_HELP):
+        try:  # the campaigns' variables, like the runner's flags: one line before anything starts
+            check_environment(os.environ)
+        except SetupProblem as problem:
+            print(f"difftest: {problem}", file=sys.stderr)
+            return MUTANTS_BAD_ARGUMENTS
     if rest[:1] != ["merge"] and set(rest) & set(MUTANTS_HELP):
         # this command's paragraph, examples and exit codes, then the runner's own options
         print(subcommands(build_parser())["mutants"].format_help())
@@ -871,6 +890,7 @@ def _lost_connection(problem: Exception) -> bool:
     return isinstance(problem, ValkeyConnectionError | ConnectionResetError | BrokenPipeError)
 
 
+SERVER_COMMANDS = ("run", "replay", "scenario", "servers")  # the commands that start or reach servers
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": command_run, "scenario": command_scenario, "replay": command_replay, "servers": command_servers,
     "merge": command_merge, "report": command_report,
@@ -887,8 +907,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)  # bad options: one line from _Parser.error
         except SystemExit as leaving:  # --help (0) or a bad option (2): a code, like every other way out
             return leaving.code if isinstance(leaving.code, int) else EXIT_SETUP
+        from difftest.preflight import check_environment
         from difftest.valkeys import for_command
 
+        if args.command in SERVER_COMMANDS:  # the variables, like flags: one line before anything starts
+            check_environment(os.environ, servers=getattr(args, "attach", None) is None)
         # SIGTERM unwinds like Ctrl-C: servers and files removed; --valkey's servers installed first
         with sigterm_as_interrupt(), for_command(args):
             return HANDLERS[args.command](args)

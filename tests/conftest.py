@@ -44,6 +44,21 @@ def native(native_server: EmbeddedServer) -> Iterator[NativeSide]:
     side.close()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The variables difftest and this suite read, checked like flags: a bad one is one line before
+    any test starts (pytest's usage error), not a silent default or a failure in every test."""
+    import os
+
+    from difftest.preflight import campaign_examples, check_environment
+    from difftest.problems import SetupProblem
+
+    try:
+        check_environment(os.environ)
+        campaign_examples(os.environ)
+    except SetupProblem as problem:
+        raise pytest.UsageError(str(problem)) from None
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After the whole run (in the controlling process): no container, network or volume of the
     project is left (a compose pair the user keeps running is theirs, not the tests')."""

@@ -98,6 +98,75 @@ def test_an_unknown_database_scheme_in_the_environment_names_the_variable(
     one_line(err, "DIFFTEST_DATABASE", "http://db-host/0", "unknown scheme")
 
 
+BAD_ENVIRONMENT = [
+    ("DIFFTEST_FASTBOOT", "maybe", ["DIFFTEST_FASTBOOT='maybe'", "neither 0 nor 1"]),
+    ("DIFFTEST_ZYGOTE", "2", ["DIFFTEST_ZYGOTE='2'", "neither 0 nor 1"]),
+    ("DIFFTEST_WALKER", "rust", ["DIFFTEST_WALKER='rust'", "'module'", "'lua'"]),
+    ("DIFFTEST_PROGRESS_SECONDS", "soon", ["DIFFTEST_PROGRESS_SECONDS='soon'", ">= 0"]),
+    ("DIFFTEST_VALKEY_VERSION", "7.2", ["DIFFTEST_VALKEY_VERSION", "'7.2'", "9.1.2"]),
+    ("DIFFTEST_VALKEY_SERVER", "/bin/true", ["/bin/true is not a valkey-server", "(GNU coreutils)", "unset it"]),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "needles"), BAD_ENVIRONMENT)
+def test_a_bad_environment_variable_is_one_line_and_exit_2_before_anything_starts(
+    name: str, value: str, needles: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv(name, value)
+    reports = tmp_path / "reports"
+    history = str(ROOT / "tests/histories/d2_meta_error.jsonl")
+    for command in (["run", "--examples", "1", "--no-database"], ["replay", history], ["scenario"]):
+        code, out, err = outcome([*command, "--reports", str(reports)], capsys)
+        assert code == EXIT_SETUP, (command, out)
+        line = one_line(err, *needles)
+        assert "\\n" not in line and len(line) < 300
+        assert not reports.exists(), "nothing started, no run directory"
+
+
+def test_the_suite_reads_its_campaign_budget_like_a_flag() -> None:
+    from difftest.preflight import campaign_examples
+    from difftest.problems import SetupProblem
+
+    assert campaign_examples({}) == 40 and campaign_examples({"DIFFTEST_CAMPAIGN_EXAMPLES": "2_000"}) == 2000
+    for bad in ("x", "0", "-4", "1.5"):
+        with pytest.raises(SetupProblem, match="DIFFTEST_CAMPAIGN_EXAMPLES"):
+            campaign_examples({"DIFFTEST_CAMPAIGN_EXAMPLES": bad})
+
+
+def _elf_copy(tmp_path: Path, name: str, edit: Callable[[bytearray], bytearray]) -> Path:
+    copy = tmp_path / name
+    copy.write_bytes(bytes(edit(bytearray(DEFAULT_MODULE.read_bytes()))))
+    return copy
+
+
+def _aarch64(data: bytearray) -> bytearray:
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine: EM_AARCH64
+    return data
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [(lambda tmp: tmp, "is a directory, not a module file"),
+     (lambda tmp: _elf_copy(tmp, "arm.so", _aarch64), "is built for aarch64, not this host's x86_64"),
+     (lambda tmp: _elf_copy(tmp, "cut.so", lambda d: d[: len(d) // 2]), "is cut short"),
+     (lambda tmp: _elf_copy(tmp, "text.so", lambda d: bytearray(b"#!/bin/sh\n")), "is not an ELF shared object"),
+     (lambda tmp: _elf_copy(tmp, "tiny.so", lambda d: d[:30]), "is cut short")],
+)  # fmt: skip
+def test_a_module_that_cannot_load_here_is_refused_up_front(
+    make: Callable[[Path], Path], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.uname().machine != "x86_64" and "aarch64" in needle:
+        pytest.skip("the foreign machine of this case is this host's")
+    module = make(tmp_path)
+    for command in (["run", "--examples", "1"], ["replay", str(ROOT / "tests/histories/d2_meta_error.jsonl")],
+                    ["scenario"], ["servers", "build"]):  # fmt: skip
+        code, _, err = outcome([*command, "--module", str(module), "--reports", str(tmp_path / "r")], capsys)
+        assert code == EXIT_SETUP, command
+        one_line(err, "--module", str(module), needle, "make setup")
+    assert not (tmp_path / "r").exists()
+
+
 def test_an_unwritable_reports_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")

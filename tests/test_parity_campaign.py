@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from difftest.campaign import CampaignConfig, run_campaign
+from difftest.preflight import campaign_examples
 from executors.native.adapter import DEFAULT_MODULE
 
 SHARDS = 4
-EXAMPLES = int(os.environ.get("DIFFTEST_CAMPAIGN_EXAMPLES", "40"))
+EXAMPLES = campaign_examples(os.environ)  # checked (one line) by conftest.py before any test starts
 SEED = int(os.environ.get("DIFFTEST_CAMPAIGN_SEED", "20261202"))
 
 

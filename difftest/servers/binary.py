@@ -54,7 +54,9 @@ def server_version(binary: Path) -> tuple[int, int, int]:
         raise SetupProblem(f"cannot run {binary}: {exc}") from exc
     match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
     if not match:
-        raise SetupProblem(f"{binary} is not a valkey-server (--version said {out.strip()!r})")
+        said = (out.strip().splitlines() or ["nothing"])[0][:80]  # its first line: what it is, on one line
+        raise SetupProblem(f"{binary} is not a valkey-server (its --version said: {said}): point "
+                           "DIFFTEST_VALKEY_SERVER at a valkey-server binary, or unset it")  # fmt: skip
     major, minor, patch = (int(part) for part in match.groups())
     return major, minor, patch
 
