@@ -15,6 +15,7 @@ from typing import Any
 
 from difftest import history as hist
 from difftest.calls import Call
+from difftest.events import show
 from difftest.history import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
 from difftest.replay import Divergence, ReplayResult
 from difftest.replies import Reply
@@ -67,7 +68,7 @@ def by_hand(history: History) -> list[str]:
 
 def _render(divergence: Divergence, history: History) -> str:
     step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
-    kind = "PROPAGATION DIVERGENCE" if divergence.propagation is not None else "DIVERGENCE"
+    kind = {"propagation": "PROPAGATION DIVERGENCE", "events": "EVENTS DIVERGENCE"}.get(divergence.kind, "DIVERGENCE")
     out = [
         f"{kind} at step {divergence.index}: {step_json}",
         f"reason: {divergence.reason}",
@@ -83,6 +84,10 @@ def _render(divergence: Divergence, history: History) -> str:
         out += [f"  {r['key']}\n    primary: {r['lua']}\n    replica: {r['native']}" for r in rows] or ["  (none)"]
         out += ["", "keys that differ after the step (lua vs native, lease_epoch set aside):"]
     else:
+        if divergence.kind == "events":  # the keyspace notifications each server fired at the step, in order
+            out += ["events the lua server fired at this step:", *(f"  {e}" for e in show(divergence.lua_events))]
+            out += ["events the native server fired at this step:",
+                    *(f"  {e}" for e in show(divergence.native_events)), ""]  # fmt: skip
         out += ["keys that differ after the step (lua vs native, lease_epoch set aside):"]
     rows = key_diff(divergence.lua_after, divergence.native_after)
     out += [f"  {r['key']}\n    lua:    {r['lua']}\n    native: {r['native']}" for r in rows] or ["  (none)"]
@@ -104,7 +109,7 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
     prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
     trimmed = hist.only_users_called(replace(result.history, steps=prefix))
     expect = {"verdict": "divergence", "step": divergence.index, "reason": divergence.reason}
-    if divergence.propagation is not None:
+    if divergence.kind != "divergence":
         expect["kind"] = divergence.kind
     if result.replicas:  # replay runs as recorded: a replica beside each server (absent: none)
         expect["replicas"] = True
@@ -120,6 +125,9 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
         "key_diff": key_diff(divergence.lua_after, divergence.native_after),
         "rules_hit": dict(result.rules_hit),
     }
+    if divergence.kind == "events":
+        report["lua_events"] = show(divergence.lua_events)
+        report["native_events"] = show(divergence.native_events)
     (directory / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return directory
 

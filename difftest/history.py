@@ -16,6 +16,7 @@ from typing import Any, TypeAlias
 from difftest.calls import Call, as_bytes
 from difftest.clock import DEFAULT_START_MS, MAX_MS
 from difftest.commands import TRANSITIONS, queue_keys
+from difftest.events import flags_problem
 from difftest.guards import queue_of_base
 
 FORMAT = "difftest-history"
@@ -116,13 +117,22 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Notify:
+    """Keyspace notifications switched on both servers (`notify-keyspace-events`, the flags as
+    Valkey takes them; empty: off): from here each step's events are compared
+    (docs/decisions.md, "Keyspace notifications")."""
+
+    flags: str
+
+
+@dataclass(frozen=True)
 class RawWrite:
     """A plain command sent to both servers as the admin: how histories corrupt the keyspace."""
 
     command: tuple[bytes, ...]
 
 
-Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite
+Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify
 
 
 @dataclass(frozen=True)
@@ -206,6 +216,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
         return {"op": "advance", "ms": step.ms}
     if isinstance(step, Restart):
         return {"op": "crash" if step.crash else "restart"}
+    if isinstance(step, Notify):
+        return {"op": "notify", "flags": step.flags}
     return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
 
 
@@ -343,6 +355,15 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return Advance(_int_field(obj, "ms", where))
     if op in ("restart", "crash"):
         return Restart(crash=op == "crash")
+    if op == "notify":
+        flags = _require(obj, "flags", where)
+        if not isinstance(flags, str):
+            raise HistoryError(f"{where} field 'flags': expected a string of notify-keyspace-events flags "
+                               f'("KEA": every event on both channels; "": off), got {flags!r}')  # fmt: skip
+        problem = flags_problem(flags)
+        if problem is not None:
+            raise HistoryError(f"{where} field 'flags': {problem}")
+        return Notify(flags)
     if op == "raw":
         command = _require(obj, "command", where)
         if not isinstance(command, list) or not command:
@@ -353,7 +374,8 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
             raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
                                "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
         return RawWrite(parts)
-    raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, crash, raw)")
+    raise HistoryError(f"{where} field 'op': {op!r} is not a step "
+                       "(call, begin, end, advance, restart, crash, raw, notify)")  # fmt: skip
 
 
 def pairing_problems(

@@ -20,7 +20,8 @@ from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from difftest import lua_coverage
 from difftest.contract import RULES, Verdict, acl_probe_keys
-from difftest.history import Advance, History, Restart, Step
+from difftest.events import Events, events_problem
+from difftest.history import Advance, History, Notify, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
 from difftest.replicas import KIND as PROPAGATION
 from difftest.replicas import Propagation, Replicas, primary_options
@@ -41,6 +42,7 @@ AOF_COMPACT_BYTES = 256 * 1024
 AOF_COMPACT_BEFORE_RESTART_BYTES = 4 * 1024
 START_REWRITE, FINISH_REWRITE = "start", "finish"  # what the reset does about a server's AOF
 ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
+EVENTS = "events"  # a divergence's kind: the keyspace notifications of a step differ
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class Divergence:
     native_epochs: Epochs
     kind: str = "divergence"  # or "propagation": a replica that does not hold its primary's keyspace
     propagation: Propagation | None = None  # then: which side, and both keyspaces
+    # EVENTS: the keyspace notifications each server fired at the step differ (difftest/events.py)
+    lua_events: Events = ()
+    native_events: Events = ()
 
 
 @dataclass
@@ -90,16 +95,17 @@ class ReplayResult:
 
 def can_write(segment: list[Resolved]) -> bool:
     """Whether a segment holds a step that can write (a clock advance or a restart alone cannot)."""
-    return any(not (step.is_advance or step.is_restart) for step in segment)
+    return any(not (step.is_advance or step.is_restart or step.is_notify) for step in segment)
 
 
 def segments(steps: tuple[Resolved, ...], alone_from: int | None = None) -> list[list[Resolved]]:
-    """Runs of steps between clock advances and restarts; each of those stands alone, and so does
-    every step from index `alone_from` on (a round trip each: which step a server died at)."""
+    """Runs of steps between clock advances, restarts and notify steps; each of those stands alone,
+    and so does every step from index `alone_from` on (a round trip each: which step a server died at)."""
     out: list[list[Resolved]] = []
     current: list[Resolved] = []
     for step in steps:
-        if step.is_advance or step.is_restart or (alone_from is not None and step.index >= alone_from):
+        alone = alone_from is not None and step.index >= alone_from
+        if step.is_advance or step.is_restart or step.is_notify or alone:
             if current:
                 out.append(current)
             out.append([step])
@@ -263,6 +269,10 @@ class Replayer:
                     return self.replay(history, alone_from=segment[0].index)
                 return self._died(result, state, segment, native_out, death, started)
             mark = _lap(stages, "send", mark)
+            flags = self.native.notify_flags
+            if flags:  # each step's events, read from each subscriber up to the step's marker
+                lua_events, native_events = self.lua.events(lua_out), self.native.events(native_out)
+                mark = _lap(stages, "events", mark)
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
             propagation = None
@@ -289,9 +299,20 @@ class Replayer:
                     )  # fmt: skip
                     result.elapsed_s = time.perf_counter() - started
                     return result
+                resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
+                if flags:
+                    problem = events_problem(resolved, resyncs, flags, lua_events[position], native_events[position],
+                                             native_reply)  # fmt: skip
+                    if problem is not None:
+                        result.divergence = Divergence(
+                            resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,
+                            native_after, epochs, EVENTS, None, lua_events[position], native_events[position],
+                        )  # fmt: skip
+                        result.elapsed_s = time.perf_counter() - started
+                        return result
                 state = after_state
                 mark = _lap(stages, "judge", mark)
-                if verdict.rule and RULES[verdict.rule].resync:
+                if resyncs:
                     rest = segment[position + 1 :]
                     self._resync(state)
                     if rest:
@@ -299,6 +320,8 @@ class Replayer:
                         again = self.lua.run_steps(rest)
                         lua_results[position + 1 :] = self.lua.finish(again)
                         lua_out[position + 1 :] = again
+                        if flags:
+                            lua_events[position + 1 :] = self.lua.events(again)
                     mark = _lap(stages, "resync", mark)
             if propagation is not None:
                 return self._propagated(result, state, segment, propagation, started)
@@ -319,8 +342,12 @@ class Replayer:
             self.group.restart_all(crash=step.step.crash, only=[self.native_server])
             if self.replicas is not None:
                 self.replicas.relink()  # fresh replicas, synced before the segment writes anything
-            self.native.reconnect()
+            self.native.reconnect()  # notifications, if on, set again on the started server (Side.connect)
             return _lap(self.stages, "restart", mark)
+        if isinstance(step.step, Notify):
+            for side in (self.lua, self.native):
+                side.set_notify(step.step.flags)
+            return _lap(self.stages, "notify", mark)
         return mark
 
     def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
@@ -377,6 +404,7 @@ class Replayer:
         admin.send(commands)
         for _ in commands:
             admin.read()
+        self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
 
     def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:
         """Which derived keys the step's user may not read or write: asked of the server (ACL

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition
 from difftest.guards import GuardError, check_call
-from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, RawWrite, Restart, Step
+from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, Notify, RawWrite, Restart, Step
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Resolved:
     is_raw: bool = field(init=False, repr=False, compare=False)
     is_restart: bool = field(init=False, repr=False, compare=False)
     is_advance: bool = field(init=False, repr=False, compare=False)
+    is_notify: bool = field(init=False, repr=False, compare=False)  # keyspace notifications switched
 
     def __post_init__(self) -> None:
         step, call = self.step, self.call
@@ -66,6 +67,7 @@ class Resolved:
         derive(self, "is_raw", isinstance(step, RawWrite))
         derive(self, "is_restart", isinstance(step, Restart))
         derive(self, "is_advance", isinstance(step, Advance))
+        derive(self, "is_notify", isinstance(step, Notify))
 
 
 def guard(call: Call) -> Guarded | str:

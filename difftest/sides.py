@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from difftest.calls import Call
+from difftest.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
 from difftest.history import CallStep, RawWrite, Step
 from difftest.problems import SetupProblem
 from difftest.replies import ErrorReply, NotSent, Refused, Reply
@@ -45,6 +46,7 @@ class StepOutcome:
     reply: Reply | Future
     walk: Future | None  # None: a run without walks (`Side.run`)
     workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
+    marker: int = 0  # keyspace notifications on: the marker published after the step's walk
 
 
 class Side:
@@ -59,6 +61,11 @@ class Side:
         self.pipe = Pipe()
         self.wires: dict[str | None, Wire] = {}
         self.connected_start = -1  # the server start the wires, scripts and users belong to
+        # keyspace notifications (a history's `notify` step): the flags set ("": off), and the one
+        # subscriber connection that hears every event and the markers between steps
+        self.notify_flags = ""
+        self.subscriber: Wire | None = None
+        self.markers = 0  # the last marker published
         self.connect()
 
     # -- connections ------------------------------------------------------------------------
@@ -91,6 +98,68 @@ class Side:
         # restart made them all again (about 1.5 ms a side)
         self.made_users: set[str] = set()
         self.connected_start = self.server.starts
+        if self.notify_flags:
+            # a started server has its configured flags again: kept on, as a deployment's config
+            # file would keep them (docs/decisions.md, "Keyspace notifications")
+            self.set_notify(self.notify_flags)
+
+    # -- keyspace notifications -------------------------------------------------------------
+
+    def set_notify(self, flags: str) -> None:
+        """`notify-keyspace-events` set to `flags` ("": off) on the server, and the subscriber
+        opened (or closed) to match; the pipe must be synced (a boundary between segments)."""
+        answer = self.wires[None].call(b"CONFIG", b"SET", b"notify-keyspace-events", flags.encode())
+        if isinstance(answer, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused notify-keyspace-events {flags!r}: {answer.message}")
+        self.notify_flags = flags
+        if not flags:
+            self.close_subscriber()
+            return
+        if self.subscriber is None:
+            wire = Wire(self.server.address)
+            wire.send([(b"PSUBSCRIBE", *PATTERNS), (b"SUBSCRIBE", MARKER_CHANNEL)])
+            for _ in range(len(PATTERNS) + 1):  # each subscription confirmed: from here it hears everything
+                wire.read()
+            self.subscriber = wire
+
+    def close_subscriber(self) -> None:
+        if self.subscriber is not None:
+            self.subscriber.close()
+            self.subscriber = None
+
+    def mark(self) -> int:
+        """A marker after everything queued on the admin wire: the events before it are done."""
+        self.markers += 1
+        self.pipe.add(self.wires[None], (b"PUBLISH", MARKER_CHANNEL, b"%d" % self.markers))
+        return self.markers
+
+    def events(self, outcomes: Sequence[StepOutcome]) -> list[Events]:
+        """Each outcome's events, read from the subscriber up to its marker (after `finish`): the
+        server runs every connection's commands in one order and delivers a step's events to the
+        subscriber before the marker published after it, so no wait and no sleep is needed."""
+        found: dict[int, list[Event]] = {o.marker: [] for o in outcomes}
+        if not outcomes or self.subscriber is None:
+            return [() for _ in outcomes]
+        last, pending = outcomes[-1].marker, []
+        while True:
+            item = parse_message(self.subscriber.read())
+            if isinstance(item, Event):
+                pending.append(item)
+            elif isinstance(item, int):
+                if item in found:
+                    found[item] = pending
+                pending = []
+                if item >= last:
+                    break
+        return [tuple(found[o.marker]) for o in outcomes]
+
+    def drain(self) -> None:
+        """Every event so far read and dropped (a re-sync's writes are the harness's)."""
+        if self.subscriber is not None:
+            marker = self.mark()
+            self.pipe.sync()
+            while parse_message(self.subscriber.read()) != marker:
+                pass
 
     def ensure_user(self, user: str) -> None:
         """The declared `user` made on the server, if it is not yet since the server started (a
@@ -117,14 +186,22 @@ class Side:
 
     def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
         """Ready for the next history on a flushed server: reuse the wires, scripts and users
-        while the server has not restarted and the users are the same."""
+        while the server has not restarted and the users are the same. Keyspace notifications go
+        off (a history switches them on with its `notify` step)."""
         self.pipe.reset()
+        if self.notify_flags:
+            if self.server.starts == self.connected_start:
+                self.set_notify("")
+            else:  # a server started since (the native died): its flags are the default, off
+                self.notify_flags = ""
+                self.close_subscriber()
         if self.server.starts != self.connected_start or users != self.users:
             self.users = users
             self.reconnect()
 
     def reconnect(self) -> None:
         self.pipe.reset()
+        self.close_subscriber()  # opened again by `connect` while the flags are on
         for wire in self.wires.values():
             wire.close()
         if self.server.starts == self.connected_start:
@@ -138,6 +215,7 @@ class Side:
         self.connect()
 
     def close(self) -> None:
+        self.close_subscriber()
         for wire in self.wires.values():
             wire.close()
         self.wires = {}
@@ -153,7 +231,10 @@ class Side:
         outcomes = []
         for step in steps:
             reply = self.step(step)
-            outcomes.append(StepOutcome(reply, self.walk() if walk else None, self.capture_workers()))
+            outcome = StepOutcome(reply, self.walk() if walk else None, self.capture_workers())
+            if self.subscriber is not None:  # (notifications off: nothing more a step)
+                outcome.marker = self.mark()
+            outcomes.append(outcome)
         return outcomes
 
     def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:

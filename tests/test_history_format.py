@@ -8,7 +8,7 @@ import pytest
 
 from difftest import history as hist
 from difftest.calls import Call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, HistoryError, Restart, raw
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, HistoryError, Notify, Restart, raw
 
 HEADER = '{"format": "difftest-history", "version": 1}'
 
@@ -24,6 +24,9 @@ def test_round_trip_keeps_every_byte() -> None:
             Restart(),
             raw("HSET", b"emq:{q}:job:\x00", "attempts", 2**63 - 1),
             CallStep(Call("CLAIM", b"x", (b"a", b"b"))),
+            Notify("KEA"),
+            Notify("Kh$"),
+            Notify(""),
         ),
         start_ms=5,
         users={"w": ("~emq:{q}:*",)},
@@ -70,6 +73,13 @@ def test_file_round_trip(tmp_path: Path) -> None:
             ":3: a restart while worker 'A'",
         ),
         (HEADER + '\n{"op": "raw", "command": []}', ":2 field 'command': expected a non-empty list"),
+        (HEADER + '\n{"op": "notify"}', ":2: missing field 'flags'"),
+        (HEADER + '\n{"op": "notify", "flags": true}', ":2 field 'flags': expected a string of notify-keyspace-events"),
+        (HEADER + '\n{"op": "notify", "flags": "KEAq"}', ":2 field 'flags': 'q' not among the letters Valkey accepts"),
+        (
+            HEADER + '\n{"op": "raw", "command": ["CONFIG", "SET", "notify-keyspace-events", "KEA"]}',
+            "CONFIG SET reconfigures the server",
+        ),
     ],
 )
 def test_malformed_lines_name_the_line_and_field(body: str, message: str) -> None:
