@@ -16,7 +16,24 @@ from difftest import history as hist
 from difftest.contract import Verdict
 from difftest.history import History, encode_bytes
 from difftest.judge import Observation
-from difftest.replies import Died, ErrorReply, NilArray, NotSent, Refused, Reply, Simple
+from difftest.replies import (
+    Attributed,
+    BigNumber,
+    BlobError,
+    Boolean,
+    Died,
+    Double,
+    ErrorReply,
+    Map,
+    NilArray,
+    NotSent,
+    Push,
+    Refused,
+    Reply,
+    RespSet,
+    Simple,
+    Verbatim,
+)
 from difftest.resolve import resolve
 from difftest.snapshot import Entry, Epochs, Snapshot
 
@@ -46,6 +63,11 @@ def reply_to_json(reply: Reply) -> Any:
         return {"bulk": encode_bytes(reply)}
     if isinstance(reply, list):
         return [reply_to_json(item) for item in reply]
+    if isinstance(reply, BlobError):
+        return {"blob_error": reply.message}
+    resp3 = _resp3_to_json(reply)
+    if resp3 is not None:
+        return resp3
     if isinstance(reply, ErrorReply):
         return {"error": reply.message}
     if isinstance(reply, Refused):
@@ -59,6 +81,56 @@ def reply_to_json(reply: Reply) -> Any:
     if isinstance(reply, NilArray):
         return {"nil_array": None}
     raise ObservationError(f"cannot write reply {reply!r}")
+
+
+def _pairs_to_json(pairs: tuple[tuple[Reply, Reply], ...]) -> list[Any]:
+    return [[reply_to_json(key), reply_to_json(value)] for key, value in pairs]
+
+
+def _resp3_to_json(reply: Reply) -> Any:
+    """A RESP3 reply's JSON (a worker's RESP3 connection), or None for any other reply."""
+    if isinstance(reply, Double):
+        return {"double": encode_bytes(reply.text)}
+    if isinstance(reply, Boolean):
+        return {"boolean": reply.value}
+    if isinstance(reply, BigNumber):
+        return {"big_number": encode_bytes(reply.digits)}
+    if isinstance(reply, Verbatim):
+        return {"verbatim": [encode_bytes(reply.format), encode_bytes(reply.text)]}
+    if isinstance(reply, Map):
+        return {"map": _pairs_to_json(reply.pairs)}
+    if isinstance(reply, RespSet | Push):
+        return {"set" if isinstance(reply, RespSet) else "push": [reply_to_json(item) for item in reply.items]}
+    if isinstance(reply, Attributed):
+        return {"attributed": [_pairs_to_json(reply.attributes), reply_to_json(reply.reply)]}
+    return None
+
+
+def _pairs_from_json(value: Any) -> tuple[tuple[Reply, Reply], ...]:
+    if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
+        raise ObservationError(f"not a list of pairs: {value!r}")
+    return tuple((reply_from_json(k), reply_from_json(v)) for k, v in value)
+
+
+def _resp3_from_json(kind: str, inner: Any) -> Reply:
+    if kind == "double":
+        return Double(_b(inner))
+    if kind == "boolean" and isinstance(inner, bool):
+        return Boolean(inner)
+    if kind == "big_number":
+        return BigNumber(_b(inner))
+    if kind == "verbatim" and isinstance(inner, list) and len(inner) == 2:
+        return Verbatim(_b(inner[0]), _b(inner[1]))
+    if kind == "map":
+        return Map(_pairs_from_json(inner))
+    if kind in ("set", "push") and isinstance(inner, list):
+        items = tuple(reply_from_json(item) for item in inner)
+        return RespSet(items) if kind == "set" else Push(items)
+    if kind == "attributed" and isinstance(inner, list) and len(inner) == 2:
+        return Attributed(_pairs_from_json(inner[0]), reply_from_json(inner[1]))
+    if kind == "blob_error":
+        return BlobError(str(inner))
+    raise ObservationError(f"not a reply: {{{kind!r}: {inner!r}}}")
 
 
 def reply_from_json(value: Any) -> Reply:
@@ -82,6 +154,7 @@ def reply_from_json(value: Any) -> Reply:
             return Simple(_b(inner))
         if kind == "nil_array":
             return NilArray()
+        return _resp3_from_json(kind, inner)
     raise ObservationError(f"not a reply: {value!r}")
 
 

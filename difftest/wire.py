@@ -16,7 +16,22 @@ from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import InvalidResponse, ResponseError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
-from difftest.replies import ErrorReply, NilArray, Reply, Simple
+from difftest.replies import (
+    RESP3_TYPES,
+    Attributed,
+    BigNumber,
+    BlobError,
+    Boolean,
+    Double,
+    ErrorReply,
+    Map,
+    NilArray,
+    Push,
+    Reply,
+    RespSet,
+    Simple,
+    Verbatim,
+)
 
 if TYPE_CHECKING:
     from difftest.servers.clients import Address
@@ -72,11 +87,33 @@ class _Incomplete(Exception):
 
 
 _BULK, _INTEGER, _ARRAY, _SIMPLE, _ERROR = b"$:*+-"
+# RESP3 (a connection after HELLO 3)
+_NULL, _BOOLEAN, _DOUBLE, _BIG, _BLOB_ERROR, _VERBATIM, _MAP, _SET, _PUSH, _ATTRIBUTE = b"_#,(!=%~>|"
+
+
+class BlobResponseError(ResponseError):
+    """A RESP3 bulk error (`!`) while parsing: becomes a BlobError, not an ErrorReply."""
+
+
+def _read_bulk(buffer: bytes, line: bytes, after: int) -> tuple[bytes, int]:
+    stop = after + int(line)
+    if stop + 2 > len(buffer):
+        raise _Incomplete
+    return buffer[after:stop], stop + 2
+
+
+def _read_items(buffer: bytes, count: int, after: int) -> tuple[list[Any], int]:
+    items = []
+    for _ in range(count):
+        item, after = parse_reply(buffer, after)
+        items.append(item)
+    return items, after
 
 
 def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
-    """One RESP2 reply from `buffer` at offset `at`, typed as `TypedParser` types it, and the offset
-    after it; raises _Incomplete when the buffer ends first."""
+    """One RESP2 or RESP3 reply from `buffer` at offset `at`, typed as `TypedParser` types it (and
+    RESP3's own types as difftest/replies.py's), and the offset after it; raises _Incomplete when
+    the buffer ends first."""
     end = buffer.find(b"\r\n", at)
     if end < 0:
         raise _Incomplete
@@ -84,24 +121,43 @@ def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
     if kind == _BULK:
         if line == b"-1":
             return None, after
-        stop = after + int(line)
-        if stop + 2 > len(buffer):
-            raise _Incomplete
-        return buffer[after:stop], stop + 2
+        return _read_bulk(buffer, line, after)
     if kind == _INTEGER:
         return int(line), after
     if kind == _ARRAY:
         if line == b"-1":
             return NilArray(), after
-        items = []
-        for _ in range(int(line)):
-            item, after = parse_reply(buffer, after)
-            items.append(item)
-        return items, after
+        return _read_items(buffer, int(line), after)
     if kind == _SIMPLE:
         return Simple(line), after
     if kind == _ERROR:
         return ResponseError(line.decode("utf-8", errors="replace")), after
+    if kind == _NULL:
+        return None, after
+    if kind in (_MAP, _ATTRIBUTE):
+        flat, after = _read_items(buffer, 2 * int(line), after)
+        pairs = tuple((as_reply(flat[i]), as_reply(flat[i + 1])) for i in range(0, len(flat), 2))
+        if kind == _MAP:
+            return Map(pairs), after
+        annotated, after = parse_reply(buffer, after)
+        return Attributed(pairs, as_reply(annotated)), after
+    if kind in (_SET, _PUSH):
+        items, after = _read_items(buffer, int(line), after)
+        return (RespSet if kind == _SET else Push)(tuple(as_reply(item) for item in items)), after
+    if kind == _DOUBLE:
+        return Double(line), after
+    if kind == _BOOLEAN and line in (b"t", b"f"):
+        return Boolean(line == b"t"), after
+    if kind == _BIG:
+        return BigNumber(line), after
+    if kind == _BLOB_ERROR:
+        text, after = _read_bulk(buffer, line, after)
+        return BlobResponseError(text.decode("utf-8", errors="replace")), after
+    if kind == _VERBATIM:
+        text, after = _read_bulk(buffer, line, after)
+        if text[3:4] != b":":
+            raise InvalidResponse(f"Protocol Error: verbatim string without a format: {text[:8]!r}")
+        return Verbatim(text[:3], text[4:]), after
     raise InvalidResponse(f"Protocol Error: {buffer[at:end]!r}")
 
 
@@ -121,12 +177,12 @@ def pack_commands(commands: Sequence[Command]) -> bytes:
 def as_reply(value: Any) -> Reply:
     """Normalise what valkey-py returned into a Reply (errors inside arrays included)."""
     if isinstance(value, ResponseError):
-        return ErrorReply(str(value))
+        return (BlobError if isinstance(value, BlobResponseError) else ErrorReply)(str(value))
     if isinstance(value, list | tuple):
         return [as_reply(item) for item in value]
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int | bytes | Simple | NilArray) or value is None:
+    if isinstance(value, (int, bytes, Simple, NilArray, *RESP3_TYPES)) or value is None:
         return value
     if isinstance(value, str):
         return value.encode()
@@ -134,9 +190,12 @@ def as_reply(value: Any) -> Reply:
 
 
 class Wire:
-    """One connection, as a user (None: the default admin user)."""
+    """One connection, as a user (None: the default admin user), speaking RESP2 or (`protocol` 3,
+    a worker's connection after HELLO 3) RESP3."""
 
-    def __init__(self, address: Address, username: str | None = None, password: str | None = None) -> None:
+    def __init__(
+        self, address: Address, username: str | None = None, password: str | None = None, protocol: int = 2
+    ) -> None:
         from difftest.servers.clients import connection_options
 
         kind, options = connection_options(address, username, password, timeout=60)
@@ -148,6 +207,13 @@ class Wire:
         self._socket: Any = self.connection._sock  # the socket `_unread` came from
         self._unread = b""  # received, not yet parsed
         self._at = 0
+        self.protocol = protocol
+        if protocol == 3:
+            # said here, not in valkey-py's handshake: its RESP2 parser (the replay's) cannot read
+            # HELLO's RESP3 map; from here on `parse_reply` reads every RESP3 type
+            hello = self.call(b"HELLO", b"3")
+            if not (isinstance(hello, Map) and (b"proto", 3) in hello.pairs):
+                raise ValkeyConnectionError(f"HELLO 3 was answered {hello!r}, not a RESP3 map with proto 3")
 
     def send(self, commands: Sequence[Command]) -> None:
         self.connection.send_packed_command([pack_commands(commands)], check_health=False)
@@ -164,7 +230,7 @@ class Wire:
         if self._at == len(self._unread):
             self._unread, self._at = b"", 0
         if isinstance(value, ResponseError):
-            return ErrorReply(str(value))
+            return (BlobError if isinstance(value, BlobResponseError) else ErrorReply)(str(value))
         return value
 
     def _receive(self) -> None:
@@ -209,6 +275,27 @@ class Future:
         self.value: Any = None
 
 
+class Element:
+    """One answer inside a transaction's EXEC reply (a call's, or the walk queued after it), known
+    once the EXEC's is read; `fallback` answers instead when the EXEC itself is an error (a
+    transaction the server aborted: nothing in it ran)."""
+
+    __slots__ = ("at", "exec", "fallback", "raw")
+
+    def __init__(self, raw: bool) -> None:
+        self.raw = raw
+        self.exec: Future | None = None
+        self.at = 0
+        self.fallback: Any = None
+
+    def bind(self, exec_future: Future, at: int, fallback: Any) -> None:
+        self.exec, self.at, self.fallback = exec_future, at, fallback
+
+    @property
+    def ready(self) -> bool:
+        return self.exec is not None and self.exec.ready
+
+
 class Pipe:
     """Batches commands on one connection at a time; switching connection flushes first."""
 
@@ -245,6 +332,18 @@ class Pipe:
         if not future.ready:
             self.sync()
         return future.value
+
+    def get_element(self, element: Element) -> Any:
+        """An element of a transaction's EXEC reply (see Element)."""
+        assert element.exec is not None, "the transaction was never sent"
+        answer = self.get(element.exec)
+        if isinstance(answer, list):
+            value = answer[element.at]
+            return value if element.raw else as_reply(value)
+        fallback = element.fallback
+        if isinstance(fallback, Future):
+            return self.get(fallback)
+        return answer if fallback is None else fallback
 
     def reset(self) -> None:
         """Forget everything queued: the connections are gone (a restart)."""
