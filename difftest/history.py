@@ -44,7 +44,9 @@ REFUSED_RAW: dict[str, str] = {
     "HELLO": "changes the protocol or identity of the harness's connection",
     "AUTH": "changes the identity of the harness's connection",
     "SELECT": "moves the harness's connection off database 0, which every step is judged on",
-    "MULTI": "would queue the harness's own commands in a transaction",
+    "MULTI": "would queue the harness's own commands in a transaction (use 'multi' and 'exec' steps)",
+    "EXEC": "ends a transaction (use 'multi' and 'exec' steps)",
+    "DISCARD": "ends a transaction (use 'multi' and 'exec' steps)",
     "BLPOP": "blocks the connection",
     "BRPOP": "blocks the connection",
     "BRPOPLPUSH": "blocks the connection",
@@ -74,6 +76,8 @@ class HistoryError(ValueError):
 # still calls the scripts on the native server during an upgrade (docs/decisions.md, "Upgrades").
 SCRIPTS = "lua"
 EXECUTORS = (SCRIPTS,)
+# A step's `resp`: the protocol its worker's connection speaks (RESP2 unless 3: HELLO 3)
+PROTOCOLS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class CallStep:
     user: str | None = None
     worker: str | None = None
     executor: str | None = None  # SCRIPTS: the native server runs the scripts for it too
+    protocol: int = 2  # 3: the worker's connection speaks RESP3 (replies compared with their RESP3 types)
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class BeginClaim:
     call: Call
     user: str | None = None
     executor: str | None = None
+    protocol: int = 2
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,20 @@ class RawWrite:
     command: tuple[bytes, ...]
 
 
-Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify
+@dataclass(frozen=True)
+class Multi:
+    """MULTI: the calls up to the next `Exec` are sent inside one transaction on both servers (as
+    the admin, RESP2; no CLAIM, whose Lua host reads before it sends), each compared as an element
+    of EXEC's reply, with a keyspace walk queued after each in the transaction. A history may end
+    inside one (an artifact cut at its failing step): it runs as if closed there."""
+
+
+@dataclass(frozen=True)
+class Exec:
+    """EXEC: the transaction the last `Multi` opened runs."""
+
+
+Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify | Multi | Exec
 
 
 @dataclass(frozen=True)
@@ -202,6 +221,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["worker"] = step.worker
         if step.executor is not None:
             out["executor"] = step.executor
+        if step.protocol != 2:
+            out["resp"] = step.protocol
         return out
     if isinstance(step, BeginClaim):
         out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
@@ -209,7 +230,13 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["user"] = step.user
         if step.executor is not None:
             out["executor"] = step.executor
+        if step.protocol != 2:
+            out["resp"] = step.protocol
         return out
+    if isinstance(step, Multi):
+        return {"op": "multi"}
+    if isinstance(step, Exec):
+        return {"op": "exec"}
     if isinstance(step, EndClaim):
         return {"op": "end", "worker": step.worker}
     if isinstance(step, Advance):
@@ -286,6 +313,16 @@ def _executor_field(obj: dict[str, Any], where: str) -> str | None:
     return str(value)
 
 
+def _protocol_field(obj: dict[str, Any], where: str) -> int:
+    if "resp" not in obj:
+        return 2
+    value = obj["resp"]
+    if value not in PROTOCOLS or isinstance(value, bool):
+        raise HistoryError(f"{where} field 'resp': expected 2 or 3 (the protocol the worker's connection speaks: "
+                           f"3 says HELLO 3 first), got {value!r}")  # fmt: skip
+    return int(value)
+
+
 def _queue_field(value: Any, where: str) -> bytes:
     """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
     `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
@@ -341,14 +378,22 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     if executor is not None and op not in ("call", "begin"):
         raise HistoryError(f"{where} field 'executor': only a 'call' or a 'begin' names its executor "
                            "(an 'end' runs where its 'begin' did)")  # fmt: skip
+    protocol = _protocol_field(obj, where)
+    if protocol != 2 and op not in ("call", "begin"):
+        raise HistoryError(f"{where} field 'resp': only a 'call' or a 'begin' names its protocol "
+                           "(an 'end' runs on its 'begin's connection)")  # fmt: skip
     if op == "call":
         worker = _name_field(obj, "worker", where, required=False)
-        return CallStep(_parse_call(obj, where), user, worker, executor)
+        return CallStep(_parse_call(obj, where), user, worker, executor, protocol)
     if op == "begin":
         call = _parse_call(obj, where)
         if not TRANSITIONS[call.verb].splittable:
             raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
-        return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor)
+        return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor, protocol)
+    if op == "multi":
+        return Multi()
+    if op == "exec":
+        return Exec()
     if op == "end":
         return EndClaim(str(_name_field(obj, "worker", where)))
     if op == "advance":
@@ -375,7 +420,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
                                "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
         return RawWrite(parts)
     raise HistoryError(f"{where} field 'op': {op!r} is not a step "
-                       "(call, begin, end, advance, restart, crash, raw, notify)")  # fmt: skip
+                       "(call, begin, end, advance, restart, crash, raw, notify, multi, exec)")  # fmt: skip
 
 
 def pairing_problems(
@@ -387,8 +432,20 @@ def pairing_problems(
     allowed: its second round trip never happens (a worker that died, or an artifact cut at its
     failing step). `where` names a step in the messages."""
     open_claims: dict[str, int] = {}
+    multi: int | None = None  # the open transaction's MULTI
     for index, step in enumerate(steps):
-        if isinstance(step, BeginClaim):
+        if multi is not None:
+            problem = _in_transaction(step)
+            if isinstance(step, Exec):
+                multi = None
+            elif problem is not None:
+                yield index, f"{problem} inside the transaction {where(multi)} opened: close it with 'exec' first"
+            continue
+        if isinstance(step, Multi):
+            multi = index
+        elif isinstance(step, Exec):
+            yield index, "'exec' with no open 'multi'"
+        elif isinstance(step, BeginClaim):
             if step.worker in open_claims:
                 yield index, (f"worker {step.worker!r} begins a CLAIM while its CLAIM from "
                               f"{where(open_claims[step.worker])} is open: add its 'end' first")  # fmt: skip
@@ -400,6 +457,19 @@ def pairing_problems(
             worker, begun = next(iter(open_claims.items()))
             yield index, (f"a restart while worker {worker!r}'s CLAIM from {where(begun)} is open: end it first "
                           "(a restart drops every connection)")  # fmt: skip
+
+
+def _in_transaction(step: Step) -> str | None:
+    """Why a step may not stand inside MULTI/EXEC, or None (an 'exec' closes it)."""
+    if isinstance(step, Exec):
+        return None
+    if not isinstance(step, CallStep):
+        return f"a {step_to_json(step)['op']!r} step"
+    if TRANSITIONS[step.call.verb].reads_meta:
+        return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
+    if step.user is not None or step.protocol != 2 or step.worker is not None:
+        return "a call with a 'user', 'worker' or 'resp' (a transaction runs as the admin, on RESP2)"
+    return None
 
 
 def well_paired(steps: Sequence[Step]) -> bool:

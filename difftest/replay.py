@@ -30,7 +30,7 @@ from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side, StepOutcome
 from difftest.snapshot import Epochs, Snapshot, parse_canonical, restore_commands, with_epochs
-from difftest.wire import Future, Wire
+from difftest.wire import Element, Future, Wire
 from executors.lua.adapter import load_scripts
 
 # past this, a server's AOF is rewritten between histories, so that it does not grow without end
@@ -474,8 +474,8 @@ def _lap(stages: defaultdict[str, float], stage: str, since: float) -> float:
     return now
 
 
-def _ready(reply: Reply | Future) -> bool:
-    return not isinstance(reply, Future) or reply.ready
+def _ready(reply: Reply | Future | Element) -> bool:
+    return not isinstance(reply, Future | Element) or reply.ready
 
 
 def replay_once(history: History, module: Path, lua_scripts: Path | None = None) -> ReplayResult:

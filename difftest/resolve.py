@@ -10,7 +10,19 @@ from dataclasses import dataclass, field
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition
 from difftest.guards import GuardError, check_call
-from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, Notify, RawWrite, Restart, Step
+from difftest.history import (
+    SCRIPTS,
+    Advance,
+    BeginClaim,
+    CallStep,
+    EndClaim,
+    Exec,
+    Multi,
+    Notify,
+    RawWrite,
+    Restart,
+    Step,
+)
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,8 @@ class Resolved:
     refusal: str | None = None  # the call failed them: the error text (contract row D6)
     begun_at: int | None = None  # an end: the index of its begin
     executor: str | None = None  # SCRIPTS: the native server runs the Lua scripts for it too (an end: its begin's)
+    protocol: int = 2  # 3: sent on the worker's RESP3 connection (an end: its begin's)
+    in_multi: bool = False  # a call between a 'multi' and its 'exec': an element of the transaction
     transition: Transition | None = field(init=False, repr=False, compare=False)
     # the call runs through the Lua scripts (the host adapter) on the native server too
     via_scripts: bool = field(init=False, repr=False, compare=False)
@@ -55,6 +69,8 @@ class Resolved:
     is_restart: bool = field(init=False, repr=False, compare=False)
     is_advance: bool = field(init=False, repr=False, compare=False)
     is_notify: bool = field(init=False, repr=False, compare=False)  # keyspace notifications switched
+    is_multi: bool = field(init=False, repr=False, compare=False)
+    is_exec: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         step, call = self.step, self.call
@@ -68,6 +84,8 @@ class Resolved:
         derive(self, "is_restart", isinstance(step, Restart))
         derive(self, "is_advance", isinstance(step, Advance))
         derive(self, "is_notify", isinstance(step, Notify))
+        derive(self, "is_multi", isinstance(step, Multi))
+        derive(self, "is_exec", isinstance(step, Exec))
 
 
 def guard(call: Call) -> Guarded | str:
@@ -83,7 +101,10 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     """Every step resolved (the steps must be well paired: a loaded history is)."""
     begun: dict[str, Resolved] = {}
     out: list[Resolved] = []
+    in_multi = False
     for index, step in enumerate(steps):
+        if isinstance(step, Multi | Exec):
+            in_multi = isinstance(step, Multi)
         if isinstance(step, CallStep | BeginClaim):
             outcome = guard(step.call)
             resolved = Resolved(
@@ -94,13 +115,15 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 outcome if isinstance(outcome, Guarded) else None,
                 outcome if isinstance(outcome, str) else None,
                 executor=step.executor,
+                protocol=step.protocol,
+                in_multi=in_multi,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved
         elif isinstance(step, EndClaim):
             opened = begun.pop(step.worker)
             resolved = Resolved(index, step, opened.call, opened.user, opened.guarded, opened.refusal, opened.index,
-                                opened.executor)  # fmt: skip
+                                opened.executor, opened.protocol)  # fmt: skip
         else:
             resolved = Resolved(index, step)
         out.append(resolved)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from difftest.calls import Call
@@ -23,7 +23,7 @@ from difftest.resolve import Resolved, resolve
 from difftest.servers.local import EmbeddedServer
 from difftest.servers.walker import WALK_COMMAND, module_walk_wanted
 from difftest.snapshot import CANONICAL_WALK_SCRIPT
-from difftest.wire import Future, Pipe, Wire
+from difftest.wire import Element, Future, Pipe, Wire
 from executors.lua.adapter import (
     PausedThenClaim,
     PlainCommand,
@@ -39,14 +39,29 @@ SCRIPT_WALK = (b"EVALSHA", WALK_SHA.encode(), b"0")
 MODULE_WALK = (WALK_COMMAND,)
 
 
+WireKey = str | None | tuple[str | None, int]  # a user (None: the admin) on RESP2, or (user, 3) on RESP3
+
+
 @dataclass
 class StepOutcome:
-    """What one side did at one step: its reply and the keyspace walk after it (raw)."""
+    """What one side did at one step: its reply and the keyspace walk after it (raw); inside a
+    transaction, both are elements of its EXEC reply."""
 
-    reply: Reply | Future
-    walk: Future | None  # None: a run without walks (`Side.run`)
+    reply: Reply | Future | Element
+    walk: Future | Element | None  # None: a run without walks (`Side.run`)
     workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
     marker: int = 0  # keyspace notifications on: the marker published after the step's walk
+
+
+@dataclass
+class _Transaction:
+    """A transaction's calls, held until its EXEC step (or the end of the segment) sends them all:
+    (the script the call needs loaded first, the command or None when the host refused it, the
+    reply's element, the walk's element, the notifications marker published after it or 0)."""
+
+    entries: list[tuple[str | None, Sequence[bytes] | None, Element | None, Element | None, int]] = field(
+        default_factory=list
+    )
 
 
 class Side:
@@ -54,12 +69,14 @@ class Side:
     are made by the side, with USER_PASSWORD, on their first use after every start of the server."""
 
     name = "side"
+    scripts: dict[str, bytes] = {}  # noqa: RUF012 (the Lua host's scripts, by verb: a ScriptHost's own)
 
     def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]]) -> None:
         self.server = server
         self.users = users
         self.pipe = Pipe()
-        self.wires: dict[str | None, Wire] = {}
+        self.wires: dict[WireKey, Wire] = {}
+        self.transaction: _Transaction | None = None
         self.connected_start = -1  # the server start the wires, scripts and users belong to
         # keyspace notifications (a history's `notify` step): the flags set ("": off), and the one
         # subscriber connection that hears every event and the markers between steps
@@ -174,14 +191,17 @@ class Side:
             raise SetupProblem(f"{self.name} server refused the user {user!r} ({' '.join(rules)}): {made.message}")
         self.made_users.add(user)
 
-    def wire(self, user: str | None) -> Wire:
-        """The wire of `user` (None: the admin), opened on its first use: a history declares many
-        users (one per permission class) and calls as few of them; a restart need not reopen them all."""
-        wire = self.wires.get(user)
+    def wire(self, user: str | None, protocol: int = 2) -> Wire:
+        """The wire of `user` (None: the admin) speaking `protocol`, opened on its first use: a
+        history declares many users (one per permission class) and calls as few of them; a restart
+        need not reopen them all. A RESP3 wire is a connection of its own (HELLO 3)."""
+        key: WireKey = user if protocol == 2 else (user, protocol)
+        wire = self.wires.get(key)
         if wire is None:
             if user is not None:
                 self.ensure_user(user)
-            wire = self.wires[user] = Wire(self.server.address, user, USER_PASSWORD)
+            password = None if user is None else USER_PASSWORD
+            wire = self.wires[key] = Wire(self.server.address, user, password, protocol)
         return wire
 
     def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
@@ -195,6 +215,7 @@ class Side:
             else:  # a server started since (the native died): its flags are the default, off
                 self.notify_flags = ""
                 self.close_subscriber()
+        self.transaction = None
         if self.server.starts != self.connected_start or users != self.users:
             self.users = users
             self.reconnect()
@@ -230,22 +251,95 @@ class Side:
         (or earlier, when needed)."""
         outcomes = []
         for step in steps:
+            if step.in_multi or step.is_multi or step.is_exec:
+                outcomes.append(self._transaction_step(step, walk))
+                continue
             reply = self.step(step)
             outcome = StepOutcome(reply, self.walk() if walk else None, self.capture_workers())
             if self.subscriber is not None:  # (notifications off: nothing more a step)
                 outcome.marker = self.mark()
             outcomes.append(outcome)
+        self.close_transaction(walk)  # a transaction the segment ends in (an artifact cut inside it) runs
         return outcomes
+
+    def _answer(self, item: Any) -> Any:
+        if isinstance(item, Future):
+            return self.pipe.get(item)
+        if isinstance(item, Element):
+            return self.pipe.get_element(item)
+        return item
 
     def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:
         self.pipe.sync()
-        return [
-            (
-                self.pipe.get(o.reply) if isinstance(o.reply, Future) else o.reply,
-                None if o.walk is None else self.pipe.get(o.walk),
-            )
-            for o in outcomes
-        ]
+        return [(self._answer(o.reply), self._answer(o.walk)) for o in outcomes]
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def _transaction_step(self, step: Resolved, walk: bool) -> StepOutcome:
+        """A 'multi', a call inside the transaction, or its 'exec'. A call inside is held (its reply
+        and the walk after it become elements of the EXEC reply); a call met with no transaction
+        open (the rest of a segment run again after a re-sync, from inside a transaction) opens one."""
+        if step.is_multi or step.is_exec:
+            self.close_transaction(walk)
+            if step.is_multi:
+                self.transaction = _Transaction()
+            why = "MULTI: its calls answer at EXEC" if step.is_multi else "EXEC: its replies are its calls'"
+            outcome = StepOutcome(NotSent(why), self.walk() if walk else None, self.capture_workers())
+            if self.subscriber is not None:
+                outcome.marker = self.mark()
+            return outcome
+        if self.transaction is None:
+            self.transaction = _Transaction()
+        planned = self.transaction_command(step)
+        walk_at = Element(raw=True) if walk else None
+        marker = 0
+        if self.subscriber is not None:  # published inside the transaction, after the call's walk
+            self.markers += 1
+            marker = self.markers
+        if not isinstance(planned, tuple):  # the host refused it: nothing is queued for it but its walk
+            self.transaction.entries.append((None, None, None, walk_at, marker))
+            return StepOutcome(planned, walk_at, self.capture_workers(), marker)
+        reply = Element(raw=False)
+        self.transaction.entries.append((*planned, reply, walk_at, marker))
+        return StepOutcome(reply, walk_at, self.capture_workers(), marker)
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        """The command a call inside a transaction queues (and the script it needs loaded first),
+        or what the host answers without sending."""
+        raise NotImplementedError
+
+    def close_transaction(self, walk: bool = True) -> None:
+        """The open transaction sent on the admin wire: the scripts it needs loaded first (as a
+        client's transaction does: NOSCRIPT inside EXEC cannot be retried), MULTI, each call and a
+        walk after it, EXEC, and a walk after the EXEC (what every element's walk is when the
+        server aborted the transaction)."""
+        transaction, self.transaction = self.transaction, None
+        if transaction is None or not transaction.entries:
+            return
+        wire, add = self.wires[None], self.pipe.add
+        for script, *_ in transaction.entries:
+            if script is not None and script not in self.loaded_scripts:
+                add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
+                self.loaded_scripts.add(script)
+        add(wire, (b"MULTI",), raw=True)
+        queued: list[tuple[int, Element]] = []  # (its position in EXEC's reply, the element)
+        position = 0
+        for _, command, reply, walk_at, marker in transaction.entries:
+            if command is not None and reply is not None:
+                add(wire, command, raw=True)  # +QUEUED
+                queued.append((position, reply))
+                position += 1
+            if walk_at is not None:
+                add(wire, self.walk_command, raw=True)
+                queued.append((position, walk_at))
+                position += 1
+            if marker:
+                add(wire, (b"PUBLISH", MARKER_CHANNEL, b"%d" % marker), raw=True)
+                position += 1
+        exec_future = add(wire, (b"EXEC",), raw=True)
+        after = self.walk() if walk else None
+        for at, element in queued:
+            element.bind(exec_future, at, after if element.raw else None)
 
     def run(self, steps: Sequence[Step]) -> list[Reply]:
         """Steps run as a history of their own, through the replay's path without its walks: each
@@ -255,9 +349,9 @@ class Side:
             self.reconnect()
         return [reply for reply, _ in self.finish(self.run_steps(resolve(steps), walk=False))]
 
-    def call(self, call: Call, user: str | None = None) -> Reply:
-        """One transition call, sent whole, as `user` (None: the admin)."""
-        (reply,) = self.run([CallStep(call, user)])
+    def call(self, call: Call, user: str | None = None, protocol: int = 2) -> Reply:
+        """One transition call, sent whole, as `user` (None: the admin), on a RESP`protocol` wire."""
+        (reply,) = self.run([CallStep(call, user, protocol=protocol)])
         return reply
 
     def send(self) -> None:
@@ -285,6 +379,7 @@ class _OpenClaim:
     call: Call
     user: str | None
     paused_read: Future | Refused
+    protocol: int = 2
 
 
 class ScriptHost(Side):
@@ -317,28 +412,42 @@ class ScriptHost(Side):
             claim = self.open_claims.pop(step.begun_at)
             if isinstance(claim.paused_read, Refused):
                 return claim.paused_read
-            return self._finish_claim(claim.call, claim.user, self.pipe.get(claim.paused_read))
+            return self._finish_claim(claim.call, claim.user, self.pipe.get(claim.paused_read), claim.protocol)
         plan = host_plan(call, step.guarded.layout if step.guarded else step.refusal or "")
         if isinstance(plan, Refused):
             if step.is_begin:
-                self.open_claims[step.index] = _OpenClaim(call, step.user, plan)
+                self.open_claims[step.index] = _OpenClaim(call, step.user, plan, step.protocol)
             return plan
-        wire = self.wire(step.user)
+        wire = self.wire(step.user, step.protocol)
         if isinstance(plan, PlainCommand):
             return self.pipe.add(wire, plan.command)
         if isinstance(plan, PausedThenClaim):
             paused = self.pipe.add(wire, plan.paused_read)
             if step.is_begin:
-                self.open_claims[step.index] = _OpenClaim(call, step.user, paused)
+                self.open_claims[step.index] = _OpenClaim(call, step.user, paused, step.protocol)
                 return paused
             # the host needs the read's answer before it decides: a round trip of its own
-            return self._finish_claim(call, step.user, self.pipe.get(paused))
+            return self._finish_claim(call, step.user, self.pipe.get(paused), step.protocol)
         return self._evalsha(wire, plan.verb, call)
 
-    def _finish_claim(self, call: Call, user: str | None, paused_read: Reply) -> Reply | Future:
+    def scripted_in_transaction(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        """A call inside a transaction as the Lua host queues it: its plain command or its EVALSHA
+        (the script loaded before MULTI), or the host's refusal. No CLAIM: the host reads first."""
+        call = step.call
+        assert call is not None
+        plan = host_plan(call, step.guarded.layout if step.guarded else step.refusal or "")
+        if isinstance(plan, Refused):
+            return plan
+        if isinstance(plan, PlainCommand):
+            return None, plan.command
+        if isinstance(plan, PausedThenClaim):
+            raise ValueError("a CLAIM inside a transaction: the Lua host reads 'paused?' before it sends")
+        return plan.verb, evalsha_command(self.shas[plan.verb], call)
+
+    def _finish_claim(self, call: Call, user: str | None, paused_read: Reply, protocol: int = 2) -> Reply | Future:
         if reads_as_paused(paused_read):
             return []
-        return self._evalsha(self.wire(user), call.verb, call)
+        return self._evalsha(self.wire(user, protocol), call.verb, call)
 
 
 class NativeSide(ScriptHost):
@@ -353,7 +462,13 @@ class NativeSide(ScriptHost):
         if step.is_begin:
             return NotSent("the native CLAIM is one round trip, sent at its end")
         assert step.call is not None
-        return self.pipe.add(self.wire(step.user), step.call.command())
+        return self.pipe.add(self.wire(step.user, step.protocol), step.call.command())
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        if step.via_scripts:
+            return self.scripted_in_transaction(step)
+        assert step.call is not None
+        return None, step.call.command()
 
 
 class LuaSide(ScriptHost):
@@ -361,6 +476,9 @@ class LuaSide(ScriptHost):
 
     def transition(self, step: Resolved) -> Reply | Future:
         return self.scripted(step)
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        return self.scripted_in_transaction(step)
 
     def capture_workers(self) -> dict[int, Any]:
         return dict(self.open_claims)
