@@ -43,12 +43,21 @@ CLASS_LABELS: tuple[str, ...] = (
     *UPGRADE_LABELS,
 )  # fmt: skip
 
+# Server conditions production meets (issue 27), one label per condition and verb: a transition
+# sent on a worker's RESP3 connection, and one sent inside MULTI/EXEC (every verb but CLAIM, whose
+# Lua host reads `paused?` before it sends)
+CONDITION_LABELS: tuple[str, ...] = (
+    *(f"condition:resp3:{verb.lower()}" for verb in TRANSITIONS),
+    *(f"condition:multi:{verb.lower()}" for verb, t in TRANSITIONS.items() if not t.reads_meta),
+)
+
 REQUIRED: tuple[str, ...] = (
     *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
     *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
     *(f"contract:{rule}" for rule in RULES),
     *(f"invariant:{name}" for name in INVARIANTS),
     *CLASS_LABELS,
+    *CONDITION_LABELS,
 )
 
 
@@ -80,6 +89,9 @@ def labels(result: ReplayResult) -> Counter[str]:
         if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
             continue
         reply = record.native_reply
+        if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
+            # the call reached both servers under the condition (a refused one never left the Lua host)
+            reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
         kind = reply_kind(transition.verb, reply)
         moved = kind == transition.reply_kinds[0]
         reached[f"reply:{transition.verb}:{kind}"] += 1

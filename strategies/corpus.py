@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition, Verb
-from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Step
+from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, RawWrite, Step
 from strategies.histories import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -229,7 +229,19 @@ def _behaviours() -> Iterator[History]:
                    users={user: USERS[user]})  # fmt: skip
 
 
+def _conditions() -> Iterator[History]:
+    """Server conditions (issue 27): each transition on a worker's RESP3 connection, and each but
+    CLAIM inside MULTI/EXEC (with a REVIVE after it in the same transaction: two elements of one
+    EXEC reply, the second reading what the first wrote)."""
+    for verb in TRANSITIONS:
+        yield _history(f"condition:resp3:{verb.lower()}", CallStep(_call(verb), protocol=3))
+    for verb, transition in TRANSITIONS.items():
+        if not transition.reads_meta:
+            yield _history(f"condition:multi:{verb.lower()}", Multi(), CallStep(_call(verb)),
+                           CallStep(_call(Verb.REVIVE)), Exec())  # fmt: skip
+
+
 def class_corpus() -> list[History]:
     """Every directed history, in a fixed order."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
-            *_behaviours()]  # fmt: skip
+            *_behaviours(), *_conditions()]  # fmt: skip

@@ -84,6 +84,7 @@ class HistoryShape:
     interleaving: bool = True
     malformed: bool = True
     upgrades: bool = True  # the state machine's Lua-era prefixes and scripts workers (strategies/machine.py)
+    transactions: bool = True  # the state machine's MULTI/EXEC steps (strategies/machine.py)
 
 
 # Small values and few of them: the shrinker minimises every one, and each try is a replay.

@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, Restart, Step
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, Restart, Step
 from strategies.hints import QueueHints
 from strategies.histories import (
     ADVANCES,
@@ -145,11 +145,13 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "enqueue", "claim", "complete", "fail", "extend", "sweep", "promote", "revive", "pause", "resume",
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
-    "restart", "crash",
+    "restart", "crash", "resp3_call", "transaction",
 ))}  # fmt: skip
 
 
 VERBS = tuple(TRANSITIONS)
+# the transitions a transaction may hold: every one but CLAIM, whose Lua host reads `paused?` first
+IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # what a rule with a target returns when it adds nothing (one for all steps, not one a step)
 NOTHING: MultipleResults[Any] = multiple()
 CALLS = 118  # transitions per 256 steps
@@ -761,6 +763,38 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps.append(via_scripts(CallStep(call)))
         if taken is not None:
             self.exempt[queue].add(taken)  # no lease_epoch: the module's SWEEP exempts it
+
+    @weight(3)
+    @rule(verb=st.sampled_from(VERBS))
+    def resp3_call(self, verb: str) -> None:
+        """A worker whose connection speaks RESP3 (HELLO 3): its replies compared with their RESP3
+        types on both servers (mostly with a lease some worker holds)."""
+        draws = self.draws()
+        queue = draws.queue()
+        hints = self.hints[queue]
+        held = draws.pick(sorted(hints.active)) if TRANSITIONS[verb].fenced and hints.active and draws.aim(4) else None
+        taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused else None
+        call = _transition_call(draws, verb, queue, hints, self.now, held)
+        self.steps.append(CallStep(call, protocol=3))
+        if taken is not None:
+            self.exempt[queue].discard(taken)  # stamped by the module's CLAIM
+
+    @weight(2)
+    @precondition(on_shape("transactions"))
+    @rule()
+    def transaction(self) -> None:
+        """One to three transitions sent inside MULTI/EXEC on both servers, each compared as its
+        element of EXEC's reply (mostly with a lease some worker holds)."""
+        draws = self.draws()
+        queue = draws.queue()
+        hints = self.hints[queue]
+        self.steps.append(Multi())
+        for _ in range(draws.integer(1, 3)):
+            verb = draws.pick(IN_MULTI)
+            fenced = TRANSITIONS[verb].fenced and hints.active and draws.aim(4)
+            held = draws.pick(sorted(hints.active)) if fenced else None
+            self.steps.append(CallStep(_transition_call(draws, verb, queue, hints, self.now, held)))
+        self.steps.append(Exec())
 
     @weight(12)
     @precondition(on_shape("interleaving"))
