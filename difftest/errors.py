@@ -10,6 +10,9 @@ OVERFLOW = "EMQ OVERFLOW value is out of range"
 HOSTREPLY = "EMQ HOSTREPLY unexpected reply from the server"
 LANE = "EMQ LANE job row has a group field"
 NOPERM = "NOPERM this user has no permissions to access one of the keys used as arguments"
+# the server's own refusals of a write, which the module answers at the script's first write
+READONLY = "READONLY You can't write against a read only replica."
+OOM = "OOM command not allowed when used memory > 'maxmemory'."
 
 BY_CODE: dict[str, str] = {text.split()[1]: text for text in (SHAPE, LAYOUT, ARG, NOTINT, OVERFLOW, HOSTREPLY, LANE)}
 

@@ -147,6 +147,42 @@ pub fn decide_member(
     })
 }
 
+/// The kind of a transition's first write, as the retired script's first write command is
+/// flagged: `deny-oom` (HSET, ZADD) or not (ZPOPMIN, ZREM, HDEL). A script without flags is
+/// refused at its first write only: on a read-only replica any write, under `maxmemory` a
+/// deny-oom one; a script that has written goes on (docs/decisions.md, "The memory limit",
+/// "A read-only replica as a call target").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstWrite {
+    Plain,
+    DenyOom,
+}
+
+/// Why the server refuses a transition at its first write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// READONLY: the server is a read-only replica and the caller is not its primary
+    ReadOnly,
+    /// OOM: used memory is over `maxmemory` and the first write is a deny-oom command
+    Oom,
+}
+
+/// What the server's script runner decides at a script's first write (script.c `scriptCall`:
+/// the read-only check before the OOM check), as a pure function of the server's state.
+pub fn first_write_refusal(
+    first: FirstWrite,
+    read_only_replica: bool,
+    oom: bool,
+) -> Option<Refusal> {
+    if read_only_replica {
+        Some(Refusal::ReadOnly)
+    } else if oom && first == FirstWrite::DenyOom {
+        Some(Refusal::Oom)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +360,29 @@ mod tests {
                 &seen(b"hash", Some(false), Some(None), Some(Some(b"x")))
             ),
             Step::Done(Ok(Swept::Exempt))
+        );
+    }
+
+    #[test]
+    fn first_write_refusals() {
+        use FirstWrite::{DenyOom, Plain};
+        // a healthy primary refuses nothing
+        assert_eq!(first_write_refusal(Plain, false, false), None);
+        assert_eq!(first_write_refusal(DenyOom, false, false), None);
+        // over the limit: only a deny-oom first write (HSET, ZADD); ZPOPMIN, ZREM, HDEL go on
+        assert_eq!(first_write_refusal(Plain, false, true), None);
+        assert_eq!(
+            first_write_refusal(DenyOom, false, true),
+            Some(Refusal::Oom)
+        );
+        // a read-only replica refuses any write, and says so before the limit would
+        assert_eq!(
+            first_write_refusal(Plain, true, false),
+            Some(Refusal::ReadOnly)
+        );
+        assert_eq!(
+            first_write_refusal(DenyOom, true, true),
+            Some(Refusal::ReadOnly)
         );
     }
 }

@@ -11,6 +11,9 @@ pub const HOSTREPLY: &str = "EMQ HOSTREPLY unexpected reply from the server";
 pub const LANE: &str = "EMQ LANE job row has a group field";
 pub const NOPERM: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
+/// The server's own refusals of a write (shared.roslaveerr, shared.oomerr), word for word.
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// One of the texts above as an error reply. `Str` keeps it static: no allocation, no CString of
 /// caller bytes, so building an error can never panic.
@@ -38,6 +41,8 @@ mod tests {
             (HOSTREPLY, "EMQ HOSTREPLY "),
             (LANE, "EMQ LANE "),
             (NOPERM, "NOPERM "),
+            (READONLY, "READONLY "),
+            (OOM, "OOM "),
         ] {
             assert!(text.starts_with(code), "{text}");
             assert!(text.is_ascii() && !text.contains(['\r', '\n', '\0']));

@@ -7,6 +7,7 @@ use valkey_module::{
     ValkeyError, ValkeyString, ValkeyValue,
 };
 
+use crate::decide::{first_write_refusal, FirstWrite, Refusal};
 use crate::errors;
 use crate::plan::Op;
 
@@ -97,6 +98,25 @@ pub fn apply(ctx: &Context, plan: &[Op]) -> Result<Vec<Reply>, ValkeyError> {
         replies.push(reply);
     }
     Ok(replies)
+}
+
+/// The gate at the point where the retired script makes its first write: refused as the script
+/// would be there (READONLY on a read-only replica, OOM over `maxmemory` when that write is a
+/// deny-oom command), nothing written. The commands are registered without `write` and
+/// `deny-oom` (as EVAL is), so that the server does not refuse them before they run: a script
+/// that writes nothing answers on a replica, and one whose first write is ZREM drains a full
+/// queue. Commands from the primary's link or the AOF are never refused (the server obeys them).
+pub fn first_write(ctx: &Context, first: FirstWrite) -> Result<(), ValkeyError> {
+    let flags = ctx.get_flags();
+    if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Ok(());
+    }
+    let read_only_replica = flags.contains(ContextFlags::SLAVE | ContextFlags::READONLY);
+    match first_write_refusal(first, read_only_replica, flags.contains(ContextFlags::OOM)) {
+        None => Ok(()),
+        Some(Refusal::ReadOnly) => Err(errors::emq(errors::READONLY)),
+        Some(Refusal::Oom) => Err(errors::emq(errors::OOM)),
+    }
 }
 
 /// The server's millisecond clock: CachedMicroseconds / 1000, the value TIME reports and the same

@@ -4,6 +4,7 @@ use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
 use super::{arg, gates, key};
 use crate::args::duration_arg;
+use crate::decide::FirstWrite;
 use crate::decide::{deadline, next_attempt};
 use crate::epoch;
 use crate::errors::{self, emq};
@@ -24,6 +25,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     if host::read(ctx, "HGET", &[&meta, b"paused"])? != Reply::Null {
         return empty();
     }
+    // the script's first write is its ZPOPMIN (not deny-oom), on an empty pending too
+    host::first_write(ctx, FirstWrite::Plain)?;
 
     // Step 2, peeked: the member ZPOPMIN would pop (same order). A wrong-typed pending answers
     // WRONGTYPE here as the script's ZPOPMIN does, before any write.

@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use super::metrics::metrics_bump;
 use super::{arg, fence, gates, key};
 use crate::args::count_arg;
+use crate::decide::FirstWrite;
 use crate::errors::emq;
 use crate::host::{self, Access, Caller};
 use crate::plan::{num, op, Expect};
@@ -20,6 +21,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     if !fence::holds(ctx, &caller, active, &row, id, token)? {
         return Ok(ValkeyValue::Integer(0));
     }
+    // the script's first write is ZREM active (not deny-oom)
+    host::first_write(ctx, FirstWrite::Plain)?;
     // the checks, in the order the script's writes would meet them: the row's HSET, done's
     // ZADD (D3), the metrics HINCRBY (D3, D4)
     caller.open(ctx, &row, Access::Write)?;

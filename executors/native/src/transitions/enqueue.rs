@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use super::{arg, gates, key};
 use crate::args::duration_arg;
 use crate::decide::deadline;
+use crate::decide::FirstWrite;
 use crate::errors::{self, emq};
 use crate::host::{self, Access, Caller, Reply};
 use crate::plan::{num, op, Expect};
@@ -27,6 +28,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     // the row is absent, so its HSET cannot fail; the one set it joins must take a ZADD (only
     // that set: a delay of 0 never touches delayed, and the reverse)
     caller.open(ctx, &row, Access::Write)?;
+    // the script's first write is the row's HSET (deny-oom), after its ACL check
+    host::first_write(ctx, FirstWrite::DenyOom)?;
     let now = host::now_ms()?;
     let (state, set, score): (&[u8], _, _) = if delay == 0 {
         (b"pending", key(&c, 0)?, now)

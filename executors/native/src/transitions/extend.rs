@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use super::{arg, fence, gates, key};
 use crate::args::{count_arg, duration_arg};
 use crate::decide::deadline;
+use crate::decide::FirstWrite;
 use crate::epoch;
 use crate::errors::emq;
 use crate::host::{self, Access, Caller};
@@ -22,6 +23,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     if !fence::holds(ctx, &caller, active, &row, id, token)? {
         return Ok(ValkeyValue::Integer(0));
     }
+    // the script's first write is ZADD XX active (deny-oom), before the native's row write
+    host::first_write(ctx, FirstWrite::DenyOom)?;
     caller.open(ctx, &row, Access::Write)?;
     let at = deadline(host::now_ms()?, lease).map_err(emq)?;
     let run_id = epoch::current()?;

@@ -5,6 +5,7 @@ use valkey_module::{Context, ValkeyResult, ValkeyValue};
 use super::metrics::metrics_bump;
 use super::{arg, fence, gates, key};
 use crate::args::{count_arg, duration_arg};
+use crate::decide::FirstWrite;
 use crate::decide::{deadline, exhausted};
 use crate::errors::emq;
 use crate::host::{self, Access, Caller};
@@ -23,6 +24,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     if !fence::holds(ctx, &caller, active, &row, id, token)? {
         return Ok(ValkeyValue::Integer(0));
     }
+    // the script's first write is ZREM active (not deny-oom)
+    host::first_write(ctx, FirstWrite::Plain)?;
     // past the fence the stored attempts are the token's bytes: both canonical decimals
     caller.open(ctx, &row, Access::Write)?;
     let leave_active = op("ZREM", &[active, id], Expect::Int(1));

@@ -3,6 +3,7 @@
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
 use crate::args;
+use crate::decide::FirstWrite;
 use crate::errors::{self, emq};
 use crate::host::{self, Reply};
 use crate::layout::Queue;
@@ -27,6 +28,8 @@ fn paused(ctx: &Context, meta: &[u8]) -> Result<bool, ValkeyError> {
 /// HSET meta paused 1: always written (a present flag is rewritten to "1"), 1 when it was absent.
 pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     let meta = meta(argv)?;
+    // the Lua host's HSET (deny-oom) is refused before it runs, wrong-typed meta or not
+    host::first_write(ctx, FirstWrite::DenyOom)?;
     let added = i64::from(!paused(ctx, meta)?);
     host::apply(
         ctx,
@@ -39,6 +42,8 @@ pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
 /// is sent.
 pub fn resume(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     let meta = meta(argv)?;
+    // the Lua host's HDEL (not deny-oom) is sent whatever meta holds: refused on a replica
+    host::first_write(ctx, FirstWrite::Plain)?;
     if !paused(ctx, meta)? {
         return Ok(ValkeyValue::Integer(0));
     }

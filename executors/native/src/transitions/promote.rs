@@ -4,6 +4,7 @@ use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
 use super::{arg, gates, key};
 use crate::args::count_arg;
+use crate::decide::FirstWrite;
 use crate::errors::{self, emq};
 use crate::host::{self, Access, Caller, Reply};
 use crate::plan::{num, op, Expect, Op};
@@ -25,6 +26,10 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         Reply::Array(items) => pairs(items).ok_or_else(errors::host_reply)?,
         _ => return Err(errors::host_reply()),
     };
+    if !due.is_empty() {
+        // the script's first write is the first due member's ZREM (not deny-oom)
+        host::first_write(ctx, FirstWrite::Plain)?;
+    }
 
     // every member decided before any write, each check where the script's write would meet it:
     // the row's EXISTS (any permission: its key spec asks for no read), pending's ZADD (D3), the row's HSET (ACL write, then D9)

@@ -3,6 +3,7 @@
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
 use super::{arg, gates, key};
+use crate::decide::FirstWrite;
 use crate::errors;
 use crate::host::{self, Access, Caller, Reply};
 use crate::plan::{num, op, Expect};
@@ -18,6 +19,8 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         Reply::Bulk(_) => {}
         _ => return Err(errors::host_reply()),
     }
+    // the script's first write is ZREM dead (not deny-oom)
+    host::first_write(ctx, FirstWrite::Plain)?;
     let leave_dead = op("ZREM", &[dead, id], Expect::Int(1));
     let row = c.q.job(id);
     caller.open(ctx, &row, Access::Exists)?;

@@ -7,7 +7,7 @@ use super::metrics::metrics_count;
 use super::{arg, gates, key};
 use crate::args::count_arg;
 use crate::decide::{
-    decide_member, CounterPrediction, MemberRead, MemberSeen, Step, SweepRefusal, Swept,
+    decide_member, CounterPrediction, FirstWrite, MemberRead, MemberSeen, Step, SweepRefusal, Swept,
 };
 use crate::epoch;
 use crate::errors::{self, emq};
@@ -40,6 +40,10 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
             .ok_or_else(errors::host_reply)?,
         _ => return Err(errors::host_reply()),
     };
+    if !expired.is_empty() {
+        // the script's first write is the first expired member's ZREM (not deny-oom)
+        host::first_write(ctx, FirstWrite::Plain)?;
+    }
     let run_id = epoch::current()?;
 
     // step 1: each member's verdict, in order, with the checks its writes need where the

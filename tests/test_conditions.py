@@ -1,0 +1,149 @@
+"""The memory limit and a read-only replica as a call target, on real servers: each verb's outcome on
+both executors (docs/decisions.md, "The memory limit", "A read-only replica as a call target")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import valkey
+import valkey.exceptions
+
+from difftest.calls import Call
+from difftest.replicas import Replicas, primary_options
+from difftest.replies import ErrorReply
+from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.sides import LuaSide, NativeSide, Side
+from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
+from executors.native.adapter import DEFAULT_MODULE
+
+Q = "q"
+OOM, READONLY = "OOM", "READONLY"
+
+# What every side holds before the call: j1 pending, j2 active (token 1) and expired, j3 delayed and
+# due, j4 dead. Then the call and its expected reply, over the limit and on the replica (an error
+# code, or the reply); `None` in the prologue's place: the queue is paused first.
+SETUP = [
+    Call.of("ENQUEUE", Q, "j2", "p2", 0),
+    Call.of("CLAIM", Q, 100),
+    Call.of("ENQUEUE", Q, "j4", "p4", 0),
+    Call.of("CLAIM", Q, 100),
+    Call.of("FAIL", Q, "j4", 1, "e", 1, 0),
+    Call.of("ENQUEUE", Q, "j1", "p1", 0),
+    Call.of("ENQUEUE", Q, "j3", "p3", 50),
+]
+CASES: list[tuple[str, Call, Any, Any]] = [
+    ("enqueue-new", Call.of("ENQUEUE", Q, "j9", "p9", 0), OOM, READONLY),
+    ("enqueue-duplicate", Call.of("ENQUEUE", Q, "j1", "p", 0), 0, 0),
+    ("claim", Call.of("CLAIM", Q, 100), [b"j1", b"p1", 1], READONLY),
+    ("extend", Call.of("EXTEND", Q, "j2", 1, 100), OOM, READONLY),
+    ("extend-fenced-off", Call.of("EXTEND", Q, "j2", 7, 100), 0, 0),
+    ("complete", Call.of("COMPLETE", Q, "j2", 1), 1, READONLY),
+    ("complete-fenced-off", Call.of("COMPLETE", Q, "j1", 1), 0, 0),
+    ("fail-retry", Call.of("FAIL", Q, "j2", 1, "e", 3, 10), b"retry", READONLY),
+    ("fail-dead", Call.of("FAIL", Q, "j2", 1, "e", 1, 0), b"dead", READONLY),
+    ("fail-fenced-off", Call.of("FAIL", Q, "j9", 1, "e", 1, 0), 0, 0),
+    ("promote", Call.of("PROMOTE", Q, 3), 1, READONLY),
+    ("sweep", Call.of("SWEEP", Q, 1, 3), [0, 1, 0, 0], READONLY),
+    ("promote-none-due", Call.of("PROMOTE", "r", 3), 0, 0),
+    ("sweep-none-expired", Call.of("SWEEP", "r", 1, 3), [0, 0, 0, 0], [0, 0, 0, 0]),
+    ("revive", Call.of("REVIVE", Q, "j4"), 1, READONLY),
+    ("revive-not-dead", Call.of("REVIVE", Q, "j1"), 0, 0),
+    ("pause", Call.of("PAUSE", Q), OOM, READONLY),
+    ("resume", Call.of("RESUME", Q), 0, READONLY),
+]
+# the queue paused first: CLAIM answers empty with no write, RESUME writes
+PAUSED_CASES: list[tuple[str, Call, Any, Any]] = [
+    ("claim-paused", Call.of("CLAIM", Q, 100), [], []),
+    ("resume-paused", Call.of("RESUME", Q), 1, READONLY),
+]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[ServerGroup, list[EmbeddedServer], Replicas]]:
+    with ServerGroup() as group:
+        lua = group.add("lua", **primary_options())
+        native = group.add("native", module=DEFAULT_MODULE, **primary_options())
+        replicas = Replicas(group, [("lua", lua), ("native", native)])
+        try:
+            yield group, [lua, native], replicas
+        finally:
+            replicas.close()
+
+
+def _walk(server: EmbeddedServer) -> Any:
+    return parse_canonical(server.client.execute_command(b"EVAL", CANONICAL_WALK_SCRIPT, b"0"))[0]
+
+
+def _outcome(reply: Any) -> Any:
+    return reply.message.split()[0] if isinstance(reply, ErrorReply) else reply
+
+
+def _prepare(group: ServerGroup, primaries: list[EmbeddedServer], paused: bool) -> list[Side]:
+    sides: list[Side] = [LuaSide(primaries[0], {}), NativeSide(primaries[1], {})]
+    group.clock.set(1_000_000)
+    for side in sides:
+        side.server.client.flushall()
+        for call in SETUP:
+            side.call(call)
+        if paused:
+            side.call(Call.of("PAUSE", Q))
+    group.advance(200)  # j2's lease and j3's delay are past
+    return sides
+
+
+@pytest.mark.parametrize(("name", "call", "over_limit", "_"), CASES + PAUSED_CASES)
+def test_over_the_memory_limit_both_executors_do_what_the_scripts_do(
+    servers: tuple[ServerGroup, list[EmbeddedServer], Replicas], name: str, call: Call, over_limit: Any, _: Any
+) -> None:
+    group, primaries, _replicas = servers
+    sides = _prepare(group, primaries, name.endswith("-paused"))
+    for server in primaries:
+        server.client.config_set("maxmemory-policy", "noeviction")
+        server.client.config_set("maxmemory", 1)
+    try:
+        replies = [side.call(call) for side in sides]
+    finally:
+        for server in primaries:
+            server.client.config_set("maxmemory", 0)
+    assert [_outcome(r) for r in replies] == [over_limit, over_limit], name
+    lua_after, native_after = (_walk(s) for s in primaries)
+    assert lua_after == native_after, name  # the same writes (or none), lease_epoch aside (N1)
+    for side in sides:
+        side.close()
+
+
+@pytest.mark.parametrize(("name", "call", "_", "on_replica"), CASES + PAUSED_CASES)
+def test_on_a_read_only_replica_both_executors_refuse_where_the_scripts_write(
+    servers: tuple[ServerGroup, list[EmbeddedServer], Replicas], name: str, call: Call, _: Any, on_replica: Any
+) -> None:
+    group, primaries, replicas = servers
+    sides = _prepare(group, primaries, name.endswith("-paused"))
+    assert replicas.check() is None  # caught up: the call reads what its primary holds
+    targets: list[Side] = [LuaSide(pair.replica, {}) if pair.side == "lua" else NativeSide(pair.replica, {})
+                           for pair in replicas.pairs]  # fmt: skip
+    before = [_walk(s) for s in primaries]
+    replies = [target.call(call) for target in targets]
+    assert [_outcome(r) for r in replies] == [on_replica, on_replica], name
+    assert [_walk(s) for s in primaries] == before  # nothing written through the primary
+    assert replicas.check() is None  # nothing written on the replica: still equal to its primary
+    for side in [*sides, *targets]:
+        side.close()
+
+
+def test_client_pause_write_holds_the_commands_back(
+    servers: tuple[ServerGroup, list[EmbeddedServer], Replicas],
+) -> None:
+    """Registered `may-replicate` as EVAL is, not `write deny-oom`: a failover's CLIENT PAUSE WRITE
+    still holds them back (COMMAND INFO does not list may_replicate, for EVAL either)."""
+    _, primaries, _ = servers
+    native = primaries[1]
+    native.client.execute_command("CLIENT", "PAUSE", "100000", "WRITE")
+    worker = valkey.Valkey(unix_socket_path=str(native.address), socket_timeout=0.3)
+    try:
+        with pytest.raises(valkey.exceptions.TimeoutError):
+            worker.execute_command("EMQ.REVIVE", 3, f"emq:{{{Q}}}:dead", f"emq:{{{Q}}}:pending", f"emq:{{{Q}}}:", "j")
+    finally:
+        native.client.execute_command("CLIENT", "UNPAUSE")
+        worker.close()
