@@ -142,3 +142,39 @@ def expected_verdict(path: Path) -> dict[str, Any] | None:
     header = json.loads(first)
     expect = header.get(EXPECT_FIELD)
     return expect if isinstance(expect, dict) else None
+
+
+# what summary.json (and so report.html) shows of a divergence inline: each text cut to this many
+# characters and at most this many keys; report.txt and report.json hold them whole
+BRIEF_CHARS, BRIEF_KEYS = 300, 12
+
+
+def _cut(text: str) -> str:
+    extra = len(text) - BRIEF_CHARS
+    return text if extra <= 0 else f"{text[:BRIEF_CHARS]}… ({extra:,} more characters)"
+
+
+def _cut_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{name: _cut(str(value)) for name, value in row.items()} for row in rows[:BRIEF_KEYS]]
+
+
+def brief(divergence: Divergence) -> dict[str, Any]:
+    """A divergence in brief, for a campaign's summary: the step, both replies and the keys that
+    differ after it with both sides' values (and, for a replica that lost its primary's writes, the
+    keys that differ between them), each cut to a sane size."""
+    keys = key_diff(divergence.lua_after, divergence.native_after)
+    entry: dict[str, Any] = {
+        "step": divergence.index,
+        "kind": divergence.kind,
+        "call": _cut(json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)),
+        "lua_reply": _cut(repr(divergence.lua_reply)),
+        "native_reply": _cut(repr(divergence.native_reply)),
+        "keys": _cut_rows(keys),
+        "keys_differing": len(keys),
+    }
+    found = divergence.propagation
+    if found is not None:
+        rows = [{"key": r["key"], "primary": r["lua"], "replica": r["native"]}
+                for r in key_diff(found.primary, found.replica)]  # fmt: skip
+        entry["replica"] = {"side": found.side, "keys": _cut_rows(rows), "keys_differing": len(rows)}
+    return entry

@@ -76,6 +76,8 @@ class Failure:
     reason: str
     steps: int
     artifact: str
+    # the failing step, both replies and the differing keys, cut short (artifacts.brief): report.html shows them
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -240,7 +242,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
     from hypothesis import HealthCheck, Phase, Verbosity, event, settings, target
 
-    from difftest.artifacts import save_divergence
+    from difftest.artifacts import brief, save_divergence
     from difftest.exampledb import open_database
     from strategies.corpus import CORPUS_NOTE
     from strategies.histories import HistoryShape
@@ -314,7 +316,9 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         minimal = _last_pass(replayer, smallest)
         directory = config.reports / "failures" / f"batch-{batch}"
         save_divergence(minimal, directory)
-        report.failure = Failure(batch, minimal.divergence.reason, len(minimal.history.steps), str(directory))
+        report.failure = Failure(
+            batch, minimal.divergence.reason, len(minimal.history.steps), str(directory), brief(minimal.divergence)
+        )
         return False
     return True
 

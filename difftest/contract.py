@@ -90,6 +90,9 @@ class Rule:
     # applies although the server refuses the native command on its declared keys (the caller's
     # ACL): the rows of what the Lua host decides before any script reaches the server (D6, N3, N4)
     host_side: bool = False
+    # its place in the spec's own table (emq-transitions.md: D1-D6, N1, D7-D9); 0: a row of this
+    # project's (N2...: docs/decisions.md), shown after the spec's in its number order (TABLE_ORDER)
+    spec_row: int = 0
 
     @property
     def transitions(self) -> str:
@@ -679,28 +682,31 @@ RULES: dict[str, Rule] = {
     r.id: r
     for r in (
         Rule("D6", (), "arguments out of shape, layout or range", "refused by the host before sending",
-             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False, host_side=True),
+             "EMQ SHAPE/LAYOUT/ARG/NOTINT/OVERFLOW, nothing written", rule_d6, resync=False, host_side=True,
+             spec_row=6),
         Rule("D2", (Verb.CLAIM,), "meta answers the paused read with an error (WRONGTYPE, NOPERM)",
-             "empty, nothing written", "that error, nothing written", rule_d2),
+             "empty, nothing written", "that error, nothing written", rule_d2, spec_row=2),
         Rule("D1", (Verb.CLAIM,), "PAUSE or RESUME (or a write to meta) lands between the Lua host's paused? read and "
              "its script", "decides on the stale read", "decides atomically on the state at its single round trip",
-             rule_d1),
+             rule_d1, spec_row=1),
         Rule("D5", (Verb.CLAIM,), "active is not a zset", "pop, attempts+1, state active, then WRONGTYPE",
-             "WRONGTYPE, nothing written", rule_d5, lua_partial_writes=True),
+             "WRONGTYPE, nothing written", rule_d5, lua_partial_writes=True, spec_row=5),
         Rule("D7", (Verb.SWEEP,), "an expired member's lease_epoch is missing or not the current run_id",
-             "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt", rule_d7),
+             "counted: stalled+1, may dead-letter", "exempt: back to pending at 0, counted in exempt", rule_d7,
+             spec_row=8),
         Rule("D8", (Verb.SWEEP,), "a selected member's row is not a hash, has a group field, or a bad stalled",
              "processes members in order, errors at the first bad one", "refuses the whole sweep", rule_d8,
-             lua_partial_writes=True),
+             lua_partial_writes=True, spec_row=9),
         Rule("D9", (Verb.PROMOTE,), "a due member's row exists but is not a hash",
              "processes members in order, errors at the first bad one", "WRONGTYPE, nothing written", rule_d9,
-             lua_partial_writes=True),
+             lua_partial_writes=True, spec_row=10),
         Rule("D4", (), "a counter the transition increments is not an integer or +1 overflows",
              "partial writes, then the error", "EMQ NOTINT / EMQ OVERFLOW, nothing written", rule_d4,
-             lua_partial_writes=True),
+             lua_partial_writes=True, spec_row=4),
         Rule("D3", (),
              "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
-             "partial writes, then the error", "the error, nothing written", rule_d3, lua_partial_writes=True),
+             "partial writes, then the error", "the error, nothing written", rule_d3, lua_partial_writes=True,
+             spec_row=3),
         Rule("N2", (Verb.EXTEND,), "the caller may read but not write the row (project decision, docs/decisions.md)",
              "extends: the script never writes the row",
              "NOPERM, nothing written: re-stamping lease_epoch writes the row", rule_n2),
@@ -716,11 +722,15 @@ RULES: dict[str, Rule] = {
              rule_n5, resync=False),
         # (under keyspace notifications the EXTEND re-stamp also fires one hset on the row:
         # difftest/events.py, expected_native)
-        Rule("N1", (Verb.CLAIM, Verb.EXTEND), "-", "no lease_epoch",
-             "lease_epoch = the server's run_id (EXTEND: one more hset event on the row)", rule_n1,
-             resync=False, always=True),
+        Rule("N1", (Verb.CLAIM, Verb.EXTEND), "always (no precondition): every CLAIM or EXTEND stamps the row it "
+             "leases", "no lease_epoch", "lease_epoch = the server's run_id (EXTEND: one more hset event on the row)",
+             rule_n1, resync=False, always=True, spec_row=7),
     )
 }  # fmt: skip
+# the rows as the contract's table shows them (the spec's, then the project's own by number): where a
+# report lists them. Not the order they are tried in, which is RULES' own (below).
+TABLE_ORDER: tuple[Rule, ...] = tuple(sorted(
+    RULES.values(), key=lambda rule: (rule.spec_row == 0, rule.spec_row, rule.id[0], int(rule.id[1:]))))  # fmt: skip
 # the order the alternatives are tried in (the first whose outcome is met allows the step)
 ALTERNATIVES: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if not rule.always)
 ALWAYS: tuple[Rule, ...] = tuple(rule for rule in RULES.values() if rule.always)

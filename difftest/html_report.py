@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from difftest.contract import RULES
+from difftest.contract import TABLE_ORDER
 
 # the verdicts a summary can carry, and how the page shows each (class, headline)
 VERDICTS = {
@@ -38,10 +38,19 @@ tr.missing td { background: #fbe3e3; } pre { background: #f6f6f6; padding: .6em 
 figure { margin: 1em 0; } figcaption { color: #555; font-size: .92em; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .note { color: #555; }
+details { margin: .6em 0; } summary { cursor: pointer; font-weight: 600; }
+td.detail { background: #fafafa; } td.detail dl.facts { margin: .3em 0; }
+td.detail code, td.keys { font: 12px/1.35 ui-monospace, monospace; word-break: break-all; }
+tr.differ td { background: #fff4f4; } p.stopped { color: #555; background: #eef0f3; padding: .4em .7em; }
+tr.stopped td { background: #f0f0f0; } span.bar { display: inline-block; height: .8em; }
+td.bar { width: 230px; white-space: nowrap; }
 """
 
 # chart colours: ordinary bars and lines, unreached labels, contract rows
 BLUE, RED, GREY, TEAL = "#1f66c1", "#c62828", "#9e9e9e", "#00897b"
+# how a bar chart marks a label not reached: as missing (the campaign ran its budget and the
+# generator did not reach it), or in a neutral grey (the run stopped first: nothing follows from it)
+MISSING, STOPPED = "missing", "stopped"
 
 
 def esc(value: object) -> str:
@@ -65,7 +74,8 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.1f}"
+    # round ticks stay apart (0.05, 0.1, 0.15, not 0.1 three times)
+    return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.3g}"
 
 
 def line_chart(
@@ -122,10 +132,11 @@ def line_chart(
     return "".join(parts)
 
 
-def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str = BLUE, width: int = 720) -> str:
+def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str = BLUE, width: int = 720,
+              unreached: str = MISSING) -> str:  # fmt: skip
     """Horizontal bars, one per (label, count, highlighted) row, on a log scale so that a label
     reached twice still shows next to one reached thousands of times; highlighted rows are red and
-    say MISSING."""
+    say MISSING, or (unreached=STOPPED) grey and say that the run stopped before them."""
     bar_h, gap, label_w, count_w = 16, 5, 260, 90
     plot_w = width - label_w - count_w
     top = max((count for _, count, _ in rows), default=0)
@@ -135,14 +146,19 @@ def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str 
     for number, (label, count, highlighted) in enumerate(rows):
         y = gap + number * (bar_h + gap)
         length = plot_w * math.log1p(count) / math.log1p(top) if top > 0 and count > 0 else 0.0
-        fill = RED if highlighted else colour
+        stopped = highlighted and unreached == STOPPED
+        fill = (GREY if stopped else RED) if highlighted else colour
         parts.append(f'<text x="{label_w - 8}" y="{y + bar_h - 4}" text-anchor="end">{esc(label)}</text>')
         if highlighted:  # a faint full-width band so a missing label stands out even with no bar
-            parts.append(f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{bar_h}" fill="#fbe3e3"/>')
+            band = "#f0f0f0" if stopped else "#fbe3e3"
+            parts.append(f'<rect x="{label_w}" y="{y}" width="{plot_w}" height="{bar_h}" fill="{band}"/>')
         parts.append(f'<rect x="{label_w}" y="{y}" width="{length:.1f}" height="{bar_h}" fill="{fill}">'
                      f"<title>{esc(label)}: {count}</title></rect>")  # fmt: skip
-        text = f"{count:,}" + ("  MISSING" if highlighted else "")
-        style = f' style="fill:{RED};font-weight:700"' if highlighted else ""
+        text, style = f"{count:,}", ""
+        if stopped:
+            text, style = f"{text}  not reached: the run stopped first", ' style="fill:#666"'
+        elif highlighted:
+            text, style = f"{text}  MISSING", f' style="fill:{RED};font-weight:700"'
         parts.append(f'<text x="{label_w + length + 6:.1f}" y="{y + bar_h - 4}"{style}>{esc(text)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -285,6 +301,51 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
+def stopped_early(summary: dict[str, Any]) -> str | None:
+    """Why the run ended before its budget, if it did: then a label it did not reach says nothing of
+    whether the generator can reach it (the run stops at the first divergence, README "What it does")."""
+    return {"divergence": "the run stopped at the first divergence",
+            "interrupted": "the run was interrupted",
+            "void": "no history was compared"}.get(verdict_of(summary))  # fmt: skip
+
+
+def _detail(failure: dict[str, Any]) -> str:
+    """The failing step in brief (summary.json's `detail`, artifacts.brief): its call, both replies and
+    the keys that differ with both sides' values. Older summaries have none: report.txt has it all."""
+    detail = failure.get("detail")
+    link = str(failure.get("link") or failure.get("artifact", ""))
+    whole = f'<a href="{esc(link)}/report.txt">report.txt</a>'
+    if not isinstance(detail, dict) or not detail:
+        return f'<p class="note">The failing step, its replies and keys: see {whole}.</p>'
+    replies_differ = detail.get("lua_reply") != detail.get("native_reply")
+    facts = [("step", f"{esc(detail.get('step'))} <code>{esc(detail.get('call', ''))}</code>"),
+             ("replies", "they differ" if replies_differ else "equal"),
+             ("lua reply", f"<code>{esc(detail.get('lua_reply'))}</code>"),
+             ("native reply", f"<code>{esc(detail.get('native_reply'))}</code>")]  # fmt: skip
+    out = ['<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"]
+
+    def keys(rows: list[dict[str, str]], total: int, left: str, right: str, what: str) -> None:
+        if not total:
+            out.append(f"<p>{esc(what)}: none.</p>")
+            return
+        out.append(f"<table><caption>{esc(what)} ({total:,})</caption>"
+                   f"<tr><th>key</th><th>{left}</th><th>{right}</th></tr>")  # fmt: skip
+        for row in rows:
+            cells = "".join(f'<td class="keys">{esc(row.get(name))}</td>' for name in ("key", left, right))
+            out.append(f'<tr class="differ">{cells}</tr>')
+        out.append("</table>")
+        if total > len(rows):
+            out.append(f'<p class="note">{total - len(rows):,} more: see {whole}.</p>')
+
+    replica = detail.get("replica")
+    if isinstance(replica, dict):
+        keys(replica.get("keys", []), int(replica.get("keys_differing", 0)), "primary", "replica",
+             f"keys that differ between the {replica.get('side')} server and its replica")  # fmt: skip
+    keys(detail.get("keys", []), int(detail.get("keys_differing", 0)), "lua", "native",
+         "keys that differ after the step (lease_epoch set aside)")  # fmt: skip
+    return "".join(out)
+
+
 def _divergences(summary: dict[str, Any]) -> list[str]:
     found = summary.get("divergences", [])
     if not found:
@@ -300,38 +361,66 @@ def _divergences(summary: dict[str, Any]) -> list[str]:
             f'<td><a href="{esc(link)}/">{esc(link)}</a><br>{files}</td>'
             f"<td><code>difftest replay {esc(shlex.quote(str(failure.get('artifact', link))))}</code></td></tr>"
         )
+        out.append(f'<tr><td class="detail" colspan="5">{_detail(failure)}</td></tr>')
     out.append("</table>")
     return out
 
 
+CONTRACT_BAR_W = 220  # px: the longest bar of the contract table (log scale)
+
+
 def _contract(summary: dict[str, Any]) -> list[str]:
+    """The contract's rows in its own order (the spec's table, then the project's rows), each with the
+    steps it judged as a bar on a log scale: one table, so the page stays short."""
     coverage: dict[str, int] = summary.get("coverage", {})
-    rows = [(rule, int(coverage.get(f"contract:{rule}", 0))) for rule in RULES]
-    chart = bar_chart([(f"contract:{rule}", count, count == 0) for rule, count in rows],
-                      title="contract rows hit", colour=TEAL)  # fmt: skip
-    table = ["<table><tr><th>row</th><th>steps judged by it</th><th>transitions</th><th>when</th></tr>"]
+    stopped = stopped_early(summary)
+    rows = [(rule, int(coverage.get(f"contract:{rule.id}", 0))) for rule in TABLE_ORDER]
+    top = max((count for _, count in rows), default=0)
+    table = ['<table><tr><th>row</th><th colspan="2">steps judged by it (bar: log scale)</th><th>transitions</th>'
+             "<th>when</th></tr>"]  # fmt: skip
     for rule, count in rows:
-        about = RULES[rule]
-        table.append(f'<tr><td>{esc(rule)}</td><td class="num">{count:,}</td><td>{esc(about.transitions)}</td>'
-                     f"<td>{esc(about.precondition)}</td></tr>")  # fmt: skip
+        if count:
+            width = CONTRACT_BAR_W * math.log1p(count) / math.log1p(top)
+            bar = f'<span class="bar" style="width:{width:.0f}px;background:{TEAL}"></span>'
+            css = ""
+        elif stopped:  # not hit because the run ended early: nothing follows from it
+            bar, css = '<span class="note">not reached: the run stopped first</span>', ' class="stopped"'
+        else:
+            bar, css = "<strong>never exercised</strong>", ' class="missing"'
+        table.append(f'<tr{css}><td>{esc(rule.id)}</td><td class="num">{count:,}</td><td class="bar">{bar}</td>'
+                     f"<td>{esc(rule.transitions)}</td><td>{esc(rule.precondition)}</td></tr>")  # fmt: skip
     table.append("</table>")
-    return [f"<figure>{chart}<figcaption>Steps whose difference a contract row allowed (log scale); red: a row "
-            "this campaign never exercised.</figcaption></figure>", *table]  # fmt: skip
+    unhit = (f"grey: a row not hit before the run ended early ({esc(stopped)}): nothing follows from it"
+             if stopped else "red: a row this campaign never exercised")  # fmt: skip
+    return [*table, f'<p class="note">Steps whose difference each contract row allowed, in the contract\'s '
+            f"order (the spec's rows, then the project's own); {unhit}.</p>"]  # fmt: skip
 
 
 def _coverage(summary: dict[str, Any]) -> list[str]:
     coverage: dict[str, int] = summary.get("coverage", {})
     missing = set(summary.get("coverage_missing", [label for label, count in coverage.items() if count == 0]))
     rows = [(label, int(count), label in missing) for label, count in coverage.items()]
-    out = [
-        f"<p>{len(rows) - len(missing)} of {len(rows)} behaviour labels reached"
-        + (f"; <strong>not reached: {esc(', '.join(sorted(missing)))}</strong>" if missing else "") + ".</p>",
-        f"<figure>{bar_chart(rows, title='behaviour coverage')}<figcaption>Histories' behaviours by label "
-        "(log scale); red: not reached by this campaign.</figcaption></figure>",
-    ]  # fmt: skip
+    stopped = stopped_early(summary)
+    unreached = STOPPED if stopped else MISSING
+    reached = f"{len(rows) - len(missing):,} of {len(rows):,} behaviour labels reached"
+    out: list[str] = []
+    if not missing:
+        out.append(f"<p>{reached}.</p>")
+    elif stopped:  # the labels were not reached because the run stopped, not because they cannot be
+        out.append(f'<p class="stopped">{reached}: {esc(stopped)}, so the other {len(missing):,} were not '
+                   "reached for that reason alone; this says nothing of whether the generator reaches them "
+                   "(a run to its budget does).</p>")  # fmt: skip
+        out.append(f"<details><summary>{len(missing):,} labels not reached before the run stopped</summary>"
+                   f"<p>{esc(', '.join(sorted(missing)))}</p></details>")  # fmt: skip
+    else:
+        out.append(f'<p class="bad">{reached}; <strong>not reached: {esc(", ".join(sorted(missing)))}</strong>.</p>')
+    colours = "grey: not reached before the run stopped" if stopped else "red: not reached by this campaign"
+    out.append(f"<details><summary>all {len(rows):,} behaviour labels, by count</summary>"
+               f"<figure>{bar_chart(rows, title='behaviour coverage', unreached=unreached)}<figcaption>Histories' "
+               f"behaviours by label (log scale); {colours}.</figcaption></figure></details>")  # fmt: skip
     also: dict[str, int] = summary.get("also_reached", {})
     if also:
-        out.append("<details><summary>also reached (labels outside the required set)</summary><table>"
+        out.append(f"<details><summary>{len(also):,} more labels reached (outside the required set)</summary><table>"
                    "<tr><th>label</th><th>count</th></tr>"
                    + "".join(f'<tr><td>{esc(k)}</td><td class="num">{v:,}</td></tr>' for k, v in also.items())
                    + "</table></details>")  # fmt: skip
@@ -375,6 +464,13 @@ def render(summary: dict[str, Any]) -> str:
     verdict = verdict_of(summary)
     css_class, headline = VERDICTS.get(verdict, ("warn", verdict))
     missing = summary.get("coverage_missing", [])
+    stopped = stopped_early(summary)
+    if not missing:
+        coverage_line = "complete"
+    elif stopped:
+        coverage_line = f"{len(missing)} label(s) not reached before the run stopped ({stopped})"
+    else:
+        coverage_line = f"{len(missing)} label(s) not reached"
     title = f"difftest campaign, seed {summary.get('seed')}: {verdict}"
     reproduce = [reproduce_command(summary)]
     reproduce += [f"difftest replay {shlex.quote(str(f.get('artifact')))}" for f in summary.get("divergences", [])]
@@ -385,7 +481,7 @@ def render(summary: dict[str, Any]) -> str:
         f"<title>{esc(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
         "<h1>difftest campaign report</h1>",
         f'<p class="verdict {css_class}" id="verdict">verdict: {esc(verdict)} — {esc(headline)}</p>',
-        f"<p>coverage: {'complete' if not missing else f'{len(missing)} label(s) not reached'}</p>",
+        f"<p>coverage: {esc(coverage_line)}</p>",
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in _facts(summary)) + "</dl>",
         "<h2>How to reproduce</h2>", f"<pre>{esc(chr(10).join(reproduce))}</pre>",
         "<h2>Divergences</h2>", *_divergences(summary),

@@ -3,6 +3,7 @@ schema, the time series in summary.json, `difftest report` re-rendering; and the
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -17,12 +18,20 @@ from typing import Any
 import pytest
 
 from difftest import coverage, html_report
-from difftest.cli import EXIT_OK, EXIT_SETUP, main
-from difftest.contract import RULES
+from difftest import history as hist
+from difftest.artifacts import BRIEF_CHARS, BRIEF_KEYS, brief
+from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
+from difftest.contract import RULES, TABLE_ORDER
+from difftest.replay import Divergence
+from difftest.snapshot import Entry
+from tests.helpers import planted_scripts
 
 SEED = 424242
 SCHEMA = Path(__file__).with_name("junit.xsd")
 WINDOW = (1200, 2000)
+# the rendered page's height at WINDOW's width: a default run's page was over 11,000 px (every one of
+# the ~430 labels a bar) before its long tables were folded; it is about 2,000 now
+MAX_PAGE_PX = 2600
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +51,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         str(reports),
     ]
     assert main(argv) == EXIT_OK
+    (directory,) = reports.iterdir()
+    yield directory
+    shutil.rmtree(reports)
+
+
+@pytest.fixture(scope="module")
+def diverged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real campaign that stops at a divergence: COMPLETE's script counts two completions (a second
+    or so: the first COMPLETE diverges)."""
+    reports = tmp_path_factory.mktemp("diverged")
+    scripts = planted_scripts(tmp_path_factory.mktemp("planted"), "complete.lua", "'count', 1)", "'count', 2)")
+    argv = ["run", "--seed", "5", "--examples", "40", "--workers", "1", "--no-database",
+            "--lua-scripts", str(scripts), "--reports", str(reports)]  # fmt: skip
+    assert main(argv) == EXIT_DIVERGENCE
     (directory,) = reports.iterdir()
     yield directory
     shutil.rmtree(reports)
@@ -79,7 +102,8 @@ def test_the_page_is_self_contained(run: Path) -> None:
     assert set(re.findall(r"https?://[^\s\"'<>]+", page)) == {"http://www.w3.org/2000/svg"}
     hrefs = re.findall(r'href="([^"]+)"', page)
     assert hrefs and all(not h.startswith(("/", "http", "file:")) for h in hrefs)
-    assert page.count("<svg") == 3  # speed, contract rows, coverage
+    assert page.count("<svg") == 2  # speed, coverage (the contract rows' bars are in their table)
+    assert "<details" in page  # the long tables are folded, without a script
 
 
 def test_report_renders_the_same_page_again(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,10 +157,10 @@ def browser() -> list[str]:
     pytest.fail("no chromium-headless-shell or chromium on PATH: run scripts/setup.sh (it installs it)")
 
 
-def in_browser(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def in_browser(page: Path, *args: str, window: tuple[int, int] = WINDOW) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="difftest-browser-") as profile:
         command = [*browser(), "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
-                   f"--window-size={WINDOW[0]},{WINDOW[1]}", *args, page.resolve().as_uri()]  # fmt: skip
+                   f"--window-size={window[0]},{window[1]}", *args, page.resolve().as_uri()]  # fmt: skip
         # HOME too: chromium writes caches there when it can
         env = {**os.environ, "HOME": profile}
         return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, check=False)
@@ -157,6 +181,9 @@ def test_a_real_browser_renders_the_report(run: Path) -> None:
     for rule in RULES:  # every contract row in its table, with its count
         count = summary["coverage"][f"contract:{rule}"]
         assert re.search(rf"\b{rule} {count:,} ", text), rule
+    # in the contract's order
+    shown = re.findall(r"\b([DN]\d) [\d,]+ ", text)
+    assert shown == [rule.id for rule in TABLE_ORDER], shown
     with tempfile.TemporaryDirectory(prefix="difftest-shot-") as shots:
         shot = Path(shots) / "report.png"
         done = in_browser(page, f"--screenshot={shot}")
@@ -169,6 +196,65 @@ def test_a_real_browser_renders_the_report(run: Path) -> None:
     found = {colour for _, colour in colours}
     assert _rgb("#dcf2dc") in found, "the verdict's green box is not drawn"
     assert _rgb(html_report.BLUE) in found and _rgb(html_report.TEAL) in found, "the charts are not drawn"
+
+
+def page_height(page: Path) -> int:
+    """The rendered page's height in px at WINDOW's width: the last row a tall screenshot is not blank in."""
+    from PIL import Image, ImageChops
+
+    with tempfile.TemporaryDirectory(prefix="difftest-shot-") as shots:
+        shot = Path(shots) / "tall.png"
+        done = in_browser(page, f"--screenshot={shot}", window=(WINDOW[0], 3 * MAX_PAGE_PX))
+        assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+        with Image.open(shot) as image:
+            drawn = ImageChops.difference(image.convert("RGB"), Image.new("RGB", image.size, "white")).getbbox()
+    assert drawn is not None, "the page is blank"
+    return int(drawn[3])
+
+
+def test_the_page_of_a_run_is_short(run: Path) -> None:
+    height = page_height(run / "report.html")
+    assert 600 < height <= MAX_PAGE_PX, height
+    # the measure can fail: the same page with its folds open passes the bound many times over
+    unfolded = run / "unfolded.html"
+    try:
+        unfolded.write_text((run / "report.html").read_text().replace("<details>", "<details open>"))
+        assert page_height(unfolded) > 2 * MAX_PAGE_PX
+    finally:
+        unfolded.unlink()
+
+
+def test_a_divergence_is_shown_with_its_replies_and_keys_and_no_red(diverged: Path) -> None:
+    from PIL import Image
+
+    summary = load(diverged)
+    (failure,) = summary["divergences"]
+    detail = failure["detail"]
+    # summary.json holds the failing step in brief, as report.json has it whole
+    report = json.loads((diverged / failure["link"] / "report.json").read_text())
+    assert detail["step"] == report["step"] and detail["lua_reply"] == report["lua_reply"]
+    assert detail["keys"] == report["key_diff"] and detail["keys_differing"] == len(report["key_diff"])
+    (completed,) = [k for k in detail["keys"] if k["key"] == "emq:{q}:metrics:completed"]
+    assert "b'2'" in completed["lua"] and "b'1'" in completed["native"]
+    page = diverged / "report.html"
+    dom = in_browser(page, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom.stdout)))
+    assert "verdict: divergence" in text and detail["call"] in text
+    assert f"lua reply {detail['lua_reply']} native reply {detail['native_reply']}" in text
+    assert f"emq:{{q}}:metrics:completed {completed['lua']} {completed['native']}" in text
+    # the run stopped at the divergence: what it did not reach is not drawn as missing
+    assert "MISSING" not in text and "never exercised" not in text
+    assert "not reached: the run stopped first" in text and summary["coverage_missing"]
+    assert page_height(page) <= MAX_PAGE_PX
+    with tempfile.TemporaryDirectory(prefix="difftest-shot-") as shots:
+        shot = Path(shots) / "report.png"
+        done = in_browser(page, f"--screenshot={shot}")
+        assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+        with Image.open(shot) as image:
+            found = {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1 << 20) or []}
+    assert _rgb("#fbd9d9") in found, "the verdict's red box is not drawn"
+    assert _rgb(html_report.RED) not in found and _rgb("#fbe3e3") not in found, "an unreached label is drawn red"
 
 
 def _rgb(colour: str) -> tuple[int, int, int]:
@@ -266,3 +352,84 @@ def test_an_old_summary_still_renders() -> None:
 )
 def test_ticks_are_round_and_cover_the_top(top: float, expected: list[float]) -> None:
     assert html_report.nice_ticks(top) == expected
+
+
+# ---- the contract's order, a divergence in brief, coverage of a run that stopped ------------------------
+
+
+def spec_table() -> list[str] | None:
+    """The rows of the parity contract's table as the spec lists them (shared/ beside the checkout)."""
+    for folder in Path(__file__).resolve().parents:
+        spec = folder / "shared" / "spec" / "emq-transitions.md"
+        if spec.is_file():
+            text = spec.read_text()
+            table = text[text.index("| id | transition | precondition |") :]
+            return re.findall(r"^\| ([DN]\d+) \|", table.split("\n\n")[0], re.MULTILINE)
+    return None
+
+
+def test_the_contract_rows_are_shown_in_the_contracts_order() -> None:
+    order = [rule.id for rule in TABLE_ORDER]
+    assert order == ["D1", "D2", "D3", "D4", "D5", "D6", "N1", "D7", "D8", "D9", "N2", "N3", "N4", "N5"]
+    assert sorted(order) == sorted(RULES)  # every row, once
+    spec = spec_table()
+    if spec is not None:  # the spec's own rows in its order, then the project's own rows
+        assert order[: len(spec)] == spec and all(rule.spec_row == 0 for rule in TABLE_ORDER[len(spec) :])
+    page = html_report.render(summary_with())
+    assert re.findall(r"<tr[^>]*><td>([DN]\d)</td>", page) == order
+    # N1 holds always: its "when" says so instead of a dash
+    assert "always" in RULES["N1"].precondition and "<td>-</td>" not in page
+
+
+def huge_divergence() -> Divergence:
+    """A divergence with more keys than a summary keeps, and values longer than it shows."""
+    many = {f"emq:{{q}}:job:j{n}".encode(): Entry("hash", {b"payload": b"<" * 1000}, -1) for n in range(20)}
+    return Divergence(index=4, step=hist.call_step("CLAIM", "q", 100), reason="replies differ",
+                      lua_reply=[b"j1", b"x" * 2000, 1], native_reply=[], before={}, lua_after=many,
+                      native_after={}, native_epochs={})  # fmt: skip
+
+
+def test_a_divergence_in_brief_is_cut_to_a_sane_size() -> None:
+    detail = brief(huge_divergence())
+    assert detail["step"] == 4 and detail["kind"] == "divergence" and '"verb": "CLAIM"' in detail["call"]
+    assert len(detail["keys"]) == BRIEF_KEYS and detail["keys_differing"] == 20
+    assert detail["keys"][0]["native"] == "None" and detail["native_reply"] == "[]"
+    for text in (detail["lua_reply"], detail["keys"][0]["lua"]):
+        assert text.endswith("more characters)") and len(text) < BRIEF_CHARS + 40
+    assert len(json.dumps(detail)) < 20 * BRIEF_CHARS * 3  # whatever the history's payloads
+
+
+def test_a_divergence_shows_its_step_replies_and_keys_inline() -> None:
+    failure = {"batch": 3, "reason": "replies differ", "steps": 5, "artifact": "reports/run-1/failures/batch-3",
+               "link": "failures/batch-3", "detail": brief(huge_divergence())}  # fmt: skip
+    page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
+    assert "they differ" in page and html.escape(failure["detail"]["lua_reply"]) in page
+    assert page.count('<tr class="differ">') == BRIEF_KEYS and "emq:{q}:job:j0" in page
+    assert "&lt;&lt;&lt;" in page and "<<<" not in page  # values escaped, not markup
+    assert '8 more: see <a href="failures/batch-3/report.txt">' in page
+    # a propagation divergence: the replica's keys beside its primary's
+    failure["detail"] = {**failure["detail"], "replica": {"side": "native", "keys_differing": 1,
+                         "keys": [{"key": "emq:{q}:done", "primary": "Entry(zset)", "replica": "None"}]}}  # fmt: skip
+    page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
+    assert "between the native server and its replica" in page and "<th>primary</th><th>replica</th>" in page
+    # a summary from before the brief was recorded points to report.txt
+    del failure["detail"]
+    page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
+    assert 'see <a href="failures/batch-3/report.txt">report.txt</a>' in page
+
+
+@pytest.mark.parametrize("verdict", ["divergence", "interrupted"])
+def test_labels_a_stopped_run_did_not_reach_are_not_drawn_missing(verdict: str) -> None:
+    labels = {label: 0 for label in coverage.REQUIRED}
+    labels["contract:D6"] = 5
+    stopped = summary_with(verdict=verdict, coverage=labels, coverage_missing=[k for k, v in labels.items() if not v])
+    page = html_report.render(stopped)
+    assert "MISSING" not in page and RED_FILL not in page and "never exercised" not in page
+    assert f'fill="{html_report.GREY}"' in page and "not reached: the run stopped first" in page
+    assert "not reached before the run stopped" in page and "says nothing of whether the generator" in page
+    # the same counts from a run that ran its budget: missing, in red
+    page = html_report.render({**stopped, "verdict": "agree"})
+    assert page.count("MISSING") == len(labels) - 1 and RED_FILL in page and "never exercised" in page
+
+
+RED_FILL = f'fill="{html_report.RED}"'

@@ -42,7 +42,10 @@ def batch(number: int, histories: int = 40, diverged: bool = False, **labels: in
 
 def shard(index: int, count: int, batches: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
     divergences = [{"batch": b["batch"], "reason": f"planted in {b['batch']}", "steps": 3,
-                    "artifact": f"somewhere/failures/batch-{b['batch']}", "link": f"failures/batch-{b['batch']}"}
+                    "artifact": f"somewhere/failures/batch-{b['batch']}", "link": f"failures/batch-{b['batch']}",
+                    "detail": {"step": 2, "kind": "divergence", "call": "{}", "lua_reply": "1", "native_reply": "0",
+                               "keys": [{"key": "emq:{q}:done", "lua": "planted", "native": "None"}],
+                               "keys_differing": 1}}
                    for b in batches if b["diverged"]]  # fmt: skip
     document = {"seed": 5, "budget": {"examples": 160, "seconds": None}, "restarts": True, "max_steps": 40,
                 "shard": {"index": index, "count": count} if count > 1 else None, "workers": 1, "module": "m.so",
@@ -125,6 +128,8 @@ def test_merge_writes_the_four_reports_and_exits_on_the_verdict(tmp_path: Path) 
         "coverage.txt", "junit.xml", "report.html", "summary.json"]  # fmt: skip
     page = (tmp_path / "out" / "report.html").read_text()
     assert 'href="../a/failures/batch-2/report.txt"' in page and "planted in 2" in page
+    # the failing step's replies and keys, as the shard recorded them
+    assert '<td class="keys">emq:{q}:done</td><td class="keys">planted</td>' in page and "they differ" in page
 
 
 # ---- on real servers --------------------------------------------------------------------------------------
