@@ -161,7 +161,8 @@ def _cut_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
 def brief(divergence: Divergence) -> dict[str, Any]:
     """A divergence in brief, for a campaign's summary: the step, both replies and the keys that
     differ after it with both sides' values (and, for a replica that lost its primary's writes, the
-    keys that differ between them), each cut to a sane size."""
+    keys that differ between them; for keyspace notifications, the events each server fired), each
+    cut to a sane size."""
     keys = key_diff(divergence.lua_after, divergence.native_after)
     entry: dict[str, Any] = {
         "step": divergence.index,
@@ -177,4 +178,8 @@ def brief(divergence: Divergence) -> dict[str, Any]:
         rows = [{"key": r["key"], "primary": r["lua"], "replica": r["native"]}
                 for r in key_diff(found.primary, found.replica)]  # fmt: skip
         entry["replica"] = {"side": found.side, "keys": _cut_rows(rows), "keys_differing": len(rows)}
+    if divergence.kind == "events":  # the keyspace notifications each server fired at the step, in order
+        fired = {"lua": divergence.lua_events, "native": divergence.native_events}
+        entry["events"] = {side: [_cut(e) for e in show(events)[:BRIEF_KEYS]] for side, events in fired.items()}
+        entry["events_fired"] = {side: len(events) for side, events in fired.items()}
     return entry

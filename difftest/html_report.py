@@ -337,6 +337,19 @@ def _detail(failure: dict[str, Any]) -> str:
         if total > len(rows):
             out.append(f'<p class="note">{total - len(rows):,} more: see {whole}.</p>')
 
+    events, fired = detail.get("events"), detail.get("events_fired") or {}
+    if isinstance(events, dict):  # an events divergence: each server's notifications at the step, in order
+        lua, native = events.get("lua", []), events.get("native", [])
+        counts = f"<th>lua ({fired.get('lua', len(lua))})</th><th>native ({fired.get('native', len(native))})</th>"
+        out.append(f"<table><caption>keyspace events fired at the step</caption><tr><th>#</th>{counts}</tr>")
+        for number in range(max(len(lua), len(native))):
+            pair = [side[number] if number < len(side) else "" for side in (lua, native)]
+            css = ' class="differ"' if pair[0] != pair[1] else ""
+            cells = "".join(f'<td class="keys">{esc(e)}</td>' for e in pair)
+            out.append(f'<tr{css}><td class="num">{number + 1}</td>{cells}</tr>')
+        out.append("</table>")
+        if max(fired.values(), default=0) > max(len(lua), len(native)):
+            out.append(f'<p class="note">more: see {whole}.</p>')
     replica = detail.get("replica")
     if isinstance(replica, dict):
         keys(replica.get("keys", []), int(replica.get("keys_differing", 0)), "primary", "replica",

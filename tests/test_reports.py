@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from difftest import history as hist
 from difftest.artifacts import BRIEF_CHARS, BRIEF_KEYS, brief
 from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
 from difftest.contract import RULES, TABLE_ORDER
+from difftest.events import Event
 from difftest.replay import Divergence
 from difftest.snapshot import Entry
 from tests.helpers import planted_scripts
@@ -412,6 +414,15 @@ def test_a_divergence_shows_its_step_replies_and_keys_inline() -> None:
                          "keys": [{"key": "emq:{q}:done", "primary": "Entry(zset)", "replica": "None"}]}}  # fmt: skip
     page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
     assert "between the native server and its replica" in page and "<th>primary</th><th>replica</th>" in page
+    # an events divergence: each server's keyspace notifications side by side
+    events = replace(huge_divergence(), kind="events", lua_events=(Event("keyevent", 0, b"hset", b"emq:{q}:job:j1"),),
+                     native_events=tuple(Event("keyevent", 0, b"hset", b"k%d" % n) for n in range(15)))  # fmt: skip
+    detail = brief(events)
+    assert detail["events_fired"] == {"lua": 1, "native": 15} and len(detail["events"]["native"]) == BRIEF_KEYS
+    failure["detail"] = detail
+    page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))
+    assert "keyspace events fired at the step" in page and "<th>native (15)</th>" in page
+    assert html.escape(detail["events"]["lua"][0]) in page and "more: see" in page
     # a summary from before the brief was recorded points to report.txt
     del failure["detail"]
     page = html_report.render(summary_with(verdict="divergence", divergences=[failure]))

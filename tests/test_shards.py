@@ -47,7 +47,9 @@ def shard(index: int, count: int, batches: list[dict[str, Any]], **overrides: An
                                "keys": [{"key": "emq:{q}:done", "lua": "planted", "native": "None"}],
                                "keys_differing": 1}}
                    for b in batches if b["diverged"]]  # fmt: skip
-    document = {"seed": 5, "budget": {"examples": 160, "seconds": None}, "restarts": True, "max_steps": 40,
+    # a verdict as a run writes it: merge refuses a summary without one
+    document = {"verdict": "divergence" if divergences else "agree",
+                "seed": 5, "budget": {"examples": 160, "seconds": None}, "restarts": True, "max_steps": 40,
                 "shard": {"index": index, "count": count} if count > 1 else None, "workers": 1, "module": "m.so",
                 "lua_scripts": None, "elapsed_s": 4.0, "interrupted": False, "divergences": divergences,
                 "host": "h", "batches": batches}  # fmt: skip
