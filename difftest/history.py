@@ -8,6 +8,8 @@ the line and the field.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +23,13 @@ from difftest.guards import queue_of_base
 
 FORMAT = "difftest-history"
 VERSION = 1
+# The longest history a replay takes, and the largest file it reads. Every step's keyspaces are
+# walked and compared whole, so a history whose keyspace grows with its length costs time (and
+# memory: every step's snapshot is kept) in the square of its length: 2,000 ENQUEUEs replay in about
+# 18 s, 5,000 in about 100 s (bench/bench_long_history.py; docs/decisions.md, "How long a history
+# may be"). Histories the campaign generates and shrinks have at most a few hundred steps.
+MAX_STEPS = 2_500
+MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
 
 # Raw steps corrupt the keyspace; these commands would instead stop, block, re-point or reconfigure
 # the server or the harness's own connection, and a replay would end in a lost connection or a
@@ -529,20 +538,66 @@ def loads(text: str, name: str = "<history>") -> History:
     seed = header.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise HistoryError(f"{where} field 'seed': expected an integer, got {seed!r}")
+    if len(lines) - 1 > MAX_STEPS:
+        raise HistoryError(f"{name}: {len(lines) - 1:,} steps, past the {MAX_STEPS:,} a replay takes (every step's "
+                           "keyspaces are walked and compared whole, so the time grows with steps times keys; "
+                           "docs/decisions.md, \"How long a history may be\"): split the history")  # fmt: skip
     parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
     _check_workers(parsed, name)
     _check_clock(parsed, start_ms, name)
     return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")))
 
 
-def load(path: Path) -> History:
+def _kind_of(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bounded(path: Path, what: str = "a history (.jsonl) or an artifact's directory",
+                 limit: int = MAX_FILE_BYTES) -> bytes:  # fmt: skip
+    """A regular file's bytes, at most `limit` of them; anything else (a FIFO, a device, a socket, a
+    symlink loop, a file past the limit) is one line, before a read that could hang or never end."""
     try:
-        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode  # follows symlinks: a loop is ELOOP here, not an internal error
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such file") from None
+    except OSError as problem:
+        raise HistoryError(f"{path}: cannot be read ({problem.strerror}); pass {what}") from None
+    if not stat.S_ISREG(mode):
+        raise HistoryError(f"{path}: {_kind_of(mode)}, not a regular file; pass {what}")
+    try:
+        # O_NONBLOCK: should a FIFO take the file's place since the stat, opening it does not wait
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(handle, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise HistoryError(f"{path}: not a regular file; pass {what}")
+            data = stream.read(limit + 1)  # never more than the bound, whatever the file grows to
+    except OSError as problem:
+        raise HistoryError(f"{path}: cannot be read ({problem.strerror}); pass {what}") from None
+    if len(data) > limit:
+        raise HistoryError(f"{path}: larger than {limit // 2**20} MiB, the most a history may be "
+                           f"(at most {MAX_STEPS:,} steps); split it")  # fmt: skip
+    return data
+
+
+def load(path: Path) -> History:
+    return load_with_header(path)[0]
+
+
+def load_with_header(path: Path) -> tuple[History, dict[str, Any]]:
+    """The history in a file, and its header line as written (an artifact's records what it expects)."""
+    data = read_bounded(path)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise HistoryError(f"{path}: not UTF-8 text; a history is JSON Lines") from None
-    return loads(text, str(path))
+    history = loads(text, str(path))  # a malformed header is one line from here
+    header = json.loads(next(line for line in text.splitlines() if line.strip()))
+    return history, header
 
 
 def iter_calls(history: History) -> Iterator[Call]:
