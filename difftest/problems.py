@@ -5,3 +5,8 @@ from __future__ import annotations
 
 class SetupProblem(Exception):
     """Bad set-up or input: the message is one line naming what is wrong and what to do."""
+
+
+class ScriptDoesNotCompile(SetupProblem):
+    """A Lua script of the executor under test that the Lua server's own compiler refuses (a mutant
+    runner reads it as an unviable mutant, as a patch that does not build)."""

@@ -10,6 +10,7 @@ takes the native's keyspace and the rest of the segment runs again there.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -19,10 +20,12 @@ from typing import Any
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from difftest import lua_coverage
+from difftest.commands import TRANSITIONS
 from difftest.contract import RULES, Verdict, acl_probe_keys
 from difftest.events import Events, events_problem
 from difftest.history import Advance, History, Notify, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
+from difftest.problems import ScriptDoesNotCompile
 from difftest.replicas import KIND as PROPAGATION
 from difftest.replicas import Propagation, Replicas, primary_options
 from difftest.replies import Died, NotSent, Reply, Simple
@@ -43,6 +46,11 @@ AOF_COMPACT_BEFORE_RESTART_BYTES = 4 * 1024
 START_REWRITE, FINISH_REWRITE = "start", "finish"  # what the reset does about a server's AOF
 ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
 EVENTS = "events"  # a divergence's kind: the keyspace notifications of a step differ
+# A segment is one pipeline, every step's walk in it read only once the whole pipeline is sent:
+# longer runs (the clock unmoved) are cut into segments of this many steps, so that the replies a
+# server holds unread stay bounded. Uncut, 20,000 ENQUEUEs left the native server writing gigabytes
+# of walks its client did not read yet, and the client's write of the Lua pipeline timed out.
+SEGMENT_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -98,9 +106,13 @@ def can_write(segment: list[Resolved]) -> bool:
     return any(not (step.is_advance or step.is_restart or step.is_notify) for step in segment)
 
 
-def segments(steps: tuple[Resolved, ...], alone_from: int | None = None) -> list[list[Resolved]]:
-    """Runs of steps between clock advances, restarts and notify steps; each of those stands alone,
-    and so does every step from index `alone_from` on (a round trip each: which step a server died at)."""
+def segments(
+    steps: tuple[Resolved, ...], alone_from: int | None = None, longest: int | None = None
+) -> list[list[Resolved]]:
+    """Runs of steps between clock advances, restarts and notify steps, of at most `longest` steps
+    (SEGMENT_STEPS); each of those stands alone, and so does every step from index `alone_from` on
+    (a round trip each: which step a server died at)."""
+    longest = longest or SEGMENT_STEPS
     out: list[list[Resolved]] = []
     current: list[Resolved] = []
     for step in steps:
@@ -112,6 +124,9 @@ def segments(steps: tuple[Resolved, ...], alone_from: int | None = None) -> list
             current = []
         else:
             current.append(step)
+            if len(current) >= longest:
+                out.append(current)
+                current = []
     if current:
         out.append(current)
     return out
@@ -162,6 +177,7 @@ class Replayer:
             self.native_server = self.group.add("native", module=module, **options)
             if replicas:
                 self.replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
+            check_compiles(self.lua_server.client, self.native_scripts, lua_scripts)
         except BaseException:  # the first server (a container, an attached pair's lock) goes too
             if self._owns_group:
                 self.group.close()
@@ -428,6 +444,34 @@ class Replayer:
             for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
                 known[(rules, key, perm)] = answer not in (b"OK", "OK")
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
+
+
+def check_compiles(client: Any, scripts: dict[str, bytes], directory: Path | None) -> None:
+    """Every script as the Lua server's own compiler sees it (SCRIPT LOAD compiles, runs nothing):
+    one that does not compile is one line naming its file and the compiler's message and line,
+    before any step (else every call of it would be a NOSCRIPT reply, read as a divergence)."""
+    from valkey.exceptions import ResponseError
+
+    from executors.lua.adapter import script_directory
+
+    for verb, source in scripts.items():
+        try:
+            client.execute_command(b"SCRIPT", b"LOAD", source)
+        except ResponseError as refused:
+            path = script_directory(directory) / TRANSITIONS[verb].script_name
+            message = " ".join(str(refused).split())
+            raise ScriptDoesNotCompile(
+                f"{path} does not compile: {message} (user_script:N is the file's line N); "
+                "fix it, or pass --lua-scripts a directory whose scripts compile"
+            ) from None
+
+
+def check_scripts(lua_scripts: Path | None) -> None:
+    """A user's scripts compiled once on an embedded Lua server of their own, before a campaign starts
+    its workers (each of which checks again as its Replayer starts)."""
+    scripts = load_scripts(lua_scripts)
+    with contextlib.closing(ServerGroup()) as group:
+        check_compiles(group.add("lua").client, scripts, lua_scripts)
 
 
 def _check_clock(server: str, time_reply: Reply, expected_ms: int) -> None:

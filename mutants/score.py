@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest.campaign import CampaignConfig, run_campaign
+from difftest.problems import ScriptDoesNotCompile
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
 
@@ -90,6 +91,10 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
     started = time.perf_counter()
     try:
         result = run_campaign(config)
+    except ScriptDoesNotCompile as refused:  # a Lua mutant the server's compiler refuses: unviable, as a native
+        # patch that does not build (its every call would be a NOSCRIPT reply, a catch for nothing)
+        return Outcome("", "", UNVIABLE, campaign_s=time.perf_counter() - started, reason=str(refused),
+                       restarts=budget.restarts)  # fmt: skip
     except Exception as exc:  # a server that died under the mutant, a harness failure: reported as such
         reason = _explain(exc)
         return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=reason, restarts=budget.restarts)

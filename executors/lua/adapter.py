@@ -18,6 +18,11 @@ from difftest.problems import SetupProblem
 from difftest.replies import Refused, Reply
 
 
+def script_directory(directory: Path | None = None) -> Path:
+    """Where the scripts are read from: `directory`, else this package's own (executors/lua)."""
+    return directory if directory is not None else Path(__file__).resolve().parent
+
+
 def load_scripts(directory: Path | None = None) -> dict[str, bytes]:
     """Every scripted transition's source, by verb, from `<verb>.lua` files (this package's own,
     or a user's directory with their build of the scripts)."""
