@@ -66,7 +66,7 @@ def by_hand(history: History) -> list[str]:
     return lines
 
 
-def _render(divergence: Divergence, history: History) -> str:
+def _render(divergence: Divergence, history: History, reproduce: str, build: dict[str, Any]) -> str:
     step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
     kind = {"propagation": "PROPAGATION DIVERGENCE", "events": "EVENTS DIVERGENCE"}.get(divergence.kind, "DIVERGENCE")
     out = [
@@ -96,15 +96,27 @@ def _render(divergence: Divergence, history: History) -> str:
     out += [f"  {r['key']}\n    before: {r['lua']}\n    after:  {r['native']}" for r in changed] or ["  (none)"]
     out += ["", f"native lease_epoch fields: {divergence.native_epochs!r}", "", "the history up to this step:"]
     out += ["  " + json.dumps(hist.step_to_json(s), ensure_ascii=False) for s in history.steps]
-    replicas = " (it turns --replicas on, as recorded)" if found is not None else ""
-    out += ["", f"to reproduce: difftest replay <this directory>{replicas}", "by hand:", *by_hand(history)]
+    out += ["", f"to reproduce: {reproduce}", *_built_with(build), "by hand:", *by_hand(history)]
     return "\n".join(out) + "\n"
 
 
-def save_divergence(result: ReplayResult, directory: Path) -> Path:
-    """Write the artifact for the result's divergence; returns the directory. Never overwrites."""
+def _built_with(build: dict[str, Any]) -> list[str]:
+    if not build:
+        return []
+    return [f"found on: module {build.get('module')} (sha256 {build.get('module_sha256')})",
+            f"          Lua scripts {build.get('lua_scripts_dir')} (sha256 {build.get('lua_scripts_sha256')})",
+            f"          Valkey {build.get('valkey') or 'unknown'}",
+            "(replay uses these unless --module, --lua-scripts or --valkey say otherwise)"]  # fmt: skip
+
+
+def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any] | None = None) -> Path:
+    """Write the artifact for the result's divergence; returns the directory. Never overwrites.
+    `build`: what it was found on (difftest/build.py's record), which its replay uses again."""
+    from difftest.build import BUILD_FIELD, replay_command
+
     divergence = result.divergence
     assert divergence is not None
+    build = build or {}
     directory.mkdir(parents=True, exist_ok=False)
     prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
     trimmed = hist.only_users_called(replace(result.history, steps=prefix))
@@ -113,8 +125,9 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
         expect["kind"] = divergence.kind
     if result.replicas:  # replay runs as recorded: a replica beside each server (absent: none)
         expect["replicas"] = True
-    hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect})
-    (directory / "report.txt").write_text(_render(divergence, trimmed), encoding="utf-8")
+    hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect, **({BUILD_FIELD: build} if build else {})})
+    reproduce = replay_command(directory.absolute(), build, result.replicas)
+    (directory / "report.txt").write_text(_render(divergence, trimmed, reproduce, build), encoding="utf-8")
     report = {
         "step": divergence.index,
         "step_json": hist.step_to_json(divergence.step),
@@ -124,6 +137,9 @@ def save_divergence(result: ReplayResult, directory: Path) -> Path:
         "native_reply": repr(divergence.native_reply),
         "key_diff": key_diff(divergence.lua_after, divergence.native_after),
         "rules_hit": dict(result.rules_hit),
+        "reproduce": reproduce,
+        BUILD_FIELD: build,
+        "replicas": result.replicas,
     }
     if divergence.kind == "events":
         report["lua_events"] = show(divergence.lua_events)

@@ -68,6 +68,9 @@ class CampaignConfig:
     replicas: bool = False
     # the first batch first replays the class corpus (strategies/corpus.py) as explicit examples
     corpus: bool = True
+    # the build under test as recorded in the summary and every artifact (difftest/build.py); None:
+    # recorded from `module` and `lua_scripts` when an artifact is saved
+    build: dict[str, Any] | None = None
 
 
 @dataclass
@@ -315,12 +318,20 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
         minimal = _last_pass(replayer, smallest)
         directory = config.reports / "failures" / f"batch-{batch}"
-        save_divergence(minimal, directory)
+        save_divergence(minimal, directory, config.build or _build_of(config))
         report.failure = Failure(
             batch, minimal.divergence.reason, len(minimal.history.steps), str(directory), brief(minimal.divergence)
         )
         return False
     return True
+
+
+def _build_of(config: CampaignConfig) -> dict[str, Any]:
+    """The build record of a campaign started without one (the mutant runner, the tests)."""
+    from difftest import build, valkeys
+
+    return build.record(config.module, config.lua_scripts, True, valkeys.version_in_use(),
+                        bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
 
 
 def _last_pass(replayer: Any, failed: Any) -> Any:

@@ -28,6 +28,7 @@ EXIT_DIVERGENCE = 1  # a divergence: its artifact is under reports/
 EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to fix it
 EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
 EXIT_VOID = 4  # the budget ended before any history was compared: nothing was tested
+EXIT_NOT_REPRODUCED = 5  # replay of an artifact: its recorded divergence did not happen again (they agree now)
 EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
 EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
 EXIT_TERMINATED = 143  # SIGTERM (timeout, docker stop, a CI step's limit): the same as Ctrl-C
@@ -188,9 +189,30 @@ def print_result(result: ReplayResult) -> None:
           f"allowed differences: {rules}")  # fmt: skip
 
 
+def _module_of(args: argparse.Namespace) -> None:
+    """--module unsaid is this checkout's release build; `module_given` remembers whether it was said
+    (the reproduce lines then carry it)."""
+    from executors.native.adapter import DEFAULT_MODULE
+
+    args.module_given = args.module is not None and Path(args.module) != DEFAULT_MODULE
+    if args.module is None:
+        args.module = DEFAULT_MODULE
+
+
+def build_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The build under test as summaries and artifacts record it (difftest/build.py)."""
+    from difftest import build, valkeys
+
+    attached = args.attach is not None  # an attached pair's version is its images': not asked
+    return build.record(args.module, args.lua_scripts, args.module_given,
+                        None if attached else valkeys.version_in_use(),
+                        bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
+
+
 def replay_and_report(history: hist.History, args: argparse.Namespace, label: str,
                       recorded_replicas: bool | None = None) -> tuple[int, ReplayResult]:  # fmt: skip
     from difftest.artifacts import save_divergence
+    from difftest.build import replay_command
 
     _check_module(args.module)
     _check_reports(args.reports)
@@ -203,14 +225,16 @@ def replay_and_report(history: hist.History, args: argparse.Namespace, label: st
         print("verdict: the two executors agree under the parity contract")
         return EXIT_OK, result
     print(f"verdict: DIVERGENCE at step {result.divergence.index}: {result.divergence.reason}")
-    directory = save_divergence(result, new_run_dir(args.reports, label) / "divergence")
-    print(f"artifact: {directory} (reproduce: difftest replay {directory})")
+    build = build_of(args)
+    directory = save_divergence(result, new_run_dir(args.reports, label) / "divergence", build)
+    print(f"artifact: {directory} (reproduce: {replay_command(directory, build, replicas)})")
     return EXIT_DIVERGENCE, result
 
 
 def command_scenario(args: argparse.Namespace) -> int:
     from difftest.scenario import SCENARIO
 
+    _module_of(args)
     code, _ = replay_and_report(SCENARIO, args, "scenario")
     return code
 
@@ -248,6 +272,7 @@ def command_run(args: argparse.Namespace) -> int:
     if args.lua_coverage and (args.attach is not None or args.backend != "local"):
         raise SetupProblem("--lua-coverage reads the Lua servers' logs: embedded servers only, drop --attach "
                            "and --backend docker")  # fmt: skip
+    _module_of(args)
     if args.native_coverage:
         from difftest.native_coverage import prepare
 
@@ -269,6 +294,10 @@ def command_run(args: argparse.Namespace) -> int:
     args.progress_interval = plain_interval(os.environ)  # a bad DIFFTEST_PROGRESS_SECONDS: one line now
     database = _database_of(args)
     _check_reports(args.reports)
+    if args.lua_scripts is not None and args.backend == "local" and args.attach is None:
+        from difftest.replay import check_scripts
+
+        check_scripts(args.lua_scripts)  # a script that does not compile: one line now, not one per worker
     directory = new_run_dir(args.reports, "run")
     _make_run_dir(directory)
     args.run_dir = directory  # where main() writes the traceback, should the tool itself fail
@@ -289,7 +318,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         database=database,
-        backend=backend_of(args), shard=shard, replicas=args.replicas,
+        backend=backend_of(args), shard=shard, replicas=args.replicas, build=build_of(args),
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
@@ -303,6 +332,12 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
                                      interval_s=args.progress_interval) as progress:  # fmt: skip
         result = run_campaign(config, on_progress=progress)
     document = reports.summary(result)
+    from difftest.build import program, replay_command
+
+    document["program"] = program()  # how the printed commands start, as run from here
+    for entry in document["divergences"]:  # as printed below, and as report.html shows them
+        entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
+    document["reproduce"] = html_report.reproduce_command(document)
     if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
         document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
     if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
@@ -312,16 +347,16 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
     print()
     print(coverage.table(result.labels))
-    for failure in result.failures:
-        print(f"\nDIVERGENCE (batch {failure.batch}, {failure.steps} steps): {failure.reason}")
-        print(f"artifact: {failure.artifact} (reproduce: difftest replay {failure.artifact})")
+    for entry in document["divergences"]:
+        print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
+        print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
     if args.native_coverage:
         print(native_coverage.summary_line(document["native_coverage"]))
     if args.lua_coverage:
         print(lua_coverage.summary_line(document["lua_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
     print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
-          f"reproduce: {html_report.reproduce_command(document)}")  # fmt: skip
+          f"reproduce: {document['reproduce']}")  # fmt: skip
     if result.interrupted:
         return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
     if result.failures:
@@ -337,15 +372,34 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     return EXIT_OK
 
 
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def command_replay(args: argparse.Namespace) -> int:
-    from difftest.artifacts import expected_verdict, history_path
+    from difftest import build
+    from difftest.artifacts import EXPECT_FIELD, history_path
 
     path = history_path(args.file)
-    history = hist.load(path)  # a malformed history is one line (HistoryError) before any server starts
-    expect = expected_verdict(path) if path.is_file() else None
+    if path != args.file and not path.exists():
+        raise SetupProblem(f"{args.file} is a directory without history.jsonl: pass a history (.jsonl) or an "
+                           "artifact's directory (reports/<run>/failures/batch-N)")  # fmt: skip
+    # a malformed history, a FIFO, a device or an oversized file: one line before any server starts
+    history, header = hist.load_with_header(path)
+    expect = header.get(EXPECT_FIELD) if isinstance(header.get(EXPECT_FIELD), dict) else None
+    found_on = header.get(build.BUILD_FIELD)
+    recorded_build: dict[str, Any] = found_on if isinstance(found_on, dict) else {}
+    # an artifact replays on the build it was found on, unless the command line says otherwise
+    given_module = args.module
+    args.module = build.recorded_module(recorded_build, args.module, _warn)
+    args.lua_scripts = build.recorded_scripts(recorded_build, args.lua_scripts, _warn)
+    _module_of(args)
+    if given_module is None and recorded_build.get("module_given"):
+        args.module_given = True
     # an artifact replays with replicas as it was recorded (no "replicas": none); a plain history: the default
     recorded = None if expect is None else expect.get("replicas") is True
-    code, result = replay_and_report(history, args, "replay", recorded)
+    with _recorded_valkey(args, recorded_build):
+        code, result = replay_and_report(history, args, "replay", recorded)
     if expect is not None:
         same = (
             result.divergence is not None
@@ -356,7 +410,32 @@ def command_replay(args: argparse.Namespace) -> int:
         print(f"recorded verdict: divergence at step {expect.get('step')}: {expect.get('reason')}"
               + (" (with replicas)" if expect.get("replicas") else ""))  # fmt: skip
         print("reproduced: " + ("yes, the same step and reason" if same else "NO"))
+        if result.divergence is None:
+            return EXIT_NOT_REPRODUCED  # the recorded divergence is gone: never "agree" (0) for a found defect
     return code
+
+
+@contextlib.contextmanager
+def _recorded_valkey(args: argparse.Namespace, recorded: dict[str, Any]) -> Any:
+    """The Valkey version an artifact was found on, when it was chosen (--valkey) and this command
+    line chooses none; another version than recorded otherwise is one line of warning."""
+    from difftest import valkeys
+
+    version = recorded.get("valkey")
+    chosen = args.valkey is not None or os.environ.get(valkeys.ENVIRONMENT) or os.environ.get("DIFFTEST_VALKEY_SERVER")
+    if not version or chosen or args.attach is not None:
+        yield
+        return
+    if recorded.get("valkey_requested") and version in valkeys.SUPPORTED:
+        args.valkey = version
+        with valkeys.for_command(args):
+            yield
+        return
+    now = valkeys.version_in_use()
+    if now is not None and now != version:
+        _warn(f"difftest: warning: the artifact was found on Valkey {version}, this replay runs {now} "
+              f"(pass --valkey {version} to replay on it)")  # fmt: skip
+    yield
 
 
 def _shard(text: str | None) -> tuple[int, int]:
@@ -433,12 +512,19 @@ def command_merge(args: argparse.Namespace) -> int:
     lua = lua_coverage.merge_runs(args.dirs, args.out)  # and their Lua script line counts
     if lua is not None:
         document["lua_coverage"] = lua
+    from difftest import html_report
+    from difftest.build import program, replay_command
+
+    document["program"] = program()  # the commands below and in report.html, as they run from here
+    for failure in document["divergences"]:
+        failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
+    document["reproduce"] = html_report.reproduce_command(document)
     reports.write_document(document, args.out)
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
         print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
-        print(f"artifact: {failure['artifact']} (reproduce: difftest replay {failure['artifact']})")
+        print(f"artifact: {failure['artifact']} (reproduce: {failure['reproduce']})")
     print(f"reports: {args.out} (report.html, summary.json, coverage.txt, junit.xml)")
     if document["verdict"] == "divergence":
         return EXIT_DIVERGENCE
@@ -517,9 +603,11 @@ def command_servers(args: argparse.Namespace) -> int:
         for service, address in addresses.items():
             print(f"  {service:<7} {address}")
         print(f"  clock   {settings.clock_dir / compose.CLOCK_FILE}")
-        named = "" if settings.project == compose.DEFAULT_PROJECT else f" {settings.project}"
-        down = f"difftest servers down{named and ' --project' + named}"
-        print(f"replay on them: difftest run --attach{named}; remove them: {down}")
+        from difftest.build import command
+
+        named = [] if settings.project == compose.DEFAULT_PROJECT else [settings.project]
+        down = command("servers", "down", *(["--project", *named] if named else []))
+        print(f"replay on them: {command('run', '--attach', *named)}; remove them: {down}")
         return EXIT_OK
     left = compose.down(settings)
     if left:
@@ -565,6 +653,7 @@ EXIT_MEANINGS = {
     EXIT_SETUP: "bad set-up or input: one line on stderr says what and how to fix it",
     EXIT_COVERAGE: "--require-coverage and a behaviour label was not reached",
     EXIT_VOID: "void: the budget ended before any history was compared (verdict void)",
+    EXIT_NOT_REPRODUCED: "replay of an artifact: its recorded divergence did not happen again (reproduced: NO)",
     EXIT_INTERNAL: "difftest itself failed: one line on stderr, the traceback in a log it names",
     EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
     EXIT_TERMINATED: "terminated (SIGTERM): as 130, the report of the work done written",
@@ -636,14 +725,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--module",
         type=module_file,
-        default=DEFAULT_MODULE,
-        help="the native module to load (default: this checkout's release build)",
+        default=None,
+        help=f"the native module to load (default: this checkout's release build, {DEFAULT_MODULE}; "
+        "replay of an artifact: the module it recorded)",
     )
     parser.add_argument(
         "--lua-scripts",
         type=scripts_directory,
         default=None,
-        help="a directory of <verb>.lua scripts to use instead of executors/lua",
+        help="a directory of <verb>.lua scripts to use instead of executors/lua (replay of an artifact: "
+        "the scripts it recorded)",
     )
     parser.add_argument(
         "--backend",
@@ -761,14 +852,21 @@ def build_parser() -> argparse.ArgumentParser:
         commands, "replay", "replay a history file or a failure artifact",
         """Replay one history (a .jsonl file) or a failure artifact (a directory under reports/) on a
         fresh server pair and print every step's verdict. For an artifact, also say whether it reproduces
-        the recorded divergence: the same step and the same reason. A new divergence is saved as a new
-        artifact; none is overwritten.""",
+        the recorded divergence: the same step and the same reason. An artifact replays on the build it
+        recorded (module, Lua scripts, Valkey version, replicas) unless options say otherwise; a
+        recorded module that changed since is one line of warning, one that is gone is refused. A
+        history longer than MAX_STEPS steps, or a file past MAX_MIB MiB, is refused at load. A new
+        divergence is saved as a new artifact; none is overwritten.""".replace("MAX_STEPS", f"{hist.MAX_STEPS:,}")
+        .replace("MAX_MIB", str(hist.MAX_FILE_BYTES // 2**20)),
         [
             "difftest replay tests/histories/d1_pause_lands_between.jsonl",
             "difftest replay reports/<run>/failures/batch-3",
             "difftest replay reports/<run>/failures/batch-3 --lua-scripts fixed-scripts/   # is it fixed?",
         ],
-        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_INTERRUPTED)},
+        {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence (for an artifact, a new one unless "
+         "'reproduced: yes'): its artifact is under reports/", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
+         EXIT_NOT_REPRODUCED: "an artifact's recorded divergence did not reproduce: the executors agree on it now",
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_INTERRUPTED: EXIT_MEANINGS[EXIT_INTERRUPTED]},
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)

@@ -241,7 +241,9 @@ def reproduce_command(summary: dict[str, Any]) -> str:
     divergence is found first (workers; with --seconds also how many batches finish in time). The
     `difftest run` line printed at the end of a run is this one."""
     budget = summary.get("budget", {})
-    words = ["difftest", "run", "--seed", str(summary.get("seed"))]
+    # the program as the run found it could be started from where it ran (difftest/build.py)
+    program = summary.get("program") or ["difftest"]
+    words = [*program, "run", "--seed", str(summary.get("seed"))]
     if budget.get("examples") is not None:
         words += ["--examples", _typed(budget["examples"])]
     if budget.get("seconds") is not None:
@@ -257,12 +259,28 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words.append("--no-restarts")
     if "database" in summary:  # summaries from before it was recorded say nothing of it
         words += ["--database", str(summary["database"])] if summary["database"] else ["--no-database"]
+    if summary.get("module_given") and summary.get("module"):  # the build under test, when not the default
+        words += ["--module", str(summary["module"])]
     if summary.get("lua_scripts"):
         words += ["--lua-scripts", str(summary["lua_scripts"])]
     if summary.get("valkey_requested") and summary.get("valkey"):
         words += ["--valkey", str(summary["valkey"])]
     if summary.get("replicas") is not None:  # said either way: the default depends on the backend
         words.append("--replicas" if summary["replicas"] else "--no-replicas")
+    return shlex.join(words)
+
+
+def replay_line(summary: dict[str, Any], failure: dict[str, Any]) -> str:
+    """The replay command of one divergence's artifact: as recorded when the run printed it, else
+    rebuilt from the summary's build fields."""
+    if failure.get("reproduce"):
+        return str(failure["reproduce"])
+    from difftest.build import build_flags
+
+    words = [*(summary.get("program") or ["difftest"]), "replay", str(failure.get("artifact", failure.get("link")))]
+    words += build_flags(summary)
+    if summary.get("replicas"):
+        words.append("--replicas")
     return shlex.join(words)
 
 
@@ -372,7 +390,7 @@ def _divergences(summary: dict[str, Any]) -> list[str]:
             f'<tr><td class="num">{esc(failure.get("batch"))}</td><td class="num">{esc(failure.get("steps"))}</td>'
             f"<td>{esc(failure.get('reason', ''))}</td>"
             f'<td><a href="{esc(link)}/">{esc(link)}</a><br>{files}</td>'
-            f"<td><code>difftest replay {esc(shlex.quote(str(failure.get('artifact', link))))}</code></td></tr>"
+            f"<td><code>{esc(replay_line(summary, failure))}</code></td></tr>"
         )
         out.append(f'<tr><td class="detail" colspan="5">{_detail(failure)}</td></tr>')
     out.append("</table>")
@@ -485,8 +503,8 @@ def render(summary: dict[str, Any]) -> str:
     else:
         coverage_line = f"{len(missing)} label(s) not reached"
     title = f"difftest campaign, seed {summary.get('seed')}: {verdict}"
-    reproduce = [reproduce_command(summary)]
-    reproduce += [f"difftest replay {shlex.quote(str(f.get('artifact')))}" for f in summary.get("divergences", [])]
+    reproduce = [str(summary.get("reproduce") or reproduce_command(summary))]
+    reproduce += [replay_line(summary, f) for f in summary.get("divergences", [])]
     if summary.get("shards"):
         reproduce.insert(0, "# each shard again on its machine, then: difftest merge OUT SHARD_DIR ...")
     return "\n".join([

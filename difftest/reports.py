@@ -88,6 +88,8 @@ def summary(result: CampaignResult) -> dict[str, Any]:
         # the servers' Valkey version (--valkey's, or the binary's own); an attached pair's is its images'
         "valkey": valkeys.version_in_use() if config.backend in ("local", "docker") else None,
         "valkey_requested": bool(os.environ.get(valkeys.ENVIRONMENT)),
+        # the build under test: paths and sha256 of the module and scripts (difftest/build.py)
+        **(config.build or {}),
         "histories": result.histories,
         "steps": result.steps,
         "elapsed_s": round(result.elapsed_s, 3),

@@ -156,6 +156,9 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "database": joined("database"),
         "module": joined("module"),
         "lua_scripts": joined("lua_scripts"),
+        # the build under test (difftest/build.py), each field joined as the paths are
+        **{key: joined(key) for key in ("module_sha256", "lua_scripts_dir", "lua_scripts_sha256")},
+        "module_given": any(d.get("module_given") for _, d in parts),
         "valkey": first_doc.get("valkey"),
         "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
         "histories": histories,

@@ -18,6 +18,7 @@ import pytest
 
 from difftest import cli, coverage
 from difftest import history as hist
+from difftest.build import command as printed_command
 from difftest.cli import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
 from difftest.clock import DEFAULT_START_MS, MAX_MS
 from executors.native.adapter import DEFAULT_MODULE
@@ -311,7 +312,9 @@ def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["verdict"] == "void" and summary["histories"] == 0
-    assert "reproduce: difftest run --seed 3 --seconds 0.001 --workers 1 --no-database" in out
+    # the program as it runs from here (difftest/build.py): the venv's script when `difftest` is not on PATH
+    expected = printed_command("run", "--seed", "3", "--seconds", "0.001", "--workers", "1", "--no-database")
+    assert f"reproduce: {expected}" in out
 
 
 def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
@@ -322,7 +325,8 @@ def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
             "--database", str(database), "--reports", str(tmp_path / "reports")]  # fmt: skip
     code, out, _ = outcome(argv, capsys)
     assert code == EXIT_OK, out
-    expected = f"difftest run --seed 11 --examples 2 --workers 1 --no-restarts --database {database}"
+    words = ["--seed", "11", "--examples", "2", "--workers", "1", "--no-restarts", "--database", str(database)]
+    expected = printed_command("run", *words)
     assert f"reproduce: {expected}" in out
     (run,) = (tmp_path / "reports").iterdir()
     assert html.escape(expected, quote=False) in (run / "report.html").read_text()
@@ -339,7 +343,7 @@ def test_a_lost_connection_is_the_tool_failure_code(
     # the real servers, and one of them really goes away mid-replay
     stopping = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0), hist.raw("SHUTDOWN", "NOSAVE"),
                              hist.call_step("CLAIM", "q", 100)), DEFAULT_START_MS)  # fmt: skip
-    monkeypatch.setattr(cli.hist, "load", lambda path: stopping)
+    monkeypatch.setattr(cli.hist, "load_with_header", lambda path: (stopping, {}))
     code, _, err = outcome(["replay", str(tmp_path / "any.jsonl"), "--reports", str(tmp_path / "r")], capsys)
     assert code == EXIT_INTERNAL
     line = one_line(err, "internal error", "closed its connection", "the traceback is in")

@@ -8,7 +8,7 @@ import pytest
 
 from difftest import history as hist
 from difftest.artifacts import expected_verdict, save_divergence
-from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
+from difftest.cli import EXIT_DIVERGENCE, EXIT_NOT_REPRODUCED, EXIT_SETUP, main
 from difftest.replay import replay_once
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
@@ -53,7 +53,7 @@ def test_planted_defect_is_caught_and_reproduced(
     assert "reproduced: yes, the same step and reason" in out
     # the fixed scripts no longer reproduce it
     code = main(["replay", str(artifact), "--reports", str(tmp_path / "r")])
-    assert code == EXIT_OK
+    assert code == EXIT_NOT_REPRODUCED  # a found defect that is gone is never "agree"
     assert "reproduced: NO" in capsys.readouterr().out
 
 

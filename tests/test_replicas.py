@@ -16,6 +16,7 @@ import pytest
 
 from difftest import history as hist
 from difftest import html_report
+from difftest.build import command
 from difftest.cli import EXIT_OK, EXIT_SETUP, main
 from difftest.replay import Replayer
 from difftest.replicas import KIND, Replicas, primary_options, propagation_problem
@@ -115,7 +116,8 @@ def test_a_campaign_with_replicas_records_them(capsys: pytest.CaptureFixture[str
     summary = json.loads((run / "summary.json").read_text())
     assert summary["replicas"] is True and summary["histories"] >= 40 and not summary["divergences"]
     assert html_report.reproduce_command(summary).endswith("--replicas")
-    assert "reproduce: difftest run --seed 5 --examples 40 --workers 1 --no-database --replicas" in out
+    expected = command("run", "--seed", "5", "--examples", "40", "--workers", "1", "--no-database", "--replicas")
+    assert f"reproduce: {expected}" in out
     assert "each server's replica compared with it after every segment" in (run / "report.html").read_text()
 
 
