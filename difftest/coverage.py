@@ -13,7 +13,7 @@ from difftest import domains
 from difftest.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
 from difftest.commands import reply_kind as _moved_kind
 from difftest.contract import RULES
-from difftest.history import RawWrite
+from difftest.history import Notify, RawWrite
 from difftest.invariants import INVARIANTS
 from difftest.model import hash_fields, zset
 from difftest.replay import ReplayResult
@@ -50,6 +50,8 @@ CONDITION_LABELS: tuple[str, ...] = (
     *(f"condition:resp3:{verb.lower()}" for verb in TRANSITIONS),
     *(f"condition:multi:{verb.lower()}" for verb, t in TRANSITIONS.items() if not t.reads_meta),
 )
+# a module transition judged with keyspace notifications on (its events compared with the scripts')
+NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
 
 REQUIRED: tuple[str, ...] = (
     *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
@@ -58,6 +60,7 @@ REQUIRED: tuple[str, ...] = (
     *(f"invariant:{name}" for name in INVARIANTS),
     *CLASS_LABELS,
     *CONDITION_LABELS,
+    *NOTIFY_LABELS,
 )
 
 
@@ -113,6 +116,26 @@ def labels(result: ReplayResult) -> Counter[str]:
         reached["invariant:attempts-monotonic"] += int(reached["reply:CLAIM:claimed"] > 1)
     reached.update(class_labels(result))
     reached.update(upgrade_labels(result))
+    reached.update(notify_labels(result))
+    return reached
+
+
+def notify_labels(result: ReplayResult) -> Counter[str]:
+    """`condition:notify:<verb>`: a module transition sent while keyspace notifications were on,
+    and its events judged (not under a re-synchronising row, whose events are not compared)."""
+    reached: Counter[str] = Counter()
+    on = False
+    for record in result.records:
+        resolved = record.resolved
+        if isinstance(resolved.step, Notify):
+            on = bool(resolved.step.flags)
+            continue
+        transition = resolved.transition
+        if not on or transition is None or not resolved.sends_transition or resolved.via_scripts:
+            continue
+        if isinstance(record.native_reply, NotSent) or (record.verdict.rule and RULES[record.verdict.rule].resync):
+            continue
+        reached[f"condition:notify:{transition.verb.lower()}"] += 1
     return reached
 
 

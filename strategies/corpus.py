@@ -17,7 +17,19 @@ from collections.abc import Iterator
 from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition, Verb
-from difftest.history import SCRIPTS, Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, RawWrite, Step
+from difftest.history import (
+    SCRIPTS,
+    Advance,
+    BeginClaim,
+    CallStep,
+    EndClaim,
+    Exec,
+    History,
+    Multi,
+    Notify,
+    RawWrite,
+    Step,
+)
 from strategies.histories import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -241,7 +253,21 @@ def _conditions() -> Iterator[History]:
                            CallStep(_call(Verb.REVIVE)), Exec())  # fmt: skip
 
 
+def _notifications() -> Iterator[History]:
+    """Each verb with keyspace notifications on (`condition:notify:<verb>`): its events compared with
+    the scripts' (SWEEP recovers the expired lease and dies nothing, with stalled 2; the prelude's
+    SWEEP arguments dead-letter it; both fire hincrby then hset on the row)."""
+    for verb in TRANSITIONS:
+        steps: list[Step] = [Notify("KEA")]
+        if verb == Verb.RESUME:
+            steps.append(CallStep(_call(Verb.PAUSE)))
+        steps.append(CallStep(_call(verb, *((2, 3) if verb == Verb.SWEEP else ()))))
+        if verb == Verb.SWEEP:
+            steps += [CallStep(_call(Verb.CLAIM, 1)), Advance(1), CallStep(_call(Verb.SWEEP, 1, 3))]
+        yield _history(f"condition:notify:{verb.lower()}", *steps, Notify(""))
+
+
 def class_corpus() -> list[History]:
     """Every directed history, in a fixed order."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
-            *_behaviours(), *_conditions()]  # fmt: skip
+            *_behaviours(), *_conditions(), *_notifications()]  # fmt: skip

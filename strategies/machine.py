@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, Restart, Step
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, Notify, Restart, Step
 from strategies.hints import QueueHints
 from strategies.histories import (
     ADVANCES,
@@ -145,13 +145,16 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "enqueue", "claim", "complete", "fail", "extend", "sweep", "promote", "revive", "pause", "resume",
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
-    "restart", "crash", "resp3_call", "transaction",
+    "restart", "crash", "resp3_call", "transaction", "notify",
 ))}  # fmt: skip
 
 
 VERBS = tuple(TRANSITIONS)
 # the transitions a transaction may hold: every one but CLAIM, whose Lua host reads `paused?` first
 IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
+# the notify rule's flags (`notify-keyspace-events`): every event on both channels first (what it
+# shrinks to), then one channel, then only the classes the transitions fire (hash and zset)
+NOTIFY_FLAGS = ("KEA", "KA", "EA", "Khz")
 # what a rule with a target returns when it adds nothing (one for all steps, not one a step)
 NOTHING: MultipleResults[Any] = multiple()
 CALLS = 118  # transitions per 256 steps
@@ -485,6 +488,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.now = 0
         self.open_claims: list[str] = []
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
+        self.notifying = False  # keyspace notifications are on (the notify rule switched them)
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
         # taken by the scripts; a caller's permissions on the rows then meet the exemption's writes
         self.exempt: dict[bytes, set[bytes]] = {queue: set() for queue in QUEUES}
@@ -847,6 +851,16 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         self._restart(draws, True, queue)
+
+    @weight(1)
+    @rule()
+    def notify(self) -> None:
+        """Keyspace notifications switched on both servers (mostly every event on both channels), or
+        off again: from there each step's events are compared (docs/decisions.md, "Keyspace
+        notifications"). Rare: a step under them costs a marker and a subscriber's read a side."""
+        draws = self.draws()
+        self.notifying = not self.notifying
+        self.steps.append(Notify(draws.pick(NOTIFY_FLAGS) if self.notifying else ""))
 
     @weight(14)
     @precondition(on_shape("corruption"))
