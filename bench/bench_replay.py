@@ -56,7 +56,7 @@ MIXES = {
 }  # fmt: skip
 GENERATORS = ("machine", "seeds")
 BENCH_SEED = 7  # both generators draw from one fixed seed: the generation-only and compared runs alike
-STAGES = ("generate", "send", "walk", "judge", "restart", "clock", "reset", "resync", "other")
+STAGES = ("generate", "send", "walk", "judge", "restart", "clock", "reset", "resync", "events", "other")
 
 
 @dataclass

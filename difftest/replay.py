@@ -363,7 +363,7 @@ class Replayer:
         if isinstance(step.step, Notify):
             for side in (self.lua, self.native):
                 side.set_notify(step.step.flags)
-            return _lap(self.stages, "notify", mark)
+            return _lap(self.stages, "events", mark)
         return mark
 
     def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
