@@ -85,6 +85,7 @@ class HistoryShape:
     malformed: bool = True
     upgrades: bool = True  # the state machine's Lua-era prefixes and scripts workers (strategies/machine.py)
     transactions: bool = True  # the state machine's MULTI/EXEC steps (strategies/machine.py)
+    notifications: bool = True  # the state machine's notify steps: keyspace events compared (strategies/machine.py)
 
 
 # Small values and few of them: the shrinker minimises every one, and each try is a replay.

@@ -853,6 +853,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._restart(draws, True, queue)
 
     @weight(1)
+    @precondition(on_shape("notifications"))
     @rule()
     def notify(self) -> None:
         """Keyspace notifications switched on both servers (mostly every event on both channels), or
