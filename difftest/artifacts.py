@@ -16,6 +16,7 @@ from typing import Any
 from difftest import history as hist
 from difftest.calls import Call
 from difftest.events import show
+from difftest.files import write_atomically
 from difftest.history import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
 from difftest.replay import Divergence, ReplayResult
 from difftest.replies import Reply
@@ -127,7 +128,7 @@ def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any]
         expect["replicas"] = True
     hist.save(trimmed, directory / "history.jsonl", {EXPECT_FIELD: expect, **({BUILD_FIELD: build} if build else {})})
     reproduce = replay_command(directory.absolute(), build, result.replicas)
-    (directory / "report.txt").write_text(_render(divergence, trimmed, reproduce, build), encoding="utf-8")
+    write_atomically(directory / "report.txt", _render(divergence, trimmed, reproduce, build))
     report = {
         "step": divergence.index,
         "step_json": hist.step_to_json(divergence.step),
@@ -144,7 +145,7 @@ def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any]
     if divergence.kind == "events":
         report["lua_events"] = show(divergence.lua_events)
         report["native_events"] = show(divergence.native_events)
-    (directory / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_atomically(directory / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return directory
 
 

@@ -283,7 +283,9 @@ def dumps(history: History, extra_header: dict[str, Any] | None = None) -> str:
 
 
 def save(history: History, path: Path, extra_header: dict[str, Any] | None = None) -> None:
-    path.write_text(dumps(history, extra_header), encoding="utf-8")
+    from difftest.files import write_atomically
+
+    write_atomically(path, dumps(history, extra_header))
 
 
 # -- reading -------------------------------------------------------------------------------------

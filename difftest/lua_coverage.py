@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from difftest.files import write_atomically
+
 ENVIRONMENT = "DIFFTEST_LUA_COVERAGE"  # the directory each replayer writes its counts to
 MARK = "difftest-lua-coverage"  # how a script's log line starts
 RAW_DIR = "lua-counts"
@@ -138,7 +140,7 @@ def harvest(logfile: Path) -> None:
     counts = parse_log(logfile.read_bytes())
     rows = [[verb, line, count] for (verb, line), count in sorted(counts.items())]
     target = Path(out) / f"counts-{os.getpid()}-{id(logfile)}.json"
-    target.write_text(json.dumps(rows) + "\n")
+    write_atomically(target, json.dumps(rows) + "\n")
 
 
 def _script_dir(lua_scripts: Path | None) -> Path:
@@ -159,7 +161,7 @@ def collect(run_dir: Path, lua_scripts: Path | None = None) -> dict[str, Any]:
     shutil.rmtree(raw, ignore_errors=True)
     document = report(counts, _script_dir(lua_scripts))
     document["replayers"] = len(files)
-    (run_dir / JSON_FILE).write_text(json.dumps(document, indent=1) + "\n")
+    write_atomically(run_dir / JSON_FILE, json.dumps(document, indent=1) + "\n")
     return document
 
 
@@ -204,7 +206,7 @@ def merge_runs(dirs: list[Path], out: Path) -> dict[str, Any] | None:
     if len(measured) < len(dirs):
         merged["note"] = f"{len(measured)} of {len(dirs)} shards measured Lua coverage"
     out.mkdir(parents=True, exist_ok=True)
-    (out / JSON_FILE).write_text(json.dumps(merged, indent=1) + "\n")
+    write_atomically(out / JSON_FILE, json.dumps(merged, indent=1) + "\n")
     return merged
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from difftest.files import write_atomically
 from difftest.problems import SetupProblem
 
 CRATE_DIR = Path(__file__).resolve().parent.parent / "executors" / "native"
@@ -187,7 +188,7 @@ def collect(run_dir: Path, module: Path, tools: Tools, crate: Path = CRATE_DIR) 
     shutil.rmtree(raw, ignore_errors=True)
     document = export(tools, profdata, module, crate) if written else empty(tools, module)
     document["profiles"] = profiles
-    (run_dir / JSON_FILE).write_text(json.dumps(document, indent=1) + "\n")
+    write_atomically(run_dir / JSON_FILE, json.dumps(document, indent=1) + "\n")
     return document
 
 
@@ -427,7 +428,7 @@ def merge_runs(dirs: Sequence[Path], out: Path) -> dict[str, Any] | None:
         notes.append(f"exported with {module} (the shards' own build is not here, or they differ)")
     if notes:
         document["note"] = "; ".join(notes)
-    (out / JSON_FILE).write_text(json.dumps(document, indent=1) + "\n")
+    write_atomically(out / JSON_FILE, json.dumps(document, indent=1) + "\n")
     return document
 
 

@@ -272,7 +272,9 @@ def loads(text: str, name: str = "<observations>") -> tuple[History, list[Observ
 
 
 def save(result: ReplayResult, path: Path) -> None:
-    path.write_text(dumps(result), encoding="utf-8")
+    from difftest.files import write_atomically
+
+    write_atomically(path, dumps(result))
 
 
 def load(path: Path) -> tuple[History, list[Observation], list[Verdict]]:

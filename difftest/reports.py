@@ -19,6 +19,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from difftest import coverage, html_report, valkeys
 from difftest.campaign import BatchRecord, CampaignResult
 from difftest.exampledb import describe
+from difftest.files import write_atomically
 
 SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "report.html"
 VERDICTS = ("agree", "divergence", "interrupted", "void")  # every verdict a summary can carry
@@ -67,7 +68,7 @@ def summary(result: CampaignResult) -> dict[str, Any]:
     config = result.config
     divergences = []
     for failure in result.failures:
-        entry = dict(failure.__dict__)
+        entry = {k: v for k, v in failure.__dict__.items() if v != "" or k not in ("unsaved", "history")}
         # the artifact relative to the run directory: what report.html links to
         entry["link"] = os.path.relpath(failure.artifact, config.reports)
         divergences.append(entry)
@@ -128,10 +129,11 @@ def junit(document: dict[str, Any]) -> str:
 def write_document(document: dict[str, Any], directory: Path) -> None:
     """summary.json, coverage.txt, junit.xml and report.html of one summary, under `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / SUMMARY).write_text(json.dumps(document, indent=2) + "\n")
-    (directory / COVERAGE).write_text(coverage.table(labels_of(document)) + "\n")
-    (directory / JUNIT).write_text(junit(document))
-    (directory / HTML).write_text(html_report.render(document), encoding="utf-8")
+    # each whole or not at all (a full disk leaves no half file); summary.json first, the others derive from it
+    write_atomically(directory / SUMMARY, json.dumps(document, indent=2) + "\n")
+    write_atomically(directory / COVERAGE, coverage.table(labels_of(document)) + "\n")
+    write_atomically(directory / JUNIT, junit(document))
+    write_atomically(directory / HTML, html_report.render(document))
 
 
 def write(result: CampaignResult, directory: Path) -> None:
@@ -141,5 +143,5 @@ def write(result: CampaignResult, directory: Path) -> None:
 def rerender(directory: Path) -> Path:
     """report.html again from the directory's summary.json (a run's or a merge's); its path."""
     document = json.loads((directory / SUMMARY).read_text())
-    (directory / HTML).write_text(html_report.render(document), encoding="utf-8")
+    write_atomically(directory / HTML, html_report.render(document))
     return directory / HTML

@@ -69,9 +69,9 @@ def _child_main(task: Task, core: int | None) -> None:
         return
     outcome.id, outcome.executor = task.id, task.executor
     task.reports.mkdir(parents=True, exist_ok=True)
-    partial = task.reports / (RESULT_FILE + ".part")
-    partial.write_text(json.dumps(outcome.as_json(), indent=2) + "\n")
-    partial.replace(task.reports / RESULT_FILE)
+    from difftest.files import write_atomically
+
+    write_atomically(task.reports / RESULT_FILE, json.dumps(outcome.as_json(), indent=2) + "\n")
 
 
 def _stop(process: BaseProcess) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from difftest.files import write_atomically
 from mutants.catalogue import EXECUTOR_DIRS, REPO, Mutant, load
 from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE
 
@@ -372,17 +373,15 @@ def html_page(document: dict[str, Any]) -> str:
 
 def write_outcomes(directory: Path, document: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / (OUTCOMES + ".part")
-    partial.write_text(json.dumps(summarise(document), indent=2) + "\n")
-    partial.replace(directory / OUTCOMES)
+    write_atomically(directory / OUTCOMES, json.dumps(summarise(document), indent=2) + "\n")
 
 
 def write_all(directory: Path, document: dict[str, Any], catalogue: list[Mutant] | None = None) -> None:
     """outcomes.json, mutation-report.json, junit.xml and report.html under `directory`."""
     write_outcomes(directory, document)
-    (directory / STRYKER).write_text(json.dumps(stryker(document, catalogue), indent=2) + "\n")
-    (directory / JUNIT).write_text(junit(document))
-    (directory / HTML).write_text(html_page(document), encoding="utf-8")
+    write_atomically(directory / STRYKER, json.dumps(stryker(document, catalogue), indent=2) + "\n")
+    write_atomically(directory / JUNIT, junit(document))
+    write_atomically(directory / HTML, html_page(document))
 
 
 class MergeProblem(ValueError):
