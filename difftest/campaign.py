@@ -22,6 +22,7 @@ import pickle
 import queue as queues
 import shutil
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest import coverage
+from difftest.files import environmental_cause, is_environmental
 from difftest.problems import SetupProblem
 
 BATCH = 40  # histories per Hypothesis run: small enough to stop on time, large enough to amortise
@@ -81,6 +83,10 @@ class Failure:
     artifact: str
     # the failing step, both replies and the differing keys, cut short (artifacts.brief): report.html shows them
     detail: dict[str, Any] = field(default_factory=dict)
+    # when the machine refused the artifact (a full disk): why, and the shrunk history's JSON lines,
+    # which the run then prints so that the divergence is not lost with the file
+    unsaved: str = ""
+    history: str = ""
 
 
 @dataclass
@@ -318,10 +324,20 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
         minimal = _last_pass(replayer, smallest)
         directory = config.reports / "failures" / f"batch-{batch}"
-        save_divergence(minimal, directory, config.build or _build_of(config))
-        report.failure = Failure(
+        failure = Failure(
             batch, minimal.divergence.reason, len(minimal.history.steps), str(directory), brief(minimal.divergence)
         )
+        try:
+            save_divergence(minimal, directory, config.build or _build_of(config))
+        except OSError as problem:
+            if not is_environmental(problem):
+                raise
+            # the divergence outlives its file: the run prints the history and exits on the divergence
+            from difftest.history import dumps
+
+            failure.unsaved = f"{environmental_cause(problem)} ({problem.strerror})"
+            failure.history = dumps(minimal.history)
+        report.failure = failure
         return False
     return True
 
@@ -385,6 +401,31 @@ def _ignore(*_: object) -> None:
     pass
 
 
+def _unraisable(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """sys.unraisablehook for a campaign: an interrupt that landed in a callback Python cannot raise
+    from (Hypothesis's gc callback, a finaliser) is not printed as "Exception ignored in ...": the
+    signal is remembered (`_signalled`, or the runner's own handler) and raised again between
+    histories. Everything else goes to the hook as before."""
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    return hook
+
+
+@contextlib.contextmanager
+def quiet_swallowed_interrupts() -> Iterator[None]:
+    """For the block, interrupts that land where Python cannot raise them print nothing (see _unraisable)."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _unraisable(previous)
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 @contextlib.contextmanager
 def _signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
     """SIGINT and SIGTERM go to `handler` for the block (in the main thread; elsewhere unchanged)."""
@@ -405,7 +446,7 @@ def _worker(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport]
     global _signalled
     _signalled = 0
     try:
-        with _signals(_interrupt_once):
+        with _signals(_interrupt_once), quiet_swallowed_interrupts():
             return _work(config, worker, notify)
     finally:
         _signalled = 0
@@ -550,7 +591,7 @@ def _worker_process(config: CampaignConfig, worker: int, messages: Any, stop: An
     """A worker process's whole life: its reports go to `messages` (each finished batch, then the
     whole report, or its error); SIGINT and SIGTERM (also the runner's death) end it cleanly."""
     global _stop, _parent, _dealer
-    with _signals(_interrupt_once):
+    with _signals(_interrupt_once), quiet_swallowed_interrupts():
         if not _bind_to_parent(parent):
             return
         _stop, _parent, _dealer = stop, parent, dealer
@@ -699,7 +740,7 @@ def run_campaign(config: CampaignConfig, on_progress: ProgressHook | None = None
     def note(signum: int, _: object) -> None:
         signalled.append(signum)
 
-    with _signals(note):
+    with _signals(note), quiet_swallowed_interrupts():
         try:
             workers.start()
             while workers.unreported() and not signalled and not workers.errors:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from difftest import history as hist
 from difftest.campaign import Terminated, sigterm_as_interrupt
 from difftest.history import HistoryError
-from difftest.problems import SetupProblem
+from difftest.problems import EnvironmentFailure, SetupProblem
 from difftest.replay import Replayer, ReplayResult
 
 EXIT_OK = 0  # the executors agree (and, with --require-coverage, every label was reached)
@@ -30,6 +30,9 @@ EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
 EXIT_VOID = 4  # the budget ended before any history was compared: nothing was tested
 EXIT_NOT_REPRODUCED = 5  # replay of an artifact: its recorded divergence did not happen again (they agree now)
 EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
+# the machine refused a write (a full disk, a reports directory no longer writable; sysexits' EX_IOERR):
+# one line; the verdict is on the terminal all the same, and a divergence or an interruption outranks it
+EXIT_IOERR = 74
 EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
 EXIT_TERMINATED = 143  # SIGTERM (timeout, docker stop, a CI step's limit): the same as Ctrl-C
 
@@ -226,7 +229,18 @@ def replay_and_report(history: hist.History, args: argparse.Namespace, label: st
         return EXIT_OK, result
     print(f"verdict: DIVERGENCE at step {result.divergence.index}: {result.divergence.reason}")
     build = build_of(args)
-    directory = save_divergence(result, new_run_dir(args.reports, label) / "divergence", build)
+    target = new_run_dir(args.reports, label) / "divergence"
+    try:
+        directory = save_divergence(result, target, build)
+    except OSError as problem:
+        from difftest.files import environment_failure, is_environmental
+
+        if not is_environmental(problem):
+            raise
+        # the divergence outranks the lost file (exit 1); the history replayed is the input, still there
+        print(f"artifact: NOT written ({problem.strerror})", flush=True)
+        print(f"difftest: {environment_failure(problem, 'the artifact', target)}", file=sys.stderr)
+        return EXIT_DIVERGENCE, result
     print(f"artifact: {directory} (reproduce: {replay_command(directory, build, replicas)})")
     return EXIT_DIVERGENCE, result
 
@@ -312,7 +326,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     from difftest import coverage, html_report, reports
     from difftest.campaign import BATCH, CampaignConfig, run_campaign
     from difftest.exampledb import describe
-    from difftest.progress import CampaignProgress, print_table, summary_table
+    from difftest.progress import CampaignProgress, print_table, summary_table, verdict_line
 
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
@@ -342,38 +356,80 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
         document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
     if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
         document["lua_coverage"] = lua_coverage.collect(directory, config.lua_scripts)
-    reports.write_document(document, directory)
+    # (a full disk while collecting those is an environment failure too: main() says so, exit 74)
+    lost = _write_reports(document, directory)  # a full disk loses the files, never the verdict below
     print()
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
     print()
-    print(coverage.table(result.labels))
+    # the terminal gets what is missing (or one line); coverage.txt and --coverage full the whole table
+    print(coverage.table(result.labels) if args.coverage == "full" else coverage.folded(result.labels))
+    unsaved = [failure for failure in result.failures if failure.unsaved]
+    histories = {failure.batch: failure.history for failure in unsaved}
     for entry in document["divergences"]:
         print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
-        print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
-    if args.native_coverage:
+        if entry.get("unsaved"):  # the file is lost, the divergence is not: its shrunk history, to save and replay
+            print(f"artifact: NOT written to {entry['artifact']}: {entry['unsaved']}; the shrunk history "
+                  "(save it as a .jsonl file and difftest replay it):")  # fmt: skip
+            print(histories.get(entry["batch"], ""), end="")
+        else:
+            print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
+    if args.native_coverage and "native_coverage" in document:
         print(native_coverage.summary_line(document["native_coverage"]))
-    if args.lua_coverage:
+    if args.lua_coverage and "lua_coverage" in document:
         print(lua_coverage.summary_line(document["lua_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
-    print(f"\nreports: {directory} (report.html, summary.json, coverage.txt, junit.xml); "
-          f"reproduce: {document['reproduce']}")  # fmt: skip
-    if result.interrupted:
-        return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
-    if result.failures:
-        return EXIT_DIVERGENCE
+    written = f"{directory} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
+    print(f"\nreports: {written}; reproduce: {document['reproduce']}")  # fmt: skip
+    sys.stdout.flush()
+    if lost is not None:
+        print(f"difftest: {lost}", file=sys.stderr)
+    for failure in unsaved:
+        print(f"difftest: the artifact of batch {failure.batch} could not be written to {failure.artifact}: "
+              f"{failure.unsaved}; its history is printed above; free some space or pass another --reports",
+              file=sys.stderr)  # fmt: skip
+    missing = coverage.missing(result.labels)
     if document["verdict"] == "void":
         budget = f"--seconds {args.seconds:g}" if examples is None else f"--examples {examples}"
         print(f"difftest: void: no history was compared ({budget} ran out before the first batch of {BATCH} "
               "histories began: the servers' start took longer); give a larger budget", file=sys.stderr)  # fmt: skip
+    elif args.require_coverage and missing and not result.interrupted and not result.failures:
+        print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
+    sys.stderr.flush()
+    # the run's last line: its verdict, whatever happened to the files
+    stopped_by = "" if not result.interrupted else ("SIGTERM" if result.interrupted_by == signal.SIGTERM else "Ctrl-C")
+    print(verdict_line(document["verdict"], result.histories, result.steps, len(result.failures), len(missing),
+                       require_coverage=args.require_coverage, stopped_by=stopped_by,
+                       reports_lost=lost is not None or bool(unsaved)), flush=True)  # fmt: skip
+    if result.interrupted:
+        return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
+    if result.failures:
+        return EXIT_DIVERGENCE  # outranks a lost file: the executors diverged, and the history is printed
+    if lost is not None:
+        return EXIT_IOERR
+    if document["verdict"] == "void":
         return EXIT_VOID
-    if args.require_coverage and coverage.missing(result.labels):
-        print(f"coverage incomplete: {', '.join(coverage.missing(result.labels))}", file=sys.stderr)
+    if args.require_coverage and missing:
         return EXIT_COVERAGE
     return EXIT_OK
 
 
 def _warn(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _write_reports(document: dict[str, Any], directory: Path) -> EnvironmentFailure | None:
+    """The run's report files, each whole or not at all; what the machine refused, if it did."""
+    from difftest import reports
+    from difftest.files import environment_failure, is_environmental
+
+    try:
+        reports.write_document(document, directory)
+    except OSError as problem:
+        if not is_environmental(problem):
+            raise
+        return environment_failure(problem, "the reports (summary.json, coverage.txt, junit.xml, report.html)",
+                                   directory)  # fmt: skip
+    return None
 
 
 def command_replay(args: argparse.Namespace) -> int:
@@ -482,7 +538,6 @@ def _malformed(path: Path, problem: Exception) -> SetupProblem:
 
 def command_merge(args: argparse.Namespace) -> int:
     """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
-    from difftest import reports
     from difftest.shards import ShardMismatch, merge
 
     if args.out.exists() and not args.out.is_dir():
@@ -519,7 +574,9 @@ def command_merge(args: argparse.Namespace) -> int:
     for failure in document["divergences"]:
         failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
     document["reproduce"] = html_report.reproduce_command(document)
-    reports.write_document(document, args.out)
+    lost = _write_reports(document, args.out)
+    if lost is not None:
+        raise lost
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
@@ -579,8 +636,10 @@ def command_report(args: argparse.Namespace) -> int:
 
 
 def _write_page(page: Path, text: str) -> None:
+    from difftest.files import write_atomically
+
     try:
-        page.write_text(text, encoding="utf-8")
+        write_atomically(page, text)
     except OSError as problem:
         raise SetupProblem(
             f"cannot write {page} ({problem.strerror}): render it in a directory you can write"
@@ -655,9 +714,12 @@ EXIT_MEANINGS = {
     EXIT_VOID: "void: the budget ended before any history was compared (verdict void)",
     EXIT_NOT_REPRODUCED: "replay of an artifact: its recorded divergence did not happen again (reproduced: NO)",
     EXIT_INTERNAL: "difftest itself failed: one line on stderr, the traceback in a log it names",
+    EXIT_IOERR: "the machine refused a write (a full disk, a directory no longer writable): one line; the verdict "
+    "is still printed, and a divergence (1) or an interruption outranks this code",
     EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
     EXIT_TERMINATED: "terminated (SIGTERM): as 130, the report of the work done written",
 }
+REPLAY_EXITS = (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_IOERR, EXIT_INTERRUPTED)  # and scenario's
 MUTANTS_EXITS = {  # mutants/README.md: the runner's own codes, passed through unchanged
     0: "every mutant caught",
     1: "some mutant missed, timed out, unviable or errored (merge: shards incomplete)",
@@ -836,6 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
     database.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
     run.add_argument("--require-coverage", action="store_true",
                      help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
+    run.add_argument("--coverage", choices=("missing", "full"), default="missing",
+                     help="the coverage table on the terminal: only the labels not reached, or one line when "
+                     "none is missing (default), or the whole table (coverage.txt always holds it)")  # fmt: skip
     run.add_argument("--shard", metavar="K/N", type=shard_spec, default=None,
                      help="run only shard K of N of the seed's batches (batches b with b %% N == K-1); "
                      "join the shards' run directories with difftest merge")  # fmt: skip
@@ -845,7 +910,7 @@ def build_parser() -> argparse.ArgumentParser:
         and the decided differences D1, D6 and D7, on a fresh server pair, and print each step's verdict.
         A divergence is saved as an artifact under reports/.""",
         ["difftest scenario", "difftest scenario --backend docker", "difftest scenario --lua-scripts my-scripts/"],
-        {c: EXIT_MEANINGS[c] for c in (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_INTERRUPTED)},
+        {c: EXIT_MEANINGS[c] for c in REPLAY_EXITS},
     )  # fmt: skip
     _common(scenario)
     replay = _subcommand(
@@ -866,7 +931,8 @@ def build_parser() -> argparse.ArgumentParser:
         {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence (for an artifact, a new one unless "
          "'reproduced: yes'): its artifact is under reports/", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
          EXIT_NOT_REPRODUCED: "an artifact's recorded divergence did not reproduce: the executors agree on it now",
-         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_INTERRUPTED: EXIT_MEANINGS[EXIT_INTERRUPTED]},
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: EXIT_MEANINGS[EXIT_IOERR],
+         EXIT_INTERRUPTED: EXIT_MEANINGS[EXIT_INTERRUPTED]},
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
@@ -886,7 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
         {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence: the first divergent batch's artifact, "
          "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
          EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_VOID: "void: the shards compared no history",
-         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: "the machine refused a write: the merged report "
+         "is not complete (one line)", EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
     )  # fmt: skip
     merge.add_argument("out", type=Path, help="a new directory for the merged report")
     merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
@@ -899,7 +966,7 @@ def build_parser() -> argparse.ArgumentParser:
         mutation report's page is rendered instead. Nothing else in DIR changes.""",
         ["difftest report reports/<run>", "difftest report reports/mutants-<time>"],
         {EXIT_OK: "report.html written", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
-         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL]},
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: "the machine refused the write: one line"},
     )  # fmt: skip
     report.add_argument("dir", type=Path, help="a run directory (summary.json) or a mutation run's (outcomes.json)")
     from executors.native.adapter import DEFAULT_MODULE
@@ -921,6 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
             "difftest servers down",
         ],
         {EXIT_OK: "done", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP], EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL],
+         EXIT_IOERR: "the machine refused a write (the images' files, the clock file): one line",
          EXIT_INTERRUPTED: "interrupted: a half-made pair removed"},
     )  # fmt: skip
     servers.add_argument("action", choices=("up", "down", "build"), help="what to do with the pair")
@@ -960,6 +1028,8 @@ def _one_line(problem: BaseException) -> str:
 def write_traceback(problem: BaseException, run_dir: Path | None, reports: Path | None) -> Path:
     """The traceback, in the run's directory, else under the reports directory, else in the
     temporary directory (whichever first takes it); returns the log's path."""
+    from difftest.files import write_atomically
+
     text = "".join(traceback.format_exception(problem))
     stamp = dt.datetime.now(tz=dt.UTC).strftime("%Y%m%dT%H%M%S")
     elsewhere = f"internal-error-{stamp}-{os.getpid()}.log"  # beside other runs: named apart
@@ -969,7 +1039,7 @@ def write_traceback(problem: BaseException, run_dir: Path | None, reports: Path 
             continue
         try:
             place.mkdir(parents=True, exist_ok=True)
-            (place / name).write_text(text)
+            write_atomically(place / name, text)  # whole, or the next place: never an empty log
             return place / name
         except OSError:
             continue
@@ -1016,10 +1086,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SetupProblem, HistoryError) as problem:
         print(f"difftest: {problem}", file=sys.stderr)
         return EXIT_SETUP
+    except EnvironmentFailure as problem:
+        print(f"difftest: {problem}", file=sys.stderr)
+        return EXIT_IOERR
     except KeyboardInterrupt as stop:
-        print("difftest: interrupted; servers and temporary files removed", file=sys.stderr)
+        # the verdict line of a run stopped before it had one (a campaign's own ends with its counts)
+        by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+        print(f"interrupted: stopped by {by} before a verdict; servers and temporary files removed", flush=True)
         return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except Exception as problem:  # the tool itself failed: never exit 1, which means a divergence
+        from difftest.files import SURELY_ENVIRONMENTAL, environment_failure
+
+        if isinstance(problem, OSError) and problem.errno in SURELY_ENVIRONMENTAL:  # the disk, not difftest
+            where = Path(problem.filename) if isinstance(problem.filename, str) else Path(".")
+            print(f"difftest: {environment_failure(problem, 'a file', where.parent)}", file=sys.stderr)
+            return EXIT_IOERR
         log = write_traceback(problem, getattr(args, "run_dir", None), getattr(args, "reports", None))
         what = _one_line(problem)
         if _lost_connection(problem):

@@ -300,3 +300,23 @@ def table(reached: Counter[str]) -> str:
         lines += ["", f"{'also reached (outside the required set)':<{width}}  {'count':>7}"]
         lines += [row(label, reached[label]) for label in extra]
     return "\n".join(lines)
+
+
+FOLDED_MISSING = 40  # at most this many missing labels on the terminal; coverage.txt lists them all
+
+
+def folded(reached: Counter[str]) -> str:
+    """The coverage table as the terminal shows it: one line when every required label was reached,
+    else that line and the labels not reached (coverage.txt keeps the whole table)."""
+    absent = missing(reached)
+    others = sum(1 for label in reached if label not in REQUIRED)
+    total = len(REQUIRED)
+    if not absent:
+        return (f"behaviour coverage: all {total:,} required labels reached, and {others:,} others "
+                "(the whole table: coverage.txt, or --coverage full)")  # fmt: skip
+    lines = [f"behaviour coverage: {total - len(absent):,} of {total:,} required labels reached; "
+             f"not reached ({len(absent):,}; the whole table: coverage.txt, or --coverage full):"]  # fmt: skip
+    lines += [f"  {label}  MISSING" for label in absent[:FOLDED_MISSING]]
+    if len(absent) > FOLDED_MISSING:
+        lines.append(f"  ... and {len(absent) - FOLDED_MISSING:,} more (coverage.txt)")
+    return "\n".join(lines)

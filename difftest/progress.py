@@ -150,3 +150,25 @@ def summary_table(result: CampaignResult, seed: int, database: str) -> Table:
 def print_table(table: Table, stream: TextIO) -> None:
     # no colour codes when the stream is a file or a pipe: logs and tests read plain text
     Console(file=stream, width=100).print(table)
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def verdict_line(verdict: str, histories: int, steps: int, divergences: int, missing: int, *,
+                 require_coverage: bool = False, stopped_by: str = "", reports_lost: bool = False) -> str:  # fmt: skip
+    """A run's last line on the terminal: its verdict first, then what was compared and reached (pure).
+    `missing`: required labels not reached; `stopped_by`: the signal that interrupted it."""
+    coverage = "coverage complete" if not missing else f"coverage incomplete ({_counted(missing, 'label')} missing)"
+    word = "coverage incomplete" if verdict == "agree" and missing and require_coverage else verdict
+    if verdict == "void":
+        line = "void: 0 histories compared, nothing was tested"
+    else:
+        line = (f"{word}: {_counted(histories, 'history').replace('historys', 'histories')}, "
+                f"{_counted(steps, 'step')}, {_counted(divergences, 'divergence')}, {coverage}")  # fmt: skip
+    if stopped_by:
+        line += f"; stopped by {stopped_by}"
+    if reports_lost:
+        line += "; reports NOT all written (see above)"
+    return line

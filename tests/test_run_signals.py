@@ -125,8 +125,10 @@ class Run:
                    "--seed", "5", "--reports", str(reports)]  # fmt: skip
         environment = {**os.environ, "DIFFTEST_PROGRESS_SECONDS": "0"}  # a line after every batch
         # its own session: a process group of its own, as a shell gives a command it runs
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=True, env=environment)  # fmt: skip
+        self.out = reports.parent / "run-stdout.txt"  # its terminal output, to read its last line
+        with self.out.open("wb") as out:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.PIPE,
+                                            start_new_session=True, env=environment)  # fmt: skip
         self.lines: list[bytes] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -177,7 +179,7 @@ def await_gone(footprint: Footprint) -> tuple[list[int], list[str]]:
 
 def ended_by(how: str, tmp_path: Path) -> tuple[int, tuple[list[int], list[str]], bytes]:
     """Start a run, signal it while it compares, and return its exit code, what of it is left
-    (processes, /dev/shm entries) once it had time to go, and its stderr."""
+    (processes, /dev/shm entries) once it had time to go, and its stderr (then its stdout)."""
     run = Run(tmp_path / "reports")
     try:
         footprint = await_comparing(run)
@@ -187,7 +189,7 @@ def ended_by(how: str, tmp_path: Path) -> tuple[int, tuple[list[int], list[str]]
         else:
             run.process.send_signal(getattr(signal, how))  # timeout, docker stop, a CI step's limit: the runner
         run.process.wait(timeout=GONE_S + 30)
-        return run.process.returncode, await_gone(footprint), run.stderr()
+        return run.process.returncode, await_gone(footprint), run.stderr() + run.out.read_bytes()
     finally:
         if run.process.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
@@ -203,8 +205,12 @@ def summary_of(reports: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("how", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_run_removes_everything_and_reports_its_work(how: str, code: int, tmp_path: Path) -> None:
-    returned, (processes, shm), stderr = ended_by(how, tmp_path)
-    assert returned == code, stderr.decode(errors="replace")[-2000:]
+    returned, (processes, shm), output = ended_by(how, tmp_path)
+    assert returned == code, output.decode(errors="replace")[-2000:]
+    # the terminal ends with the interrupted verdict, and no traceback (not even an ignored one)
+    last = output.decode(errors="replace").splitlines()[-1]
+    assert last.startswith("interrupted: ") and f"stopped by {'Ctrl-C' if how == 'SIGINT' else how}" in last, last
+    assert b"Traceback" not in output and b"Exception ignored" not in output
     assert processes == [], f"processes of the run left: {processes}"
     assert shm == [], f"/dev/shm entries of the run left: {shm}"
     summary = summary_of(tmp_path / "reports")
@@ -222,6 +228,31 @@ def test_a_killed_runner_takes_its_workers_and_servers_with_it(tmp_path: Path) -
     assert returned == -signal.SIGKILL
     assert processes == [], f"processes of the run left: {processes}"
     assert shm == [], f"/dev/shm entries of the run left: {shm}"
+
+
+def test_an_interrupt_that_lands_in_a_gc_callback_prints_nothing() -> None:
+    """Ctrl-C during a garbage collection raises in Hypothesis's gc callback, where Python can only
+    print it as "Exception ignored"; the campaign remembers the signal and prints nothing of it.
+    (In a process of its own: pytest takes such exceptions over in its own.)"""
+    child = """
+import gc, sys
+from difftest.campaign import quiet_swallowed_interrupts
+def interrupted(phase, info):
+    if phase == "start":
+        raise KeyboardInterrupt
+gc.callbacks.append(interrupted)
+print("before", file=sys.stderr, flush=True)
+gc.collect()
+print("quiet", file=sys.stderr, flush=True)
+with quiet_swallowed_interrupts():
+    gc.collect()
+gc.callbacks.remove(interrupted)
+print("after", file=sys.stderr, flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, check=True)
+    before, quiet = done.stderr.split("quiet\n")
+    assert "Exception ignored" in before and "KeyboardInterrupt" in before  # what it printed without
+    assert quiet == "after\n"
 
 
 def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> None:
