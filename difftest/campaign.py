@@ -240,6 +240,16 @@ class _Diverged(AssertionError):
     pass
 
 
+class _HarnessLost(BaseException):
+    """Carries a harness failure (ReferenceLost: the Lua server gone) out through Hypothesis, which
+    would take an Exception for a failing history, shrink it and replay on (a BaseException that is
+    not an Exception it lets through); `_run_batch` raises the failure itself again."""
+
+    def __init__(self, problem: Exception) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
 class _ShrinkSpent(KeyboardInterrupt):
     """Raised once the shrink budget is spent, and caught by `_run_batch` at once: Hypothesis lets an
     interrupt through and stops there (its target phase would otherwise hill-climb on, replaying, long
@@ -253,6 +263,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
 
     from difftest.artifacts import brief, save_divergence
     from difftest.exampledb import open_database
+    from difftest.replay import ReferenceLost
     from strategies.corpus import CORPUS_NOTE
     from strategies.histories import HistoryShape
     from strategies.machine import run_machine
@@ -291,7 +302,10 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
                     raise _ShrinkSpent
                 tries.append(1)
             started = time.perf_counter()
-            result = replayer.replay(history)
+            try:
+                result = replayer.replay(history)
+            except ReferenceLost as lost:
+                raise _HarnessLost(lost) from lost
             report.replay_s += time.perf_counter() - started
             reached = coverage.labels(result)
             if not known:  # shrinking replays do not count as coverage
@@ -319,6 +333,8 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
                 campaign_history(directed, in_test=False)
         run_machine(shape, campaign_history, machine_settings,
                     seed=batch_seed(config.seed, batch))  # fmt: skip
+    except _HarnessLost as lost:
+        raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
     except (_Diverged, _ShrinkSpent):
         # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
         smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))

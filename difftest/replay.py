@@ -53,6 +53,19 @@ EVENTS = "events"  # a divergence's kind: the keyspace notifications of a step d
 SEGMENT_STEPS = 256
 
 
+class ReferenceLost(RuntimeError):
+    """The Lua server, the reference, exited or stopped answering. No history can stop it (only the
+    native server restarts or crashes; a raw SHUTDOWN stops both, a harness failure too): something
+    else did (a kill, the OOM killer). Never repaired: its keyspace, the reference, is gone, so the
+    run stops there as difftest's own failure (exit 70), not a verdict (README, exit codes)."""
+
+
+def _reference_lost(when: str, lost: BaseException | None = None) -> ReferenceLost:
+    why = f" ({type(lost).__name__}: {' '.join(str(lost).split())})" if lost is not None else ""
+    return ReferenceLost(f"the Lua server, the reference, was lost {when}{why}: no history stops it, so "
+                         "something else did (a kill, the OOM killer); not started again")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class StepRecord:
     index: int
@@ -212,10 +225,11 @@ class Replayer:
 
     def _reset(self, history: History) -> None:
         """Empty keyspaces, the history's users and start time; connections kept where possible."""
-        for server in (self.lua_server, self.native_server):
-            if not server.running:
-                server.kill()  # reaps a process that died (a crash of the module), if any
-                server.start()
+        if not self.lua_server.running:  # the reference is never started again (see ReferenceLost)
+            raise _reference_lost("between histories")
+        if not self.native_server.running:
+            self.native_server.kill()  # reaps a process that died (a crash of the module)
+            self.native_server.start()
         if self.lua is None or self.native is None:
             self.lua = LuaSide(self.lua_server, history.users, self.scripts)
             self.native = NativeSide(self.native_server, history.users, self.native_scripts)
@@ -260,7 +274,12 @@ class Replayer:
         replies were never written, so the replay is repeated to find the step that killed it)."""
         started = time.perf_counter()
         stages = self.stages
-        self._reset(history)
+        try:
+            self._reset(history)
+        except (ValkeyConnectionError, OSError) as lost:
+            if not self.lua_server.answers():
+                raise _reference_lost("at a history's start", lost) from lost
+            raise
         if self.replicas is not None:
             self.replicas.relink()  # a server started again by the reset: its replica synced before any step
         assert self.lua is not None and self.native is not None
@@ -382,7 +401,7 @@ class Replayer:
         Only the native's death is a finding: when the Lua server does not answer either (a raw step
         stopped both, something killed them), it is the harness's failure."""
         if not self.lua_server.answers():
-            raise lost
+            raise _reference_lost("mid-history", lost) from lost
         deadline = time.monotonic() + 2.0  # the socket closes a moment before the process is reaped
         while self.native_server.running and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -275,3 +275,58 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+def _lua_server(runner: int) -> int | None:
+    """The running Lua server of a run (a fork of its zygote, titled by its socket; without the
+    zygote, the server exec'd with --dir .../lua)."""
+    found = {pid: " ".join(_cmdline(pid)) for pid in descendants(runner)}
+    lua = {pid: line for pid, line in found.items() if "valkey-server" in line and "/lua/valkey.sock" in line}
+    forked = [pid for pid, line in lua.items() if "unixsocket:" in line]
+    return (forked or list(lua) or [None])[0]
+
+
+def test_a_lost_lua_server_stops_the_run_never_repaired(tmp_path: Path) -> None:
+    """The Lua server, the reference, never crashes by a history's doing: killed mid-campaign, the run
+    stops with difftest's own failure code (70, one line naming it), is not repaired, and says no
+    verdict (README, exit codes)."""
+    command = [sys.executable, "-m", "difftest", "run", "--seconds", "60", "--workers", "1", "--no-database",
+               "--seed", "5", "--reports", str(tmp_path / "reports")]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_S
+        while (lua := _lua_server(process.pid)) is None:
+            assert process.poll() is None and time.monotonic() < deadline, "the Lua server did not come up"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the campaign under way (the corpus runs first)
+        os.kill(lua, signal.SIGKILL)
+        out, err = process.communicate(timeout=COMPARED_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 70, (out[-500:], err[-2000:])
+    said = [line for line in err.splitlines() if line.startswith("difftest:")]
+    assert len(said) == 1 and "the Lua server, the reference, was lost" in said[0], err[-2000:]
+    assert "agree" not in out and "Traceback" not in err
+
+
+def test_a_lua_server_lost_between_histories_is_not_started_again() -> None:
+    """The path that used to repair it: the next history's reset started a dead Lua server again."""
+    from difftest import history as hist
+    from difftest.replay import ReferenceLost, Replayer
+    from executors.native.adapter import DEFAULT_MODULE
+
+    history = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0),))
+    with Replayer(DEFAULT_MODULE) as replayer:
+        assert replayer.replay(history).divergence is None
+        pid = replayer.lua_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + GONE_S
+        while replayer.lua_server.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ReferenceLost, match="the Lua server, the reference, was lost"):
+            replayer.replay(history)
+        assert not replayer.lua_server.running  # not started again
