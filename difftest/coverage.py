@@ -49,6 +49,10 @@ CLASS_LABELS: tuple[str, ...] = (
 CONDITION_LABELS: tuple[str, ...] = (
     *(f"condition:resp3:{verb.lower()}" for verb in TRANSITIONS),
     *(f"condition:multi:{verb.lower()}" for verb, t in TRANSITIONS.items() if not t.reads_meta),
+    # where production runs: a transition called while its queue lives in a database other than 0,
+    # while a key of its queue has a TTL another writer gave it, while its meta or a row holds a
+    # field another writer added
+    *(f"condition:{condition}:{verb.lower()}" for condition in ("db", "ttl", "fields") for verb in TRANSITIONS),
 )
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
@@ -117,6 +121,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(class_labels(result))
     reached.update(upgrade_labels(result))
     reached.update(notify_labels(result))
+    reached.update(condition_labels(result))
     return reached
 
 
@@ -225,6 +230,71 @@ def class_labels(result: ReplayResult) -> Counter[str]:
                 if cls is not None:
                     reached[f"edge:{spec.name if spec.name in ('payload', 'error') else 'id'}:{cls}"] += 1
         _long_labels(reached, resolved, record.native_reply, befores.get(resolved.index, {}))
+    return reached
+
+
+# raw commands that may leave a TTL or a foreign field (a history without any needs no keyspace look)
+_TTL_OR_FIELD_WRITES = frozenset((b"PEXPIRE", b"PEXPIREAT", b"EXPIRE", b"EXPIREAT", b"SET", b"HSET", b"HSETEX",
+                                  b"HMSET", b"HSETNX", b"RESTORE", b"COPY", b"MOVE", b"SWAPDB"))  # fmt: skip
+
+
+def _queues_with(snapshot: Snapshot) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """The queues (by base) one of whose keys has a TTL, and those whose meta or a row holds a field
+    another writer added (pure)."""
+    ttl: set[bytes] = set()
+    fields: set[bytes] = set()
+    for key, entry in snapshot.items():
+        name = parse_key(key)
+        if name is None:
+            continue
+        base = key[: len(key) - len(name.rest)]
+        if entry.pttl > 0:
+            ttl.add(base)
+        value = entry.value
+        if entry.kind == "hash" and isinstance(value, dict):
+            own = domains.QUEUE_META_FIELDS if name.rest == b"meta" else domains.QUEUE_ROW_FIELDS
+            if (name.rest == b"meta" or name.job is not None) and any(f not in own for f in value):
+                fields.add(base)
+    return frozenset(ttl), frozenset(fields)
+
+
+def condition_labels(result: ReplayResult) -> Counter[str]:
+    """The `condition:*` labels (CONDITION_LABELS) this replay reached: each transition sent in a
+    history on another database; each sent while a key of its queue had a TTL, or its queue's meta or
+    a row held a foreign field, in the native keyspace before it (pure)."""
+    reached: Counter[str] = Counter()
+    db = result.history.db
+    look = any(isinstance(s, RawWrite) and s.command[0].upper() in _TTL_OR_FIELD_WRITES for s in result.history.steps)
+    if not db and not look:
+        return reached
+    befores: dict[int, Snapshot] = {}
+    previous: Snapshot = {}
+    for observation in result.observations:
+        befores[observation.resolved.index] = previous
+        previous = observation.native_after
+    seen: dict[int, tuple[Snapshot, tuple[frozenset[bytes], frozenset[bytes]]]] = {}  # by the snapshot's identity
+    for record in result.records:
+        resolved = record.resolved
+        transition = resolved.transition
+        sent = resolved.sends_transition and not isinstance(record.native_reply, NotSent)
+        if transition is None or not sent or resolved.via_scripts:
+            continue
+        verb = transition.verb.lower()
+        if db:
+            reached[f"condition:db:{verb}"] += 1
+        guarded = resolved.guarded
+        if not look or guarded is None:
+            continue
+        before = befores.get(resolved.index, {})
+        known = seen.get(id(before))
+        if known is None or known[0] is not before:
+            known = seen[id(before)] = (before, _queues_with(before))
+        ttl, fields = known[1]
+        base = guarded.layout.base
+        if base in ttl:
+            reached[f"condition:ttl:{verb}"] += 1
+        if base in fields:
+            reached[f"condition:fields:{verb}"] += 1
     return reached
 
 

@@ -100,6 +100,19 @@ FIELD_CLASSES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+# Fields of their own that an operator or a dashboard adds to `meta` and to rows (no transition
+# reads them; every transition keeps them, as the scripts' HSET, HDEL and ZADD do), and their values.
+# A field is foreign when it is none of the queue's own (the spec's row fields, `lease_epoch`, the
+# `group` SWEEP reads; `paused` in meta).
+QUEUE_ROW_FIELDS = frozenset(
+    (b"payload", b"state", b"enqueued_at", b"attempts", b"stalled", b"last_error", b"finished_at", b"lease_epoch",
+     b"group")
+)  # fmt: skip
+QUEUE_META_FIELDS = frozenset((META_FIELD,))
+FOREIGN_FIELDS: tuple[bytes, ...] = (b"owner", b"note", b"dashboard:seen_at", b"priority", b"\xff\x00")
+FOREIGN_VALUES: tuple[bytes, ...] = (b"ops", b"", b"1", b"\x00\xff")
+
+
 def field_value(draw_pick: Callable[[tuple[str, ...]], str], field: str) -> bytes | None:
     """A value of one of the field's classes, chosen by `draw_pick`."""
     return FIELD_VALUE_CLASSES[draw_pick(FIELD_CLASSES[field])]

@@ -30,6 +30,7 @@ VERSION = 1
 # may be"). Histories the campaign generates and shrinks have at most a few hundred steps.
 MAX_STEPS = 2_500
 MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
+DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
 
 # Raw steps corrupt the keyspace; these commands would instead stop, block, re-point or reconfigure
 # the server or the harness's own connection, and a replay would end in a lost connection or a
@@ -52,7 +53,7 @@ REFUSED_RAW: dict[str, str] = {
     "RESET": "resets the harness's connection",
     "HELLO": "changes the protocol or identity of the harness's connection",
     "AUTH": "changes the identity of the harness's connection",
-    "SELECT": "moves the harness's connection off database 0, which every step is judged on",
+    "SELECT": "moves the harness's connection off the history's database (choose it with the header's 'db')",
     "MULTI": "would queue the harness's own commands in a transaction (use 'multi' and 'exec' steps)",
     "EXEC": "ends a transaction (use 'multi' and 'exec' steps)",
     "DISCARD": "ends a transaction (use 'multi' and 'exec' steps)",
@@ -170,6 +171,7 @@ class History:
     users: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> ACL key rules
     seed: int | None = None
     note: str = ""
+    db: int = 0  # the database every step runs in, on both servers (the harness's connections too)
 
 
 # -- bytes in JSON -------------------------------------------------------------------------------
@@ -266,6 +268,8 @@ def only_users_called(history: History) -> History:
 
 def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "start_ms": history.start_ms}
+    if history.db:
+        header["db"] = history.db
     if history.users:
         header["users"] = {name: list(rules) for name, rules in history.users.items()}
     if history.seed is not None:
@@ -544,10 +548,14 @@ def loads(text: str, name: str = "<history>") -> History:
         raise HistoryError(f"{name}: {len(lines) - 1:,} steps, past the {MAX_STEPS:,} a replay takes (every step's "
                            "keyspaces are walked and compared whole, so the time grows with steps times keys; "
                            "docs/decisions.md, \"How long a history may be\"): split the history")  # fmt: skip
+    db = header.get("db", 0)
+    if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < DATABASES:
+        raise HistoryError(f"{where} field 'db': expected a database number from 0 to {DATABASES - 1} "
+                           f"(the servers' 'databases' is {DATABASES}), got {db!r}")  # fmt: skip
     parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
     _check_workers(parsed, name)
     _check_clock(parsed, start_ms, name)
-    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")))
+    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")), db)
 
 
 def _kind_of(mode: int) -> str:

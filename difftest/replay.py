@@ -32,7 +32,7 @@ from difftest.replies import Died, NotSent, Reply, Simple
 from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side, StepOutcome
-from difftest.snapshot import Epochs, Snapshot, parse_canonical, restore_commands, with_epochs
+from difftest.snapshot import Epochs, Snapshot, parse_canonical, resync_commands, with_epochs
 from difftest.wire import Element, Future, Wire
 from executors.lua.adapter import load_scripts
 
@@ -159,10 +159,11 @@ class _Walks:
         if native_walk != self.native_raw:
             self.native_raw, self.native = native_walk, parse_canonical(native_walk)
         native_after, epochs = self.native
-        if lua_walk[0] == native_walk[0]:
+        # (a third string: the keys of other databases, when any holds keys)
+        if lua_walk[0] == native_walk[0] and lua_walk[2:] == native_walk[2:]:
             return native_after, native_after, epochs
-        if lua_walk[0] != self.lua_raw:
-            self.lua_raw, self.lua = lua_walk[0], parse_canonical([lua_walk[0], lua_walk[1]])[0]
+        if lua_walk[0::2] != self.lua_raw:
+            self.lua_raw, self.lua = lua_walk[0::2], parse_canonical(lua_walk)[0]
         return self.lua, native_after, epochs
 
 
@@ -231,16 +232,16 @@ class Replayer:
             self.native_server.kill()  # reaps a process that died (a crash of the module)
             self.native_server.start()
         if self.lua is None or self.native is None:
-            self.lua = LuaSide(self.lua_server, history.users, self.scripts)
-            self.native = NativeSide(self.native_server, history.users, self.native_scripts)
+            self.lua = LuaSide(self.lua_server, history.users, self.scripts, history.db)
+            self.native = NativeSide(self.native_server, history.users, self.native_scripts, history.db)
         else:
-            self.lua.prepare(history.users)
-            self.native.prepare(history.users)
+            self.lua.prepare(history.users, history.db)
+            self.native.prepare(history.users, history.db)
             self.lua.open_claims.clear()
             self.native.open_claims.clear()
         self.group.clock.set(history.start_ms)
-        # both servers flushed, asked their AOF's size and their time at once: one round trip for
-        # the pair, which also proves each reads the frozen clock before any step runs
+        # both servers flushed (FLUSHALL: every database), asked their AOF's size and their time at
+        # once: one round trip for the pair, which also proves each reads the frozen clock before any step runs
         for side in (self.lua, self.native):
             side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence"), (b"TIME",)])
         restarts = any(isinstance(step, Restart) for step in history.steps)
@@ -349,7 +350,7 @@ class Replayer:
                 mark = _lap(stages, "judge", mark)
                 if resyncs:
                     rest = segment[position + 1 :]
-                    self._resync(state)
+                    self._resync(state, lua_results[-1][1])  # the Lua keyspace now: after the segment's last step
                     if rest:
                         self.lua.restore_workers(lua_out[position].workers)
                         again = self.lua.run_steps(rest)
@@ -431,14 +432,30 @@ class Replayer:
         result.elapsed_s = time.perf_counter() - started
         return result
 
-    def _resync(self, state: JudgeState) -> None:
-        """The Lua server's keyspace becomes the native's (epochs included): equal ground again."""
+    def _resync(self, state: JudgeState, lua_walk: Any) -> None:
+        """The Lua server's keyspace (`lua_walk`: as it is now) becomes the native's (epochs included):
+        equal ground again. Only the keys that differ are written (a key held alike keeps its TTL to
+        the millisecond)."""
         assert self.lua is not None
         admin: Wire = self.lua.wires[None]
-        commands = [[b"FLUSHALL"], *restore_commands(with_epochs(state.before, state.before_epochs))]
-        admin.send(commands)
-        for _ in commands:
-            admin.read()
+        held = with_epochs(*parse_canonical(lua_walk))
+        commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
+        if commands:
+            admin.send(commands)
+            for _ in commands:
+                admin.read()
+        if at_expiry:
+            # keys at their expiry's very millisecond: given it with the clock a millisecond back (no
+            # other command reaches either server meanwhile), then the clock is where it was
+            clock = self.group.clock
+            now = clock.now_ms
+            clock.set(now - 1)
+            try:
+                admin.send(at_expiry)
+                for _ in at_expiry:
+                    admin.read()
+            finally:
+                clock.set(now)
         self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
 
     def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:

@@ -37,6 +37,7 @@ USER_PASSWORD = "difftest"
 WALK_SHA = hashlib.sha1(CANONICAL_WALK_SCRIPT).hexdigest()
 SCRIPT_WALK = (b"EVALSHA", WALK_SHA.encode(), b"0")
 MODULE_WALK = (WALK_COMMAND,)
+WalkCommand = tuple[bytes, ...]
 
 
 WireKey = str | None | tuple[str | None, int]  # a user (None: the admin) on RESP2, or (user, 3) on RESP3
@@ -65,15 +66,17 @@ class _Transaction:
 
 
 class Side:
-    """A server reached through raw wires: one admin, one per user. The users (name: ACL rules)
-    are made by the side, with USER_PASSWORD, on their first use after every start of the server."""
+    """A server reached through raw wires: one admin, one per user, each on the history's database
+    (`db`). The users (name: ACL rules) are made by the side, with USER_PASSWORD, on their first use
+    after every start of the server."""
 
     name = "side"
     scripts: dict[str, bytes] = {}  # noqa: RUF012 (the Lua host's scripts, by verb: a ScriptHost's own)
 
-    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]], db: int = 0) -> None:
         self.server = server
         self.users = users
+        self.db = db
         self.pipe = Pipe()
         self.wires: dict[WireKey, Wire] = {}
         self.transaction: _Transaction | None = None
@@ -92,20 +95,27 @@ class Side:
         are loaded on their first use (`ScriptHost`), the Lua walker only where it walks: a native
         server restarts about once a history, and most of its histories call no script."""
         address = self.server.address
-        admin = Wire(address)
+        admin = Wire(address, db=self.db)
         self.wires = {None: admin}
-        # [None] when the server lacks the walker module
-        commands: list[tuple[bytes, ...]] = [(b"COMMAND", b"INFO", WALK_COMMAND), (b"INFO", b"server")]
+        # [None] when the server lacks the walker module. Active expiry off: a key another writer
+        # gave a TTL goes when a read meets it past its time on the frozen clock, never in the
+        # server's cron between steps (docs/decisions.md, "Keys with a TTL")
+        commands: list[tuple[bytes, ...]] = [
+            (b"COMMAND", b"INFO", WALK_COMMAND), (b"INFO", b"server"), (b"DEBUG", b"SET-ACTIVE-EXPIRE", b"0"),
+        ]  # fmt: skip
         admin.send(commands)
-        walker, info = [admin.read() for _ in commands]
-        if isinstance(info, ErrorReply):
-            raise SetupProblem(f"{self.name} server refused the set-up: {info.message}")
+        walker, info, expiry = [admin.read() for _ in commands]
+        for answer in (info, expiry):
+            if isinstance(answer, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused the set-up: {answer.message}")
         assert isinstance(info, bytes)
         self.run_id = info.split(b"run_id:")[1][:40].decode()
         has_walker = walker not in ([None], []) and not isinstance(walker, ErrorReply)
         # the same canonical reply either way: the module's walk costs the server a quarter as much
-        self.walk_command = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
+        self.walk_command: WalkCommand = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
         if self.walk_command == SCRIPT_WALK:
+            if self.db:  # the script's ARGV[1]: the database its caller selected
+                self.walk_command = (*SCRIPT_WALK, b"%d" % self.db)
             loaded = admin.call(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)
             if isinstance(loaded, ErrorReply):
                 raise SetupProblem(f"{self.name} server refused the set-up: {loaded.message}")
@@ -201,13 +211,13 @@ class Side:
             if user is not None:
                 self.ensure_user(user)
             password = None if user is None else USER_PASSWORD
-            wire = self.wires[key] = Wire(self.server.address, user, password, protocol)
+            wire = self.wires[key] = Wire(self.server.address, user, password, protocol, self.db)
         return wire
 
-    def prepare(self, users: dict[str, tuple[str, ...]]) -> None:
+    def prepare(self, users: dict[str, tuple[str, ...]], db: int = 0) -> None:
         """Ready for the next history on a flushed server: reuse the wires, scripts and users
-        while the server has not restarted and the users are the same. Keyspace notifications go
-        off (a history switches them on with its `notify` step)."""
+        while the server has not restarted and the users are the same (another database: each wire
+        selects it). Keyspace notifications go off (a history switches them on with its `notify` step)."""
         self.pipe.reset()
         if self.notify_flags:
             if self.server.starts == self.connected_start:
@@ -218,7 +228,21 @@ class Side:
         self.transaction = None
         if self.server.starts != self.connected_start or users != self.users:
             self.users = users
+            self.db = db
             self.reconnect()
+        elif db != self.db:
+            self.select(db)
+
+    def select(self, db: int) -> None:
+        """Every open wire moved to database `db` (one round trip each), and the walk with it."""
+        self.db = db
+        for wire in self.wires.values():
+            answer = wire.call(b"SELECT", b"%d" % db)
+            if isinstance(answer, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused database {db}: {answer.message}")
+            wire.connection.db = db  # (what its handshake selects, should valkey-py connect again)
+        if self.walk_command[0] == SCRIPT_WALK[0]:
+            self.walk_command = (*SCRIPT_WALK, b"%d" % db) if db else SCRIPT_WALK
 
     def reconnect(self) -> None:
         self.pipe.reset()
@@ -228,7 +252,7 @@ class Side:
         if self.server.starts == self.connected_start:
             # the same server process: the users an earlier history made go (a restarted one has none),
             # so that a user is made with this history's rules on its first use
-            admin = Wire(self.server.address)
+            admin = Wire(self.server.address)  # (users are the server's, whatever the database)
             for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
                 if user != b"default":
                     admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
@@ -387,12 +411,16 @@ class ScriptHost(Side):
     loads after every start of its server."""
 
     def __init__(
-        self, server: EmbeddedServer, users: dict[str, tuple[str, ...]], scripts: dict[str, bytes] | None = None
+        self,
+        server: EmbeddedServer,
+        users: dict[str, tuple[str, ...]],
+        scripts: dict[str, bytes] | None = None,
+        db: int = 0,
     ) -> None:
         self.scripts = load_scripts() if scripts is None else scripts
         self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
         self.open_claims: dict[int, _OpenClaim] = {}  # by the begin's step index
-        super().__init__(server, users)
+        super().__init__(server, users, db)
 
     def _evalsha(self, wire: Wire, verb: str, call: Call) -> Future:
         """EVALSHA of the verb's script, sent after the script itself on the same wire the first

@@ -1,11 +1,15 @@
 """Whole-keyspace snapshots as logical values (a hash as a map, a zset as member → score).
 
 DUMP bytes are not comparable (equal hashes dump differently by encoding), so one server-side
-script walks the keyspace and returns every key's type, logical value and TTL in one reply.
+script walks the keyspace and returns every key's type, logical value and TTL in one reply: the
+history's database, and every other database that holds keys (`qualified` names their keys). A TTL
+is the key's PTTL: every server of a pair reads one frozen clock, so equal PTTLs are equal absolute
+expiry times.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -70,49 +74,75 @@ def diff(left: Snapshot, right: Snapshot) -> dict[bytes, tuple[Entry | None, Ent
 
 # The replay loop's walker: keys sorted, hash fields sorted, `lease_epoch` fields lifted out into a
 # list of their own. Equal keyspaces (epochs set aside) give equal replies, compared as raw lists.
+# ARGV[1] is the database the caller's connection selected (the history's; 0 when absent): its keys
+# come first, as they are; a third string follows only when another database holds keys: every such
+# key as [db, key, type, value, pttl] (its `lease_epoch` left in the value), by database then key. A
+# script's SELECT does not move its caller's connection.
 CANONICAL_WALK_SCRIPT = b"""
-local keys = {}
-local cursor = '0'
-repeat
-  local page = redis.call('SCAN', cursor, 'COUNT', 1000)
-  cursor = page[1]
-  for _, key in ipairs(page[2]) do keys[#keys + 1] = key end
-until cursor == '0'
-table.sort(keys)
-local out, epochs = {}, {}
-for _, key in ipairs(keys) do
-  local kind = redis.call('TYPE', key)['ok']
-  local value
-  if kind == 'hash' then
-    local flat = redis.call('HGETALL', key)
-    local fields, map = {}, {}
-    for i = 1, #flat, 2 do
-      if flat[i] == 'lease_epoch' then
-        epochs[#epochs + 1] = key
-        epochs[#epochs + 1] = flat[i + 1]
-      else
-        fields[#fields + 1] = flat[i]
-        map[flat[i]] = flat[i + 1]
+local function walk(lift, epochs)
+  local keys = {}
+  local cursor = '0'
+  repeat
+    local page = redis.call('SCAN', cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for _, key in ipairs(page[2]) do keys[#keys + 1] = key end
+  until cursor == '0'
+  table.sort(keys)
+  local out = {}
+  for _, key in ipairs(keys) do
+    local kind = redis.call('TYPE', key)['ok']
+    local value
+    if kind == 'hash' then
+      local flat = redis.call('HGETALL', key)
+      local fields, map = {}, {}
+      for i = 1, #flat, 2 do
+        if lift and flat[i] == 'lease_epoch' then
+          epochs[#epochs + 1] = key
+          epochs[#epochs + 1] = flat[i + 1]
+        else
+          fields[#fields + 1] = flat[i]
+          map[flat[i]] = flat[i + 1]
+        end
+      end
+      table.sort(fields)
+      value = {}
+      for _, f in ipairs(fields) do
+        value[#value + 1] = f
+        value[#value + 1] = map[f]
+      end
+    elseif kind == 'string' then value = {redis.call('GET', key)}
+    elseif kind == 'zset' then value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    elseif kind == 'set' then
+      value = redis.call('SMEMBERS', key)
+      table.sort(value)
+    elseif kind == 'list' then value = redis.call('LRANGE', key, 0, -1)
+    else value = {} end
+    out[#out + 1] = {key, kind, value, redis.call('PTTL', key)}
+  end
+  return out
+end
+local home = tonumber(ARGV[1] or '0')
+local epochs = {}
+local out = walk(true, epochs)
+local others = {}
+local db = 0
+while true do
+  if db ~= home then
+    local selected = redis.pcall('SELECT', db)
+    if selected.err then break end
+    if redis.call('DBSIZE') > 0 then
+      for _, entry in ipairs(walk(false, nil)) do
+        others[#others + 1] = {db, entry[1], entry[2], entry[3], entry[4]}
       end
     end
-    table.sort(fields)
-    value = {}
-    for _, f in ipairs(fields) do
-      value[#value + 1] = f
-      value[#value + 1] = map[f]
-    end
-  elseif kind == 'string' then value = {redis.call('GET', key)}
-  elseif kind == 'zset' then value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  elseif kind == 'set' then
-    value = redis.call('SMEMBERS', key)
-    table.sort(value)
-  elseif kind == 'list' then value = redis.call('LRANGE', key, 0, -1)
-  else value = {} end
-  out[#out + 1] = {key, kind, value, redis.call('PTTL', key)}
+  end
+  db = db + 1
 end
--- two bulk strings, MessagePack: cheap to read for any client parser, and equal keyspaces give
--- equal bytes (compared as they come, unpacked only when they differ or are needed)
-return {cmsgpack.pack(out), cmsgpack.pack(epochs)}
+redis.call('SELECT', home)
+-- MessagePack bulk strings: cheap to read for any client parser, and equal keyspaces give equal
+-- bytes (compared as they come, unpacked only when they differ or are needed)
+if #others == 0 then return {cmsgpack.pack(out), cmsgpack.pack(epochs)} end
+return {cmsgpack.pack(out), cmsgpack.pack(epochs), cmsgpack.pack(others)}
 """
 
 Epochs: TypeAlias = dict[bytes, bytes]
@@ -124,12 +154,38 @@ def _unpack(packed: bytes) -> list[Any]:
     return list(value) if value else []
 
 
+# A key of a database other than the history's, as the snapshot names it: the database is part of
+# its identity, so a write that lands in the wrong database is a key one side has and the other has
+# not. (A key of the history's own database that itself starts `@db<n>:` would read as database n's;
+# no history writes one.)
+OTHER_DB_PREFIX = b"@db"
+
+
+def qualified(db: int, key: bytes) -> bytes:
+    """The snapshot's name for `key` in database `db`, another than the history's."""
+    return b"%s%d:%s" % (OTHER_DB_PREFIX, db, key)
+
+
+def unqualified(name: bytes) -> tuple[int | None, bytes]:
+    """A snapshot key's database (None: the history's own) and the key's own name."""
+    if name.startswith(OTHER_DB_PREFIX):
+        digits, colon, key = name[len(OTHER_DB_PREFIX) :].partition(b":")
+        if colon and digits.isdigit():
+            return int(digits), key
+    return None, name
+
+
 def parse_canonical(raw: list[Any]) -> tuple[Snapshot, Epochs]:
-    """The canonical walker's reply: the snapshot with epochs set aside, and the epochs by key."""
-    packed_entries, packed_epochs = raw
+    """The canonical walker's reply: the snapshot with epochs set aside, and the epochs by key; the
+    keys of other databases (a third string, when any holds keys) named by `qualified`."""
+    packed_entries, packed_epochs = raw[0], raw[1]
     entries = _unpack(packed_entries)
     flat_epochs = _unpack(packed_epochs)
     snapshot = parse_walk(entries)
+    if len(raw) > 2:
+        for db, key, kind, value, pttl in _unpack(raw[2]):
+            kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
+            snapshot[qualified(int(db), bytes(key))] = Entry(kind_text, _logical(kind_text, value), int(pttl))
     epochs = {bytes(flat_epochs[i]): bytes(flat_epochs[i + 1]) for i in range(0, len(flat_epochs), 2)}
     return snapshot, epochs
 
@@ -146,10 +202,29 @@ def with_epochs(snapshot: Snapshot, epochs: Epochs) -> Snapshot:
     return merged
 
 
-def restore_commands(snapshot: Snapshot) -> list[list[bytes]]:
-    """Commands that rebuild a keyspace from logical values (after a FLUSHALL)."""
+def restore_commands(
+    snapshot: Snapshot, home: int = 0, delete: Iterable[bytes] = (), at_expiry: list[list[bytes]] | None = None
+) -> list[list[bytes]]:
+    """Commands that rebuild a keyspace from logical values (after a FLUSHALL; or first DEL each key
+    named in `delete`), on a connection that selected database `home` (the history's): another
+    database's keys between SELECTs, the connection back on `home` at the end. A key at the very
+    millisecond of its expiry (PTTL 0: still there until the clock moves) cannot be given that expiry
+    now (the server deletes a key whose expiry is not in the future): with `at_expiry`, the commands
+    that give it are put there, to be sent with the clock one millisecond back (`PEXPIRE key 1`)."""
     commands: list[list[bytes]] = []
-    for key, entry in sorted(snapshot.items()):
+    selected = home
+    deleted = frozenset(delete)
+    for name in sorted(deleted | snapshot.keys()):
+        db, key = unqualified(name)
+        db = home if db is None else db
+        if db != selected:
+            commands.append([b"SELECT", b"%d" % db])
+            selected = db
+        if name in deleted:
+            commands.append([b"DEL", key])
+        entry = snapshot.get(name)
+        if entry is None:
+            continue
         value = entry.value
         if entry.kind == "string" and isinstance(value, bytes):
             commands.append([b"SET", key, value])
@@ -162,7 +237,23 @@ def restore_commands(snapshot: Snapshot) -> list[list[bytes]]:
         elif entry.kind == "list" and isinstance(value, tuple) and value:
             commands.append([b"RPUSH", key, *value])
         else:
-            raise ValueError(f"cannot rebuild {key!r} of type {entry.kind}")
+            raise ValueError(f"cannot rebuild {name!r} of type {entry.kind}")
         if entry.pttl > 0:
             commands.append([b"PEXPIRE", key, str(entry.pttl).encode()])
+        elif entry.pttl == 0 and at_expiry is not None:
+            at_expiry += [[b"SELECT", b"%d" % db], [b"PEXPIRE", key, b"1"]]
+    if selected != home:
+        commands.append([b"SELECT", b"%d" % home])
+    if at_expiry:
+        at_expiry.append([b"SELECT", b"%d" % home])
     return commands
+
+
+def resync_commands(held: Snapshot, wanted: Snapshot, home: int = 0) -> tuple[list[list[bytes]], list[list[bytes]]]:
+    """Commands that turn the keyspace `held` into `wanted` (both with `lease_epoch` in place) key by
+    key, a key held alike left as it is; and those that give a written key at its expiry's very
+    millisecond that expiry, to be sent with the clock one millisecond back (`restore_commands`)."""
+    changed = {key: entry for key, entry in wanted.items() if held.get(key) != entry}
+    stale = [key for key in held if held[key] != wanted.get(key)]
+    at_expiry: list[list[bytes]] = []
+    return restore_commands(changed, home, stale, at_expiry), at_expiry

@@ -191,15 +191,21 @@ def as_reply(value: Any) -> Reply:
 
 class Wire:
     """One connection, as a user (None: the default admin user), speaking RESP2 or (`protocol` 3,
-    a worker's connection after HELLO 3) RESP3."""
+    a worker's connection after HELLO 3) RESP3, on a database (`db`, selected in its handshake)."""
 
     def __init__(
-        self, address: Address, username: str | None = None, password: str | None = None, protocol: int = 2
+        self,
+        address: Address,
+        username: str | None = None,
+        password: str | None = None,
+        protocol: int = 2,
+        db: int = 0,
     ) -> None:
         from difftest.servers.clients import connection_options
 
         kind, options = connection_options(address, username, password, timeout=60)
-        self.connection = kind(**{**options, "parser_class": TypedParser})
+        # db: selected in the handshake (a SELECT round trip only off database 0)
+        self.connection = kind(**{**options, "parser_class": TypedParser, "db": db})
         self.connection.connect()
         self.connection._parser.typed = True  # the handshake (AUTH, HELLO) read its +OK as bytes
         # from here on replies are read by `parse_reply`, from the socket, whole buffers at a time:

@@ -267,7 +267,24 @@ def _notifications() -> Iterator[History]:
         yield _history(f"condition:notify:{verb.lower()}", *steps, Notify(""))
 
 
+def _production() -> Iterator[History]:
+    """Each transition where production runs (`condition:*`): its queue in another database; a TTL
+    another writer gave its row (or pending), beside one the frozen clock has passed (metrics:failed,
+    gone) and one taken away again (PERSIST); a field of an operator's in meta and in its row."""
+    for verb in TRANSITIONS:
+        call = CallStep(_call(verb))
+        row = LAYOUT.row(ROW_OF.get(verb, SPARE)) if verb != Verb.ENQUEUE else LAYOUT.pending
+        yield History((*PRELUDE, call), note=f"{CORPUS_NOTE}condition:db:{verb.lower()}", db=2)
+        ttl = (
+            RawWrite((b"PEXPIRE", row, b"100000")), RawWrite((b"PEXPIRE", LAYOUT.metrics("failed"), b"1")),
+            RawWrite((b"PEXPIRE", LAYOUT.delayed, b"5")), RawWrite((b"PERSIST", LAYOUT.delayed)), Advance(2),
+        )  # fmt: skip
+        yield _history(f"condition:ttl:{verb.lower()}", *ttl, call)
+        fields = (RawWrite((b"HSET", LAYOUT.meta, b"owner", b"ops")), RawWrite((b"HSET", row, b"note", b"")))
+        yield _history(f"condition:fields:{verb.lower()}", *fields, call)
+
+
 def class_corpus() -> list[History]:
     """Every directed history, in a fixed order."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
-            *_behaviours(), *_conditions(), *_notifications()]  # fmt: skip
+            *_behaviours(), *_conditions(), *_notifications(), *_production()]  # fmt: skip

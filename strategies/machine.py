@@ -41,8 +41,21 @@ from hypothesis.stateful import (
 
 from difftest import domains
 from difftest.calls import Call
-from difftest.commands import TRANSITIONS
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Exec, History, Multi, Notify, Restart, Step
+from difftest.clock import DEFAULT_START_MS
+from difftest.commands import TRANSITIONS, Layout, Rows
+from difftest.history import (
+    Advance,
+    BeginClaim,
+    CallStep,
+    EndClaim,
+    Exec,
+    History,
+    Multi,
+    Notify,
+    RawWrite,
+    Restart,
+    Step,
+)
 from strategies.hints import QueueHints
 from strategies.histories import (
     ADVANCES,
@@ -67,6 +80,8 @@ from strategies.histories import (
     _edged,
     _long_step,
     _malformed,
+    _reader_row,
+    _then,
     _transition_call,
     _typed_step,
     _value_step,
@@ -145,7 +160,8 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "enqueue", "claim", "complete", "fail", "extend", "sweep", "promote", "revive", "pause", "resume",
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
-    "restart", "crash", "resp3_call", "transaction", "notify",
+    "restart", "crash", "resp3_call", "transaction", "notify", "another_database", "other_writers_ttl",
+    "other_writers_fields",
 ))}  # fmt: skip
 
 
@@ -495,13 +511,16 @@ class QueueMachine(RuleBasedStateMachine):
         self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
         self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
         self._draws: Draws | None = None  # the rules' view of them
+        self.db = 0  # the database the history's steps run in (`another_database`)
+        # keys another writer gave a TTL, with their expiry on the machine's clock (`other_writers_ttl`)
+        self.ttls: dict[tuple[bytes, bytes], int] = {}
 
     # -- what the machine hands on ---------------------------------------------------------------
 
     def history(self) -> History:
         """The steps recorded so far, every split claim closed (its worker's second round trip)."""
         ended = (*self.steps, *(EndClaim(w) for w in self.open_claims))
-        return History(ended, users=dict(USERS) if self.shape.users else {})
+        return History(ended, users=dict(USERS) if self.shape.users else {}, db=self.db)
 
     def teardown(self) -> None:
         if self.choices is not None and self.choices.frozen:
@@ -950,6 +969,99 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps.append(
             CallStep(_malformed(draws, _transition_call(draws, verb, queue, self.hints[queue], self.now)))
         )
+
+    # -- where production runs: another database, other writers' TTLs and fields ------------------
+
+    @weight(5)
+    @precondition(lambda self: not self.steps and not self.db)
+    @rule()
+    def another_database(self) -> None:
+        """The queues live in a database other than 0: every step of the history runs there on both
+        servers, the workers', the users' and the harness's connections alike (the header's `db`);
+        the walks cover every database, so a write that lands in another is a divergence."""
+        self.db = self.draws().pick(OTHER_DATABASES)
+
+    @weight(6)
+    @precondition(on_shape("corruption"))
+    @rule()
+    def other_writers_ttl(self) -> None:
+        """Another writer gives a key a transition reaches a TTL (PEXPIRE, PEXPIREAT) or takes one
+        away (PERSIST); mostly the clock then runs to its expiry (at it: still there; one past: gone,
+        on both servers' frozen clock) and that transition runs: each must keep, drop or meet the TTL
+        as the scripts do (docs/decisions.md, "Keys with a TTL")."""
+        draws = self.draws()
+        queue = draws.queue()
+        hints = self.hints[queue]
+        verb = draws.pick(VERBS)
+        key, job = self._reached_key(draws, verb, queue)
+        held = [k for k in self.ttls if k[0] == queue]
+        if held and draws.chance(3):
+            _, key = draws.pick(held)
+            del self.ttls[(queue, key)]
+            self.steps.append(RawWrite((b"PERSIST", key)))
+        else:
+            ttl = draws.pick(TTLS)
+            if draws.chance(2):
+                self.steps.append(RawWrite((b"PEXPIREAT", key, b"%d" % (DEFAULT_START_MS + self.now + ttl))))
+            else:
+                self.steps.append(RawWrite((b"PEXPIRE", key, b"%d" % ttl)))
+            self.ttls[(queue, key)] = self.now + ttl
+            if ttl <= TTLS[-2] and draws.aim(2):
+                self._wait(ttl + draws.pick((0, 1)))  # to its expiry, or just past it
+        for (q, k), at in list(self.ttls.items()):
+            if at < self.now:  # gone: as far as the hints know, what it held went with it
+                del self.ttls[(q, k)]
+                _forget(self.hints[q], Layout(q), k)
+        self._add(_then(draws, verb, queue, hints, self.now, job))
+
+    @weight(6)
+    @precondition(on_shape("corruption"))
+    @rule()
+    def other_writers_fields(self) -> None:
+        """An operator or a dashboard adds a field of its own to `meta` or to the row the next
+        transition reaches (raw HSET), then that transition: every one keeps the field, as the
+        scripts' HSET, HDEL and ZADD do."""
+        draws = self.draws()
+        queue = draws.queue()
+        layout = Layout(queue)
+        verb = draws.pick(VERBS)
+        transition = TRANSITIONS[verb]
+        job = _reader_row(draws, verb, self.hints[queue]) if transition.rows is not Rows.NONE else None
+        on_meta = job is None or (transition.reads_meta and draws.chance(2))
+        key = layout.meta if on_meta else layout.row(job or draws.pick(IDS))
+        field = draws.pick(domains.FOREIGN_FIELDS)
+        self.steps.append(RawWrite((b"HSET", key, field, draws.pick(domains.FOREIGN_VALUES))))
+        self._add(_then(draws, verb, queue, self.hints[queue], self.now, job))
+
+    def _reached_key(self, draws: Draws, verb: str, queue: bytes) -> tuple[bytes, bytes | None]:
+        """A key `verb` reaches on `queue` (a set, meta, a metrics hash, or the row it reads next),
+        and the row's id when it is a row."""
+        layout = Layout(queue)
+        kind = draws.pick(domains.reached_keys(TRANSITIONS[verb]))
+        if kind == domains.ROWS_KEY:
+            job = _reader_row(draws, verb, self.hints[queue]) or draws.pick(IDS)
+            return layout.row(job), job
+        if kind.startswith("metrics:"):
+            return layout.metrics(kind.removeprefix("metrics:")), None
+        return layout.key(kind), None
+
+
+# The databases a history's queues move to (the last one of the servers' 16 is an edge of its own)
+OTHER_DATABASES = (1, 2, 15)
+# TTLs another writer gives (ms): a millisecond, lease-sized ones the clock passes, one it never does
+TTLS = (1, 10, 100, 250, 10_000_000)
+
+
+def _forget(hints: QueueHints, layout: Layout, key: bytes) -> None:
+    """What the hints drop when `key` expired: a set's members, or a row (its id a ghost now)."""
+    base = layout.base
+    name = key[len(base) :]
+    if name.startswith(b"job:"):
+        hints.rows.discard(name[4:])
+    elif name in (b"pending", b"delayed", b"active", b"dead", b"done"):
+        getattr(hints, name.decode()).clear()
+    elif name == b"meta":
+        hints.paused = False
 
 
 def machine_settings(max_examples: int, max_steps: int, database: Any = None, **overrides: Any) -> settings:

@@ -32,8 +32,10 @@ def test_round_trip_keeps_every_byte() -> None:
         users={"w": ("~emq:{q}:*",)},
         seed=42,
         note="n",
+        db=15,
     )
     assert hist.loads(hist.dumps(history)) == history
+    assert '"db": 15' in hist.dumps(history) and '"db"' not in hist.dumps(History((Advance(1),)))
 
 
 def test_file_round_trip(tmp_path: Path) -> None:
@@ -80,6 +82,13 @@ def test_file_round_trip(tmp_path: Path) -> None:
             HEADER + '\n{"op": "raw", "command": ["CONFIG", "SET", "notify-keyspace-events", "KEA"]}',
             "CONFIG SET reconfigures the server",
         ),
+        (
+            '{"format": "difftest-history", "version": 1, "db": 16}',
+            ":1 field 'db': expected a database number from 0 to 15",
+        ),
+        ('{"format": "difftest-history", "version": 1, "db": "2"}', ":1 field 'db': expected a database number"),
+        ('{"format": "difftest-history", "version": 1, "db": true}', ":1 field 'db': expected a database number"),
+        (HEADER + '\n{"op": "raw", "command": ["SELECT", "2"]}', "SELECT moves the harness's connection off"),
     ],
 )
 def test_malformed_lines_name_the_line_and_field(body: str, message: str) -> None:

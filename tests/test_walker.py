@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from difftest.problems import SetupProblem
+from difftest.replies import Simple
 from difftest.servers import walker
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.sides import MODULE_WALK, SCRIPT_WALK, NativeSide
-from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
+from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical, unqualified
 from difftest.wire import Wire
 from executors.native.adapter import DEFAULT_MODULE
 
@@ -59,6 +60,40 @@ def test_the_module_walk_equals_the_script_walk(walked: Wire, writes: list[tuple
         walked.call(*write)  # a write of the wrong type is refused by the server: the keyspace stays
     by_script, by_module = _walks(walked)
     assert by_module == by_script
+
+
+DATABASES = st.sampled_from([0, 2, 15])
+
+
+@pytest.fixture(scope="module")
+def walked_databases() -> Any:
+    with ServerGroup() as group:
+        server = group.add("native", module=DEFAULT_MODULE)
+        wires = {db: Wire(server.address, db=db) for db in (0, 2, 15)}
+        yield wires
+        for wire in wires.values():
+            wire.close()
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(writes=st.lists(st.tuples(DATABASES, WRITES), max_size=12), home=DATABASES)
+def test_the_walks_agree_on_every_database_and_leave_the_caller_on_its_own(
+    walked_databases: dict[int, Wire], writes: list[tuple[int, tuple[bytes, ...]]], home: int
+) -> None:
+    """Every database that holds keys is walked (its keys named with their database), by both walkers
+    alike, and neither moves its caller's connection off the database it selected."""
+    walked_databases[0].call(b"FLUSHALL")
+    for db, write in writes:
+        walked_databases[db].call(*write)
+    wire = walked_databases[home]
+    script = parse_canonical(wire.call(b"EVAL", CANONICAL_WALK_SCRIPT, b"0", str(home).encode()))
+    module = parse_canonical(wire.call(b"DIFFTEST.WALK"))
+    assert module == script
+    others = {unqualified(name)[0] for name in module[0]} - {None}
+    expected = {db for db in (0, 2, 15) if db != home and walked_databases[db].call(b"DBSIZE")}
+    assert others == expected and home not in others
+    assert wire.call(b"SET", b"mine", b"1") == Simple(b"OK") and walked_databases[home].call(b"EXISTS", b"mine") == 1
+    assert all(walked_databases[db].call(b"EXISTS", b"mine") == 0 for db in (0, 2, 15) if db != home)
 
 
 def test_a_key_that_expired_on_the_frozen_clock_is_in_neither_walk(group: ServerGroup) -> None:

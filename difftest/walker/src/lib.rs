@@ -6,7 +6,9 @@
 // API's low-level calls and answers the same reply: two bulk strings, MessagePack, the first a list
 // of [key, type, value, pttl] sorted by key (a hash's fields sorted, `lease_epoch` lifted out; a
 // set sorted; a zset and a list as ZRANGE WITHSCORES and LRANGE give them), the second the flat
-// list of (row, lease_epoch). It is the instrument, loaded beside whatever a server runs: it reads,
+// list of (row, lease_epoch); a third only when a database other than the caller's holds keys: each
+// such key as [db, key, type, value, pttl] (`lease_epoch` left in the value), by database and key,
+// the caller's database selected again before the reply. It is the instrument, loaded beside whatever a server runs: it reads,
 // never writes (a key found expired is dropped by the server's own lazy expiry, as SCAN does).
 //
 // It runs after every step, so it allocates little: key names are the scan's own module strings,
@@ -69,13 +71,16 @@ struct Elements {
     pairs: Vec<Pair>,
 }
 
-/// What a walk packs: the entries and the epochs, each a body whose count comes at the end.
+/// What a walk packs: the entries, the epochs and other databases' entries, each a body whose
+/// count comes at the end.
 #[derive(Default)]
 struct Output {
     entries: Packer,
     entry_count: usize,
     epochs: Packer,
     epoch_count: usize,
+    others: Packer,
+    other_count: usize,
 }
 
 /// Every buffer a walk uses, kept from one walk to the next: a walk of a keyspace like the last
@@ -107,6 +112,8 @@ impl Buffers {
                 entry_count: 0,
                 epochs: Packer::new(),
                 epoch_count: 0,
+                others: Packer::new(),
+                other_count: 0,
             },
         }
     }
@@ -125,6 +132,7 @@ impl Buffers {
         self.items.shrink_past(KEEP_BYTES);
         self.output.entries.shrink_past(KEEP_BYTES);
         self.output.epochs.shrink_past(KEEP_BYTES);
+        self.output.others.shrink_past(KEEP_BYTES);
     }
 }
 
@@ -322,30 +330,39 @@ impl Elements {
     }
 }
 
-/// A hash's fields and values into the entry, sorted, its `lease_epoch` into the epochs instead.
+/// A hash's fields and values into the entry, sorted, its `lease_epoch` into the epochs instead
+/// (in the caller's database; another database's entry keeps it: `db` is Some).
 unsafe fn pack_hash(
     key: *mut raw::RedisModuleKey,
     cursor: &Cursor,
     name: &[u8],
+    db: Option<i64>,
     found: &mut Elements,
     output: &mut Output,
 ) -> Result<(), ValkeyError> {
     elements(key, cursor, found)?;
     let found = &*found;
-    let epochs = found
-        .pairs
-        .iter()
-        .filter(|&&pair| found.field(pair) == LEASE_EPOCH)
-        .count();
-    output.entries.array((found.pairs.len() - epochs) * 2);
+    let lift = |pair: Pair| db.is_none() && found.field(pair) == LEASE_EPOCH;
+    let epochs = found.pairs.iter().filter(|&&pair| lift(pair)).count();
+    let out = if db.is_some() {
+        &mut output.others
+    } else {
+        &mut output.entries
+    };
+    out.array((found.pairs.len() - epochs) * 2);
     for &pair in &found.pairs {
-        if found.field(pair) == LEASE_EPOCH {
+        if lift(pair) {
             output.epochs.bytes(name);
             output.epochs.bytes(found.value(pair));
             output.epoch_count += 1;
         } else {
-            output.entries.bytes(found.field(pair));
-            output.entries.bytes(found.value(pair));
+            let out = if db.is_some() {
+                &mut output.others
+            } else {
+                &mut output.entries
+            };
+            out.bytes(found.field(pair));
+            out.bytes(found.value(pair));
         }
     }
     Ok(())
@@ -356,12 +373,12 @@ unsafe fn pack_set(
     key: *mut raw::RedisModuleKey,
     cursor: &Cursor,
     found: &mut Elements,
-    output: &mut Output,
+    out: &mut Packer,
 ) -> Result<(), ValkeyError> {
     elements(key, cursor, found)?;
-    output.entries.array(found.pairs.len());
+    out.array(found.pairs.len());
     for &pair in &found.pairs {
-        output.entries.bytes(found.field(pair));
+        out.bytes(found.field(pair));
     }
     Ok(())
 }
@@ -502,11 +519,13 @@ unsafe fn pack_type_name(
     Ok(())
 }
 
-/// One key read and packed as [key, type, value, pttl] (nothing when it is gone: expired now, say).
+/// One key read and packed as [key, type, value, pttl], or [db, key, type, value, pttl] for
+/// another database's (`db`; nothing when it is gone: expired now, say).
 unsafe fn pack_entry(
     ctx: *mut raw::RedisModuleCtx,
     cursor: &Cursor,
     name: &Name,
+    db: Option<i64>,
     found: &mut Elements,
     items: &mut Packer,
     output: &mut Output,
@@ -530,8 +549,17 @@ unsafe fn pack_entry(
         close(key);
         return Ok(());
     }
-    let out = &mut output.entries;
-    out.array(4);
+    let out = match db {
+        Some(number) => {
+            output.others.array(5);
+            output.others.integer(number);
+            &mut output.others
+        }
+        None => {
+            output.entries.array(4);
+            &mut output.entries
+        }
+    };
     out.bytes(name.bytes());
     let read = match kind {
         raw::REDISMODULE_KEYTYPE_STRING => {
@@ -546,11 +574,11 @@ unsafe fn pack_entry(
         }
         raw::REDISMODULE_KEYTYPE_HASH => {
             out.bytes(b"hash");
-            pack_hash(key, cursor, name.bytes(), found, output)
+            pack_hash(key, cursor, name.bytes(), db, found, output)
         }
         raw::REDISMODULE_KEYTYPE_SET => {
             out.bytes(b"set");
-            pack_set(key, cursor, found, output)
+            pack_set(key, cursor, found, out)
         }
         raw::REDISMODULE_KEYTYPE_ZSET => {
             out.bytes(b"zset");
@@ -570,15 +598,91 @@ unsafe fn pack_entry(
     } else {
         ttl
     };
-    output.entries.integer(pttl);
-    output.entry_count += 1;
+    if db.is_some() {
+        output.others.integer(pttl);
+        output.other_count += 1;
+    } else {
+        output.entries.integer(pttl);
+        output.entry_count += 1;
+    }
     Ok(())
 }
 
-/// The walk into `buffers`, answered: the entries and the epochs as two bulk strings.
+/// The selected database's keys packed, in order (`db`: another than the caller's).
+unsafe fn pack_database(
+    ctx: *mut raw::RedisModuleCtx,
+    cursor: &Cursor,
+    db: Option<i64>,
+    names: &mut Vec<Name>,
+    elements: &mut Elements,
+    items: &mut Packer,
+    output: &mut Output,
+) -> Result<(), ValkeyError> {
+    let Some(release) = raw::RedisModule_FreeString else {
+        return Err(missing("RedisModule_FreeString"));
+    };
+    names.clear();
+    let names = Retained { names, release };
+    key_names(ctx, cursor, names.names)?;
+    let mut previous: Option<&[u8]> = None;
+    for name in names.names.iter() {
+        if previous == Some(name.bytes()) {
+            continue; // the scan reported it twice
+        }
+        previous = Some(name.bytes());
+        pack_entry(ctx, cursor, name, db, elements, items, output)?;
+    }
+    Ok(())
+}
+
+/// Every database but the caller's that holds keys, packed into `output.others`; the caller's
+/// database selected again on every path out (a module's SELECT moves its caller's connection).
+unsafe fn pack_other_databases(
+    ctx: *mut raw::RedisModuleCtx,
+    cursor: &Cursor,
+    names: &mut Vec<Name>,
+    elements: &mut Elements,
+    items: &mut Packer,
+    output: &mut Output,
+) -> Result<(), ValkeyError> {
+    let (Some(selected), Some(select), Some(size)) = (
+        raw::RedisModule_GetSelectedDb,
+        raw::RedisModule_SelectDb,
+        raw::RedisModule_DbSize,
+    ) else {
+        return Err(missing("the database API"));
+    };
+    let home = selected(ctx);
+    let mut result = Ok(());
+    let mut db: c_int = 0;
+    // SelectDb refuses a number past the server's `databases`: there the walk ends
+    while result.is_ok() {
+        if db != home {
+            if select(ctx, db) != raw::REDISMODULE_OK as c_int {
+                break;
+            }
+            if size(ctx) > 0 {
+                result = pack_database(
+                    ctx,
+                    cursor,
+                    Some(i64::from(db)),
+                    names,
+                    elements,
+                    items,
+                    output,
+                );
+            }
+        }
+        db += 1;
+    }
+    select(ctx, home);
+    result
+}
+
+/// The walk into `buffers`, answered: the entries and the epochs as two bulk strings (and other
+/// databases' entries as a third, when any holds keys).
 unsafe fn walk_into(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> ValkeyResult {
-    let (Some(release), Some(reply_array), Some(reply_string)) = (
-        raw::RedisModule_FreeString,
+    let (Some(reply_array), Some(reply_string)) = (
         raw::RedisModule_ReplyWithArray,
         raw::RedisModule_ReplyWithStringBuffer,
     ) else {
@@ -594,26 +698,22 @@ unsafe fn walk_into(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> Val
     output.entry_count = 0;
     output.epochs.start_body();
     output.epoch_count = 0;
-    names.clear();
+    output.others.start_body();
+    output.other_count = 0;
     let cursor = Cursor::new()?;
-    let names = Retained { names, release };
-    key_names(ctx, &cursor, names.names)?;
-    let mut previous: Option<&[u8]> = None;
-    for name in names.names.iter() {
-        if previous == Some(name.bytes()) {
-            continue; // the scan reported it twice
-        }
-        previous = Some(name.bytes());
-        pack_entry(ctx, &cursor, name, elements, items, output)?;
-    }
-    drop(names);
+    pack_database(ctx, &cursor, None, names, elements, items, output)?;
+    pack_other_databases(ctx, &cursor, names, elements, items, output)?;
     drop(cursor);
     // the reply is written only now, when nothing can fail any more
-    reply_array(ctx, 2);
+    reply_array(ctx, if output.other_count > 0 { 3 } else { 2 });
     let entries = output.entries.with_array_header(output.entry_count);
     reply_string(ctx, entries.as_ptr() as *const c_char, entries.len());
     let epochs = output.epochs.with_array_header(output.epoch_count * 2);
     reply_string(ctx, epochs.as_ptr() as *const c_char, epochs.len());
+    if output.other_count > 0 {
+        let others = output.others.with_array_header(output.other_count);
+        reply_string(ctx, others.as_ptr() as *const c_char, others.len());
+    }
     Ok(ValkeyValue::NoReply)
 }
 
