@@ -315,6 +315,7 @@ def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys
     # the program as it runs from here (difftest/build.py): the venv's script when `difftest` is not on PATH
     expected = printed_command("run", "--seed", "3", "--seconds", "0.001", "--workers", "1", "--no-database")
     assert f"reproduce: {expected}" in out
+    assert out.splitlines()[-1] == "void: 0 histories compared, nothing was tested"  # the verdict, last
 
 
 def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
@@ -331,6 +332,45 @@ def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
     (run,) = (tmp_path / "reports").iterdir()
     assert html.escape(expected, quote=False) in (run / "report.html").read_text()
     assert json.loads((run / "summary.json").read_text())["database"] == str(database)
+    # the terminal: the coverage table folded to one line (coverage.txt holds it all), the verdict last
+    lines = out.splitlines()
+    assert lines[-1].startswith("agree: 2 histories, ") and lines[-1].endswith(" 0 divergences, coverage complete")
+    assert any(line.startswith("behaviour coverage: all ") for line in lines) and len(lines) < 40, len(lines)
+    assert len((run / "coverage.txt").read_text().splitlines()) > len(coverage.REQUIRED)
+
+
+def test_the_terminal_folds_the_coverage_table_to_what_is_missing() -> None:
+    from difftest.progress import verdict_line
+
+    everything = Counter({label: 1 for label in coverage.REQUIRED})
+    assert coverage.folded(everything).count("\n") == 0
+    short = Counter(everything)
+    del short["contract:D1"], short["sweep:ghost"]
+    lines = coverage.folded(short).splitlines()
+    assert lines[1:] == ["  sweep:ghost  MISSING", "  contract:D1  MISSING"]
+    assert lines[0].startswith(f"behaviour coverage: {len(coverage.REQUIRED) - 2:,} of {len(coverage.REQUIRED):,} ")
+    assert len(coverage.folded(Counter()).splitlines()) == coverage.FOLDED_MISSING + 2  # bounded, and "... more"
+    assert (
+        verdict_line("agree", 2000, 92153, 0, 0) == "agree: 2,000 histories, 92,153 steps, 0 divergences, "
+        "coverage complete"
+    )
+    assert verdict_line("agree", 1, 9, 0, 6, require_coverage=True).startswith("coverage incomplete: 1 history, ")
+    assert (
+        verdict_line("divergence", 40, 900, 1, 0) == "divergence: 40 histories, 900 steps, 1 divergence, "
+        "coverage complete"
+    )
+    assert verdict_line("interrupted", 3, 30, 0, 2, stopped_by="Ctrl-C").endswith(
+        "coverage incomplete (2 labels missing); stopped by Ctrl-C"
+    )
+
+
+def test_coverage_full_prints_the_whole_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--examples", "1", "--seed", "2", "--workers", "1", "--no-database", "--coverage", "full",
+            "--reports", str(tmp_path)]  # fmt: skip
+    code, out, _ = outcome(argv, capsys)
+    assert code == EXIT_OK, out[-1000:]
+    assert sum(1 for line in out.splitlines() if line.startswith("reply:CLAIM:")) >= 2  # the table's rows
+    assert out.splitlines()[-1].startswith("agree: 1 history, ")
 
 
 # -- the tool's own failures: exit 70, one line, the traceback in a log ---------------------------
