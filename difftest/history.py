@@ -479,7 +479,7 @@ def _in_transaction(step: Step) -> str | None:
     if isinstance(step, Exec):
         return None
     if not isinstance(step, CallStep):
-        return f"a {step_to_json(step)['op']!r} step"
+        return f"the step {step_to_json(step)['op']!r}"
     if TRANSITIONS[step.call.verb].reads_meta:
         return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
     if step.user is not None or step.protocol != 2 or step.worker is not None:
