@@ -636,11 +636,13 @@ def command_report(args: argparse.Namespace) -> int:
 
 
 def _write_page(page: Path, text: str) -> None:
-    from difftest.files import write_atomically
+    from difftest.files import SURELY_ENVIRONMENTAL, environment_failure, write_atomically
 
     try:
         write_atomically(page, text)
     except OSError as problem:
+        if problem.errno in SURELY_ENVIRONMENTAL:  # a full disk (74), not a directory given wrong (2)
+            raise environment_failure(problem, page.name, page.parent) from None
         raise SetupProblem(
             f"cannot write {page} ({problem.strerror}): render it in a directory you can write"
         ) from None

@@ -455,4 +455,5 @@ def test_every_command_documents_the_tool_failure_code() -> None:
     pages = cli.subcommands(cli.build_parser())
     for name in ("run", "replay", "scenario", "merge", "report", "servers"):
         assert f"  {EXIT_INTERNAL:<4} difftest itself failed" in pages[name].format_help(), name
+        assert f"  {cli.EXIT_IOERR:<4} the machine refused " in pages[name].format_help(), name
     assert f"  {EXIT_VOID:<4} void" in pages["run"].format_help()

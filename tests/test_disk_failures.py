@@ -4,6 +4,7 @@ the exit code says what happened (74, or the divergence's 1, whose shrunk histor
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -98,6 +99,7 @@ def test_a_divergence_whose_artifact_cannot_be_written_is_printed_and_replays(tm
     planted = planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")
     code, out, err, directory = run_with_reports_frozen(tmp_path, "--examples", "1", "--seed", "3",
                                                         "--lua-scripts", str(planted))  # fmt: skip
+    assert not (directory / "failures").exists()
     assert code == EXIT_DIVERGENCE, (out[-5:], err)  # the divergence outranks the lost files
     assert out[-1].startswith("divergence: ") and "1 divergence," in out[-1], out[-3:]
     assert any(line.startswith("artifact: NOT written to ") for line in out)
@@ -112,3 +114,22 @@ def test_a_divergence_whose_artifact_cannot_be_written_is_printed_and_replays(tm
                                "--reports", str(tmp_path / "again")], cwd=ROOT, capture_output=True, text=True,
                               check=False)  # fmt: skip
     assert replayed.returncode == EXIT_DIVERGENCE, replayed.stdout[-500:]
+
+
+def test_report_on_a_full_disk_is_one_line_and_exit_74_the_earlier_page_kept(tmp_path: Path) -> None:
+    summary = {"verdict": "agree", "seed": 1, "budget": {"examples": 1, "seconds": None}, "histories": 1,
+               "steps": 3, "divergences": [], "coverage": {}}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "report.html").write_text("<p>the earlier page</p>\n")
+    child = f"""
+import resource, sys
+from difftest.cli import main
+resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.RLIM_INFINITY))  # the page is larger: a full disk
+sys.exit(main(["report", {str(tmp_path)!r}]))
+"""
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == EXIT_IOERR, done
+    (line,) = done.stderr.splitlines()
+    assert "report.html could not be written" in line and "file size limit" in line, line
+    assert (tmp_path / "report.html").read_text() == "<p>the earlier page</p>\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "summary.json"]
