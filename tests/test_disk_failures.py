@@ -133,3 +133,28 @@ sys.exit(main(["report", {str(tmp_path)!r}]))
     assert "report.html could not be written" in line and "file size limit" in line, line
     assert (tmp_path / "report.html").read_text() == "<p>the earlier page</p>\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "summary.json"]
+
+
+def test_a_run_whose_disk_fills_keeps_its_verdict_and_leaves_no_half_file(tmp_path: Path) -> None:
+    """The issue's case itself, where this machine lets us: a small file system of its own (tmpfs), all
+    but 24 KB taken, as --reports. The history shows on the terminal, no file is half written."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(disk)], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"no small file system of our own here (mount: {mounted.stderr.strip()})")
+    try:
+        (disk / "filler").write_bytes(b"\0" * 136 * 1024)
+        command = [sys.executable, "-m", "difftest", "run", "--examples", "1", "--seed", "3", "--workers", "1",
+                   "--no-database", "--reports", str(disk / "reports")]  # fmt: skip
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+        assert done.returncode == EXIT_IOERR, (done.stdout[-500:], done.stderr[-1000:])
+        assert done.stdout.splitlines()[-1].startswith("agree: 1 history, ")
+        said = [line for line in done.stderr.splitlines() if line.startswith("difftest:")]
+        assert len(said) == 1 and "the disk is full" in said[0], said
+        left = [p for p in (disk / "reports").rglob("*") if p.is_file()]
+        assert all(json.loads(p.read_text()) for p in left if p.suffix == ".json"), left  # whole, if there
+        assert not [p for p in left if p.name.endswith(".tmp") or p.name.endswith(".log")], left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
