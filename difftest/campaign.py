@@ -268,7 +268,9 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     from strategies.histories import HistoryShape
     from strategies.machine import run_machine
 
-    shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts)
+    # calls to a replica need replicas, which run beside embedded servers only
+    shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
+                         replica_calls=config.backend == "local")  # fmt: skip
     known: dict[str, Any] = {}  # each failing history's replay, by the history's repr, in the order found
     deadline: list[float] = []  # the shrink's time guard, set at the first failure
     tries: list[int] = []  # replays since the first failure
@@ -329,7 +331,7 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
             # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
             from strategies.corpus import class_corpus
 
-            for directed in class_corpus():
+            for directed in class_corpus(shape.replica_calls):
                 campaign_history(directed, in_test=False)
         run_machine(shape, campaign_history, machine_settings,
                     seed=batch_seed(config.seed, batch))  # fmt: skip

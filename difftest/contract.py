@@ -132,6 +132,28 @@ def _error_code(reply: Reply) -> str | None:
     return reply.code if isinstance(reply, ErrorReply) else None
 
 
+# The server's refusals of a script at its first write (script.c: on a read-only replica, and over
+# the memory limit when that write is a deny-oom command): the script stops before it writes
+# anything, and the module must refuse at the same point (docs/decisions.md, "The memory limit",
+# "A read-only replica as a call target")
+FIRST_WRITE_REFUSALS = frozenset({"READONLY", "OOM"})
+
+
+def _refused_at_first_write(view: StepView) -> Verdict | None:
+    """A call the server refused at the Lua side's first write: no row about what the script does
+    after its reads applies (it never got there, nor did the module), and both sides must answer
+    that refusal and write nothing. None when the Lua side was not so refused."""
+    code = _error_code(view.lua_reply)
+    if code not in FIRST_WRITE_REFUSALS or not view.resolved.sends_transition:
+        return None
+    if _error_code(view.native_reply) != code:
+        return Verdict("divergence", reason=f"the server refused the script at its first write ({code}); the native "
+                                            "did not refuse it so: replies differ")  # fmt: skip
+    if not (same_keyspace(view.lua_after, view.before) and same_keyspace(view.native_after, view.before)):
+        return Verdict("divergence", reason=f"both were refused at the first write ({code}), yet a keyspace changed")
+    return MATCH
+
+
 # -- what a call reaches -------------------------------------------------------------------------
 
 
@@ -811,6 +833,9 @@ def _alternatives(view: StepView) -> Verdict:
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
         same = same_keyspace(view.lua_after, view.native_after)
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
+    refused = _refused_at_first_write(view)
+    if refused is not None:
+        return refused
     failures: list[tuple[str, str]] | None = None  # (made only when a rule fails: most steps meet none)
     # a native command the server refuses on the caller's ACL never runs, nor does a script the
     # host sends: only what the host decides before sending can differ

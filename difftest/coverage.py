@@ -13,7 +13,7 @@ from difftest import domains
 from difftest.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
 from difftest.commands import reply_kind as _moved_kind
 from difftest.contract import RULES
-from difftest.history import Notify, RawWrite
+from difftest.history import MemoryLimit, Notify, RawWrite
 from difftest.invariants import INVARIANTS
 from difftest.model import hash_fields, zset
 from difftest.replay import ReplayResult
@@ -53,6 +53,10 @@ CONDITION_LABELS: tuple[str, ...] = (
     # while a key of its queue has a TTL another writer gave it, while its meta or a row holds a
     # field another writer added
     *(f"condition:{condition}:{verb.lower()}" for condition in ("db", "ttl", "fields") for verb in TRANSITIONS),
+    # over the memory limit (maxmemory below the used memory, noeviction), and sent to the server's
+    # read-only replica (docs/decisions.md, "The memory limit", "A read-only replica as a call target")
+    *(f"condition:oom:{verb.lower()}" for verb in TRANSITIONS),
+    *(f"condition:replica:{verb.lower()}" for verb in TRANSITIONS),
 )
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
@@ -83,8 +87,11 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached: Counter[str] = Counter()
     restarted = False
     stale_refused = fenced_success = False
+    limited = False  # the memory limit is on (a `memory` step)
     for record in result.records:
         resolved = record.resolved
+        if resolved.is_memory:
+            limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
         if record.verdict.rule:
             reached[f"contract:{record.verdict.rule}"] += 1
         if resolved.is_restart:
@@ -99,6 +106,8 @@ def labels(result: ReplayResult) -> Counter[str]:
         if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
             # the call reached both servers under the condition (a refused one never left the Lua host)
             reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
+        if resolved.guarded is not None and (limited or resolved.on_replica):
+            reached[f"condition:{'replica' if resolved.on_replica else 'oom'}:{transition.verb.lower()}"] += 1
         kind = reply_kind(transition.verb, reply)
         moved = kind == transition.reply_kinds[0]
         reached[f"reply:{transition.verb}:{kind}"] += 1

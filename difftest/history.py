@@ -88,6 +88,10 @@ SCRIPTS = "lua"
 EXECUTORS = (SCRIPTS,)
 # A step's `resp`: the protocol its worker's connection speaks (RESP2 unless 3: HELLO 3)
 PROTOCOLS = (2, 3)
+# A call's `target`: None, the server itself; REPLICA, each server's read-only replica (a worker
+# pointed at a replica: docs/decisions.md, "A read-only replica as a call target")
+REPLICA = "replica"
+TARGETS = (REPLICA,)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class CallStep:
     worker: str | None = None
     executor: str | None = None  # SCRIPTS: the native server runs the scripts for it too
     protocol: int = 2  # 3: the worker's connection speaks RESP3 (replies compared with their RESP3 types)
+    target: str | None = None  # REPLICA: sent to each server's read-only replica, as the admin
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,15 @@ class Notify:
 
 
 @dataclass(frozen=True)
+class MemoryLimit:
+    """The memory limit set on both servers (`maxmemory 1` with `maxmemory-policy noeviction`: any
+    keyspace is over it) or lifted (`maxmemory 0`); the harness's own writes never meet it
+    (docs/decisions.md, "The memory limit")."""
+
+    limit: bool
+
+
+@dataclass(frozen=True)
 class RawWrite:
     """A plain command sent to both servers as the admin: how histories corrupt the keyspace."""
 
@@ -161,7 +175,7 @@ class Exec:
     """EXEC: the transaction the last `Multi` opened runs."""
 
 
-Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify | Multi | Exec
+Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify | Multi | Exec | MemoryLimit
 
 
 @dataclass(frozen=True)
@@ -234,6 +248,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["executor"] = step.executor
         if step.protocol != 2:
             out["resp"] = step.protocol
+        if step.target is not None:
+            out["target"] = step.target
         return out
     if isinstance(step, BeginClaim):
         out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
@@ -256,6 +272,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
         return {"op": "crash" if step.crash else "restart"}
     if isinstance(step, Notify):
         return {"op": "notify", "flags": step.flags}
+    if isinstance(step, MemoryLimit):
+        return {"op": "memory", "limit": step.limit}
     return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
 
 
@@ -338,6 +356,24 @@ def _protocol_field(obj: dict[str, Any], where: str) -> int:
     return int(value)
 
 
+def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
+    """A call's `target`: only "replica", on a plain call as the admin (its replica is reached over
+    the admin's own connection, as a worker pointed at the wrong node would be)."""
+    if "target" not in obj:
+        return None
+    value = obj["target"]
+    if value not in TARGETS:
+        raise HistoryError(f"{where} field 'target': expected {' or '.join(map(repr, TARGETS))} (the call goes "
+                           f"to each server's read-only replica), got {value!r}; else leave it out")  # fmt: skip
+    if op != "call":
+        raise HistoryError(f"{where} field 'target': only a 'call' goes to a replica, not a {op!r}")
+    others = [name for name in ("user", "worker", "executor", "resp") if name in obj]
+    if others:
+        raise HistoryError(f"{where} field 'target': a call to a replica runs as the admin, on RESP2, through each "
+                           f"server's own executor: drop its {', '.join(repr(o) for o in others)}")  # fmt: skip
+    return str(value)
+
+
 def _queue_field(value: Any, where: str) -> bytes:
     """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
     `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
@@ -397,9 +433,10 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     if protocol != 2 and op not in ("call", "begin"):
         raise HistoryError(f"{where} field 'resp': only a 'call' or a 'begin' names its protocol "
                            "(an 'end' runs on its 'begin's connection)")  # fmt: skip
+    target = _target_field(obj, op, where)
     if op == "call":
         worker = _name_field(obj, "worker", where, required=False)
-        return CallStep(_parse_call(obj, where), user, worker, executor, protocol)
+        return CallStep(_parse_call(obj, where), user, worker, executor, protocol, target)
     if op == "begin":
         call = _parse_call(obj, where)
         if not TRANSITIONS[call.verb].splittable:
@@ -415,6 +452,12 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return Advance(_int_field(obj, "ms", where))
     if op in ("restart", "crash"):
         return Restart(crash=op == "crash")
+    if op == "memory":
+        limit = _require(obj, "limit", where)
+        if not isinstance(limit, bool):
+            raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
+                               f"or false (lifted), got {limit!r}")  # fmt: skip
+        return MemoryLimit(limit)
     if op == "notify":
         flags = _require(obj, "flags", where)
         if not isinstance(flags, str):
@@ -435,7 +478,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
                                "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
         return RawWrite(parts)
     raise HistoryError(f"{where} field 'op': {op!r} is not a step "
-                       "(call, begin, end, advance, restart, crash, raw, notify, multi, exec)")  # fmt: skip
+                       "(call, begin, end, advance, restart, crash, raw, notify, multi, exec, memory)")  # fmt: skip
 
 
 def pairing_problems(
@@ -484,6 +527,8 @@ def _in_transaction(step: Step) -> str | None:
         return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
     if step.user is not None or step.protocol != 2 or step.worker is not None:
         return "a call with a 'user', 'worker' or 'resp' (a transaction runs as the admin, on RESP2)"
+    if step.target is not None:
+        return "a call to a replica (a transaction runs on the server itself)"
     return None
 
 

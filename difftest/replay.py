@@ -23,9 +23,9 @@ from difftest import lua_coverage
 from difftest.commands import TRANSITIONS
 from difftest.contract import RULES, Verdict, acl_probe_keys
 from difftest.events import Events, events_problem
-from difftest.history import Advance, History, Notify, Restart, Step
+from difftest.history import Advance, CallStep, History, MemoryLimit, Notify, Restart, Step
 from difftest.judge import JudgeState, Observation, judge
-from difftest.problems import ScriptDoesNotCompile
+from difftest.problems import ScriptDoesNotCompile, SetupProblem
 from difftest.replicas import KIND as PROPAGATION
 from difftest.replicas import Propagation, Replicas, primary_options
 from difftest.replies import Died, NotSent, Reply, Simple
@@ -116,21 +116,22 @@ class ReplayResult:
 
 def can_write(segment: list[Resolved]) -> bool:
     """Whether a segment holds a step that can write (a clock advance or a restart alone cannot)."""
-    return any(not (step.is_advance or step.is_restart or step.is_notify) for step in segment)
+    return any(not (step.is_advance or step.is_restart or step.is_notify or step.is_memory) for step in segment)
 
 
 def segments(
     steps: tuple[Resolved, ...], alone_from: int | None = None, longest: int | None = None
 ) -> list[list[Resolved]]:
-    """Runs of steps between clock advances, restarts and notify steps, of at most `longest` steps
-    (SEGMENT_STEPS); each of those stands alone, and so does every step from index `alone_from` on
-    (a round trip each: which step a server died at)."""
+    """Runs of steps between clock advances, restarts, notify and memory steps, of at most `longest`
+    steps (SEGMENT_STEPS); each of those stands alone, and so does a call to a replica (sent once both
+    replicas have caught up) and every step from index `alone_from` on (a round trip each: which
+    step a server died at)."""
     longest = longest or SEGMENT_STEPS
     out: list[list[Resolved]] = []
     current: list[Resolved] = []
     for step in steps:
         alone = alone_from is not None and step.index >= alone_from
-        if step.is_advance or step.is_restart or step.is_notify or alone:
+        if step.is_advance or step.is_restart or step.is_notify or step.is_memory or step.on_replica or alone:
             if current:
                 out.append(current)
             out.append([step])
@@ -185,8 +186,15 @@ class Replayer:
         self.group = ServerGroup(backend=backend) if group is None else group
         self.module = module
         self.replicas: Replicas | None = None
+        # replicas started for the histories that call one, and those the history being replayed keeps
+        # up (--replicas, those, or none)
+        self.call_replicas: Replicas | None = None
+        self.active_replicas: Replicas | None = None
         try:
-            options = primary_options() if replicas else {}  # a TCP port for each server's replica
+            # a TCP port for each server's replica: with --replicas, and for the histories that call a
+            # replica (`target`), whose replicas start only for them (embedded servers only)
+            self.tcp = replicas or self.group.backend == "local"
+            options = primary_options() if self.tcp else {}
             self.lua_server = self.group.add("lua", **options)
             self.native_server = self.group.add("native", module=module, **options)
             if replicas:
@@ -210,6 +218,8 @@ class Replayer:
                 side.close()
         if self.replicas is not None:
             self.replicas.close()
+        if self.call_replicas is not None:
+            self.call_replicas.close()
         logfile = getattr(self.lua_server, "logfile", None)  # the Lua scripts' coverage lines (--lua-coverage)
         if logfile is not None:
             lua_coverage.harvest(Path(logfile))
@@ -283,6 +293,7 @@ class Replayer:
             raise
         if self.replicas is not None:
             self.replicas.relink()  # a server started again by the reset: its replica synced before any step
+        replicas = self.active_replicas = self._replicas_for(history)
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history, replicas=self.replicas is not None)
         mark = time.perf_counter()
@@ -290,7 +301,15 @@ class Replayer:
         state = JudgeState()
         walks = _Walks()
         runs = segments(resolve(history.steps), alone_from)
+        last: list[Resolved] = []
         for segment in runs:
+            if segment[0].on_replica and replicas is not None and last:
+                # both replicas caught up first (a re-sync's writes reach the Lua replica after the check
+                # that closed their segment), so the call reads what its primary holds
+                behind = replicas.check()
+                if behind is not None:
+                    return self._propagated(result, state, last, behind, started)
+            last = segment
             mark = self._boundary(segment[0], mark)
             native_out: list[StepOutcome] = []
             try:
@@ -312,8 +331,8 @@ class Replayer:
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
             propagation = None
-            if self.replicas is not None and can_write(segment):
-                propagation = self.replicas.check()
+            if replicas is not None and can_write(segment):
+                propagation = replicas.check()
                 mark = _lap(stages, "replicas", mark)
             now_ms = self.group.clock.now_ms
             run_id = self.native.run_id.encode()
@@ -376,14 +395,18 @@ class Replayer:
             # holds (every write it acknowledged is there, fsynced), and nothing else of it is
             # compared (docs/decisions.md, "A restart")
             self.group.restart_all(crash=step.step.crash, only=[self.native_server])
-            if self.replicas is not None:
-                self.replicas.relink()  # fresh replicas, synced before the segment writes anything
+            if self.active_replicas is not None:
+                self.active_replicas.relink()  # fresh replicas, synced before the segment writes anything
             self.native.reconnect()  # notifications, if on, set again on the started server (Side.connect)
             return _lap(self.stages, "restart", mark)
         if isinstance(step.step, Notify):
             for side in (self.lua, self.native):
                 side.set_notify(step.step.flags)
             return _lap(self.stages, "events", mark)
+        if isinstance(step.step, MemoryLimit):
+            for side in (self.lua, self.native):
+                side.set_memory_limit(step.step.limit)
+            return _lap(self.stages, "memory", mark)
         return mark
 
     def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
@@ -438,6 +461,9 @@ class Replayer:
         the millisecond)."""
         assert self.lua is not None
         admin: Wire = self.lua.wires[None]
+        limited = self.lua.memory_limited
+        if limited:
+            self.lua.set_memory_limit(False)  # RESTORE is deny-oom: the harness's writes never meet the limit
         held = with_epochs(*parse_canonical(lua_walk))
         commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
         if commands:
@@ -456,7 +482,36 @@ class Replayer:
                     admin.read()
             finally:
                 clock.set(now)
+        if limited:
+            self.lua.set_memory_limit(True)
         self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
+
+    def _replicas_for(self, history: History) -> Replicas | None:
+        """The replicas the history keeps up: --replicas', else, for a history that calls a replica,
+        a replica beside each server started for it (kept for the next such history, stopped at the
+        first that calls none: they cost a check after every segment that writes); each side told
+        where its replica is."""
+        assert self.lua is not None and self.native is not None
+        calls_replica = any(isinstance(step, CallStep) and step.target is not None for step in history.steps)
+        active = self.replicas
+        if active is None and calls_replica:
+            if not self.tcp:
+                raise SetupProblem("a history calls a replica ('target'): replicas run on embedded servers only")
+            if self.call_replicas is None:
+                self.call_replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
+            else:
+                self.call_replicas.relink()  # a server started since: its replica synced before any step
+            active = self.call_replicas
+        elif self.call_replicas is not None and not calls_replica:
+            self.call_replicas.close()
+            self.call_replicas = None
+        for side in (self.lua, self.native):
+            side.close_replica()
+            side.replica = None
+        if active is not None:
+            for pair in active.pairs:
+                (self.lua if pair.side == "lua" else self.native).replica = pair.replica
+        return active
 
     def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:
         """Which derived keys the step's user may not read or write: asked of the server (ACL

@@ -17,6 +17,7 @@ from difftest.history import (
     CallStep,
     EndClaim,
     Exec,
+    MemoryLimit,
     Multi,
     Notify,
     RawWrite,
@@ -58,6 +59,7 @@ class Resolved:
     executor: str | None = None  # SCRIPTS: the native server runs the Lua scripts for it too (an end: its begin's)
     protocol: int = 2  # 3: sent on the worker's RESP3 connection (an end: its begin's)
     in_multi: bool = False  # a call between a 'multi' and its 'exec': an element of the transaction
+    on_replica: bool = False  # a call sent to each server's read-only replica (`target`)
     transition: Transition | None = field(init=False, repr=False, compare=False)
     # the call runs through the Lua scripts (the host adapter) on the native server too
     via_scripts: bool = field(init=False, repr=False, compare=False)
@@ -69,6 +71,7 @@ class Resolved:
     is_restart: bool = field(init=False, repr=False, compare=False)
     is_advance: bool = field(init=False, repr=False, compare=False)
     is_notify: bool = field(init=False, repr=False, compare=False)  # keyspace notifications switched
+    is_memory: bool = field(init=False, repr=False, compare=False)  # the memory limit set or lifted
     is_multi: bool = field(init=False, repr=False, compare=False)
     is_exec: bool = field(init=False, repr=False, compare=False)
 
@@ -84,6 +87,7 @@ class Resolved:
         derive(self, "is_restart", isinstance(step, Restart))
         derive(self, "is_advance", isinstance(step, Advance))
         derive(self, "is_notify", isinstance(step, Notify))
+        derive(self, "is_memory", isinstance(step, MemoryLimit))
         derive(self, "is_multi", isinstance(step, Multi))
         derive(self, "is_exec", isinstance(step, Exec))
 
@@ -117,6 +121,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 executor=step.executor,
                 protocol=step.protocol,
                 in_multi=in_multi,
+                on_replica=isinstance(step, CallStep) and step.target is not None,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved

@@ -86,6 +86,14 @@ class Side:
         self.notify_flags = ""
         self.subscriber: Wire | None = None
         self.markers = 0  # the last marker published
+        # the memory limit (a history's `memory` step): on or off on this server
+        self.memory_limited = False
+        # the server's read-only replica, for a history's calls with a `target` (set by the replay),
+        # its one admin wire and the scripts loaded since its start
+        self.replica: EmbeddedServer | None = None
+        self._replica_wire: Wire | None = None
+        self._replica_start = -1
+        self.replica_scripts: set[str] = set()
         self.connect()
 
     # -- connections ------------------------------------------------------------------------
@@ -125,10 +133,48 @@ class Side:
         # restart made them all again (about 1.5 ms a side)
         self.made_users: set[str] = set()
         self.connected_start = self.server.starts
+        if self.memory_limited:
+            # a started server forgot its CONFIG SET: the limit holds until the history lifts it
+            self.set_memory_limit(True)
         if self.notify_flags:
             # a started server has its configured flags again: kept on, as a deployment's config
             # file would keep them (docs/decisions.md, "Keyspace notifications")
             self.set_notify(self.notify_flags)
+
+    # -- the memory limit and the replica ---------------------------------------------------
+
+    def set_memory_limit(self, limit: bool) -> None:
+        """`maxmemory 1` with `noeviction` (any keyspace is over it: deterministic), or `maxmemory
+        0`; the pipe must be synced (a boundary between segments, a reset, a re-sync)."""
+        commands = [(b"CONFIG", b"SET", b"maxmemory-policy", b"noeviction", b"maxmemory", b"1" if limit else b"0")]
+        admin = self.wires[None]
+        admin.send(commands)
+        answer = admin.read()
+        if isinstance(answer, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused the memory limit: {answer.message}")
+        self.memory_limited = limit
+
+    def replica_wire(self) -> Wire:
+        """The admin wire to the server's replica, opened again (and its scripts forgotten) after
+        every start of the replica."""
+        if self.replica is None:
+            raise SetupProblem(f"a call to the {self.name} server's replica, which has none (replicas run on "
+                               "embedded servers only)")  # fmt: skip
+        if self._replica_start != self.replica.starts or self._replica_wire is None:
+            self.close_replica()
+            self._replica_wire = Wire(self.replica.address, db=self.db)
+            self._replica_start = self.replica.starts
+        return self._replica_wire
+
+    def close_replica(self) -> None:
+        if self._replica_wire is not None:
+            self._replica_wire.close()
+        self._replica_wire = None
+        self.replica_scripts = set()
+
+    def target_wire(self, step: Resolved) -> Wire:
+        """Where the step's call goes: the replica's wire (`target`), else its user's wire."""
+        return self.replica_wire() if step.on_replica else self.wire(step.user, step.protocol)
 
     # -- keyspace notifications -------------------------------------------------------------
 
@@ -219,6 +265,11 @@ class Side:
         while the server has not restarted and the users are the same (another database: each wire
         selects it). Keyspace notifications go off (a history switches them on with its `notify` step)."""
         self.pipe.reset()
+        if self.memory_limited:
+            if self.server.starts == self.connected_start:
+                self.set_memory_limit(False)  # lifted before the reset's FLUSHALL
+            else:  # a server started since: maxmemory is its default, none
+                self.memory_limited = False
         if self.notify_flags:
             if self.server.starts == self.connected_start:
                 self.set_notify("")
@@ -261,6 +312,7 @@ class Side:
 
     def close(self) -> None:
         self.close_subscriber()
+        self.close_replica()
         for wire in self.wires.values():
             wire.close()
         self.wires = {}
@@ -425,10 +477,12 @@ class ScriptHost(Side):
     def _evalsha(self, wire: Wire, verb: str, call: Call) -> Future:
         """EVALSHA of the verb's script, sent after the script itself on the same wire the first
         time since the server started: the server's script cache is empty after every start, and a
-        SCRIPT LOAD in the same pipeline costs no round trip (an error of it shows as NOSCRIPT)."""
-        if verb not in self.loaded_scripts:
+        SCRIPT LOAD in the same pipeline costs no round trip (an error of it shows as NOSCRIPT).
+        The replica has a script cache of its own (SCRIPT LOAD is not replicated)."""
+        loaded = self.replica_scripts if wire is self._replica_wire else self.loaded_scripts
+        if verb not in loaded:
             self.pipe.add(wire, (b"SCRIPT", b"LOAD", self.scripts[verb]))
-            self.loaded_scripts.add(verb)
+            loaded.add(verb)
         return self.pipe.add(wire, evalsha_command(self.shas[verb], call))
 
     def scripted(self, step: Resolved) -> Reply | Future:
@@ -446,7 +500,7 @@ class ScriptHost(Side):
             if step.is_begin:
                 self.open_claims[step.index] = _OpenClaim(call, step.user, plan, step.protocol)
             return plan
-        wire = self.wire(step.user, step.protocol)
+        wire = self.target_wire(step)
         if isinstance(plan, PlainCommand):
             return self.pipe.add(wire, plan.command)
         if isinstance(plan, PausedThenClaim):
@@ -455,6 +509,8 @@ class ScriptHost(Side):
                 self.open_claims[step.index] = _OpenClaim(call, step.user, paused, step.protocol)
                 return paused
             # the host needs the read's answer before it decides: a round trip of its own
+            if step.on_replica:  # (as the admin, on RESP2: a replica call has no user)
+                return [] if reads_as_paused(self.pipe.get(paused)) else self._evalsha(wire, call.verb, call)
             return self._finish_claim(call, step.user, self.pipe.get(paused), step.protocol)
         return self._evalsha(wire, plan.verb, call)
 
@@ -490,7 +546,7 @@ class NativeSide(ScriptHost):
         if step.is_begin:
             return NotSent("the native CLAIM is one round trip, sent at its end")
         assert step.call is not None
-        return self.pipe.add(self.wire(step.user, step.protocol), step.call.command())
+        return self.pipe.add(self.target_wire(step), step.call.command())
 
     def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
         if step.via_scripts:

@@ -18,6 +18,7 @@ from difftest import domains
 from difftest.calls import Call
 from difftest.commands import TRANSITIONS, Layout, Transition, Verb
 from difftest.history import (
+    REPLICA,
     SCRIPTS,
     Advance,
     BeginClaim,
@@ -25,6 +26,7 @@ from difftest.history import (
     EndClaim,
     Exec,
     History,
+    MemoryLimit,
     Multi,
     Notify,
     RawWrite,
@@ -284,7 +286,19 @@ def _production() -> Iterator[History]:
         yield _history(f"condition:fields:{verb.lower()}", *fields, call)
 
 
-def class_corpus() -> list[History]:
-    """Every directed history, in a fixed order."""
+def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
+    """Each transition over the memory limit (set, the call, lifted), and each sent to the server's
+    read-only replica (one after the other: the replicas started for the first serve them all);
+    without `replica_calls` (containers: no replicas), none of the latter."""
+    for verb in TRANSITIONS:
+        yield _history(f"condition:oom:{verb.lower()}", MemoryLimit(True), CallStep(_call(verb)), MemoryLimit(False))
+    if replica_calls:
+        for verb in TRANSITIONS:
+            yield _history(f"condition:replica:{verb.lower()}", CallStep(_call(verb), target=REPLICA))
+
+
+def class_corpus(replica_calls: bool = True) -> list[History]:
+    """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
-            *_behaviours(), *_conditions(), *_notifications(), *_production()]  # fmt: skip
+            *_behaviours(), *_conditions(), *_notifications(), *_production(),
+            *_memory_and_replica(replica_calls)]  # fmt: skip

@@ -86,6 +86,8 @@ class HistoryShape:
     upgrades: bool = True  # the state machine's Lua-era prefixes and scripts workers (strategies/machine.py)
     transactions: bool = True  # the state machine's MULTI/EXEC steps (strategies/machine.py)
     notifications: bool = True  # the state machine's notify steps: keyspace events compared (strategies/machine.py)
+    memory: bool = True  # the state machine's memory limit steps (strategies/machine.py)
+    replica_calls: bool = True  # calls to each server's read-only replica (embedded servers only)
 
 
 # Small values and few of them: the shrinker minimises every one, and each try is a replay.

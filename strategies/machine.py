@@ -15,6 +15,7 @@ Adding a transition, a fault or a class of values is one method here (README, "A
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
@@ -44,12 +45,14 @@ from difftest.calls import Call
 from difftest.clock import DEFAULT_START_MS
 from difftest.commands import TRANSITIONS, Layout, Rows
 from difftest.history import (
+    REPLICA,
     Advance,
     BeginClaim,
     CallStep,
     EndClaim,
     Exec,
     History,
+    MemoryLimit,
     Multi,
     Notify,
     RawWrite,
@@ -161,7 +164,7 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
     "restart", "crash", "resp3_call", "transaction", "notify", "another_database", "other_writers_ttl",
-    "other_writers_fields",
+    "other_writers_fields", "memory_limit", "replica_call",
 ))}  # fmt: skip
 
 
@@ -171,6 +174,9 @@ IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # the notify rule's flags (`notify-keyspace-events`): every event on both channels first (what it
 # shrinks to), then one channel, then only the classes the transitions fire (hash and zset)
 NOTIFY_FLAGS = ("KEA", "KA", "EA", "Khz")
+# the verbs whose retired script's first write is a deny-oom command (HSET, ZADD): refused over the
+# memory limit on both servers, so the hints do not move (ENQUEUE of a duplicate writes nothing either)
+REFUSED_OVER_THE_LIMIT = frozenset({"ENQUEUE", "EXTEND", "PAUSE"})
 # what a rule with a target returns when it adds nothing (one for all steps, not one a step)
 NOTHING: MultipleResults[Any] = multiple()
 CALLS = 118  # transitions per 256 steps
@@ -503,6 +509,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.hints = {queue: QueueHints() for queue in QUEUES}
         self.now = 0
         self.open_claims: list[str] = []
+        self.calls_replica = False  # the history calls a replica (`replica_call`): replicas run for it
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
         self.notifying = False  # keyspace notifications are on (the notify rule switched them)
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
@@ -818,6 +825,46 @@ class QueueMachine(RuleBasedStateMachine):
             held = draws.pick(sorted(hints.active)) if fenced else None
             self.steps.append(CallStep(_transition_call(draws, verb, queue, hints, self.now, held)))
         self.steps.append(Exec())
+
+    def _condition_call(self, draws: Draws, queue: bytes, refused: frozenset[str] | None) -> Call:
+        """A transition of any verb, mostly with a lease some worker holds; the hints move unless the
+        verb is `refused` (None: every verb, none writes)."""
+        hints = self.hints[queue]
+        verb = draws.pick(VERBS)
+        written = refused is not None and verb not in refused
+        held = draws.pick(sorted(hints.active)) if TRANSITIONS[verb].fenced and hints.active and draws.aim(4) else None
+        taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused and written else None
+        call = _transition_call(draws, verb, queue, hints if written else copy.deepcopy(hints), self.now, held)
+        if taken is not None:
+            self.exempt[queue].discard(taken)  # stamped by the module's CLAIM
+        return call
+
+    @weight(1)
+    @precondition(on_shape("memory"))
+    @rule()
+    def memory_limit(self) -> None:
+        """maxmemory below the used memory (noeviction) on both servers, one to three transitions that
+        meet it, then the limit lifted: draining goes on, growth is refused, alike on both
+        (docs/decisions.md, "The memory limit")."""
+        draws = self.draws()
+        queue = draws.queue()
+        self.steps.append(MemoryLimit(True))
+        for _ in range(draws.integer(1, 3)):
+            self.steps.append(CallStep(self._condition_call(draws, queue, REFUSED_OVER_THE_LIMIT)))
+        self.steps.append(MemoryLimit(False))
+
+    @weight(lambda self: 12 if self.calls_replica else (6 if not self.steps else 0))
+    @precondition(on_shape("replica_calls"))
+    @rule()
+    def replica_call(self) -> None:
+        """A worker whose call goes to its server's read-only replica: refused where the script would
+        write, answered where it would not, nothing written there (docs/decisions.md, "A read-only
+        replica as a call target"). Replicas start only for the histories that call one: this history
+        draws its first such call as its first step (about one in sixty), then more now and then."""
+        draws = self.draws()
+        queue = draws.queue()
+        self.calls_replica = True
+        self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
 
     @weight(12)
     @precondition(on_shape("interleaving"))

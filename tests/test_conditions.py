@@ -10,9 +10,11 @@ import pytest
 import valkey
 import valkey.exceptions
 
+from difftest import history as hist
 from difftest.calls import Call
+from difftest.replay import Replayer
 from difftest.replicas import Replicas, primary_options
-from difftest.replies import ErrorReply
+from difftest.replies import ErrorReply, NotSent, Simple
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side
 from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
@@ -77,6 +79,8 @@ def _walk(server: EmbeddedServer) -> Any:
 
 
 def _outcome(reply: Any) -> Any:
+    if isinstance(reply, NotSent):
+        return None
     return reply.message.split()[0] if isinstance(reply, ErrorReply) else reply
 
 
@@ -147,3 +151,96 @@ def test_client_pause_write_holds_the_commands_back(
     finally:
         native.client.execute_command("CLIENT", "UNPAUSE")
         worker.close()
+
+
+def _history(text: str) -> hist.History:
+    return hist.loads('{"format": "difftest-history", "version": 1, "start_ms": 1000}\n' + text, "h.jsonl")
+
+
+# under the limit: a refusal on both, a lease the native exempts after a restart (D7: the Lua server
+# re-synchronised by RESTORE, which the limit must not refuse), a restart that forgets its CONFIG
+# (the limit set again), a raw write refused alike; lifted, the same ENQUEUE goes through
+MEMORY = _history("""
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}
+{"op": "restart"}
+{"op": "memory", "limit": true}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+{"op": "advance", "ms": 200}
+{"op": "call", "verb": "SWEEP", "queue": "q", "args": [1, 5]}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}
+{"op": "restart"}
+{"op": "raw", "command": ["SET", "x", "y"]}
+{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j1", 2]}
+{"op": "memory", "limit": false}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+""")
+# a worker pointed at the replica: refused where the script writes, answered where it does not,
+# across a restart of the native server (a fresh replica follows it)
+REPLICA = _history("""
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0], "target": "replica"}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}
+{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j1", 5], "target": "replica"}
+{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j1", 1], "target": "replica"}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "restart"}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "target": "replica"}
+{"op": "call", "verb": "RESUME", "queue": "q", "args": [], "target": "replica"}
+{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j1", 1]}
+""")
+
+
+def test_the_replay_sets_the_limit_keeps_it_and_keeps_its_own_writes_clear_of_it() -> None:
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(MEMORY)
+        assert result.divergence is None, result.divergence.reason
+        outcomes = [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in result.records]
+        assert outcomes[4] == (OOM, OOM)  # a new id's HSET
+        assert result.records[6].verdict.rule == "D7"  # re-synchronised under the limit
+        assert outcomes[7] == ([b"j1", b"p", 2], [b"j1", b"p", 2])  # the claim after the re-sync
+        assert outcomes[9] == (OOM, OOM)  # the restarted native server has the limit again
+        assert outcomes[10] == (1, 1)  # COMPLETE drains under the limit
+        assert outcomes[12] == (1, 1)  # lifted
+        # the next history starts without it
+        again = replayer.replay(_history('{"op": "raw", "command": ["SET", "x", "y"]}'))
+        ok = Simple(b"OK")
+        assert [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in again.records] == [(ok, ok)]
+
+
+def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_none() -> None:
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(REPLICA)
+        assert result.divergence is None, result.divergence.reason
+        outcomes = [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in result.records]
+        assert [o for o, _ in outcomes] == [o for _, o in outcomes]
+        assert [o for o, _ in outcomes] == [1, 0, [b"j1", b"p", 1], 0, READONLY, 1, None, [], READONLY, 1]
+        assert replayer.call_replicas is not None and not result.replicas  # not --replicas
+        servers = replayer.call_replicas.servers
+        assert all(server.running for server in servers)
+        replayer.replay(_history('{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}'))
+        assert replayer.call_replicas is None and not any(server.running for server in servers)
+
+
+# a bad key the script would meet only after its first write (D3, D9): refused at that write, neither
+# executor reaches it, and no row about what comes later applies (found by the generated campaign)
+BAD_KEY_AFTER_THE_REFUSAL = _history("""
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": [{"hex": "fffe"}, "p", "5"]}
+{"op": "raw", "command": ["SET", {"hex": "656d713a7b717d3a6a6f623afffe"}, "junk"]}
+{"op": "raw", "command": ["SET", "emq:{q}:pending", "junk"]}
+{"op": "advance", "ms": 5}
+{"op": "call", "verb": "PROMOTE", "queue": "q", "args": ["1"], "target": "replica"}
+{"op": "memory", "limit": true}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j9", "p", 0]}
+{"op": "memory", "limit": false}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j9", "p", 0]}
+""")
+
+
+def test_a_refusal_at_the_first_write_comes_before_the_rows_about_what_follows() -> None:
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(BAD_KEY_AFTER_THE_REFUSAL)
+        assert result.divergence is None, result.divergence.reason
+        outcomes = [(_outcome(r.lua_reply), _outcome(r.native_reply), r.verdict.rule) for r in result.records]
+        assert outcomes[4] == (READONLY, READONLY, None) and outcomes[6] == (OOM, OOM, None)
+        assert outcomes[8] == ("WRONGTYPE", "WRONGTYPE", "D3")  # lifted: the script writes its row first

@@ -106,3 +106,51 @@ def test_missing_and_binary_files(tmp_path: Path) -> None:
     (tmp_path / "bin.jsonl").write_bytes(b"\xff\xfe")
     with pytest.raises(HistoryError, match="not UTF-8"):
         hist.load(tmp_path / "bin.jsonl")
+
+
+def test_memory_and_replica_steps_round_trip() -> None:
+    history = History(
+        (
+            hist.MemoryLimit(True),
+            CallStep(Call.of("COMPLETE", "q", "j1", 1)),
+            CallStep(Call.of("COMPLETE", "q", "j1", 1), target=hist.REPLICA),
+            hist.MemoryLimit(False),
+        )
+    )
+    text = hist.dumps(history)
+    assert '{"op": "memory", "limit": true}' in text and '"target": "replica"' in text
+    assert hist.loads(text) == history
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (HEADER + '\n{"op": "memory"}', ":2: missing field 'limit'"),
+        (HEADER + '\n{"op": "memory", "limit": 1}', ":2 field 'limit': expected true (maxmemory 1 with noeviction"),
+        (
+            HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "target": "primary"}',
+            ":2 field 'target': expected 'replica'",
+        ),
+        (
+            HEADER
+            + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1], "target": "replica"}',
+            ":2 field 'target': only a 'call' goes to a replica, not a 'begin'",
+        ),
+        (
+            '{"format": "difftest-history", "version": 1, "users": {"w": []}}\n'
+            '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "target": "replica", "user": "w"}',
+            ":2 field 'target': a call to a replica runs as the admin, on RESP2, through each server's own executor: "
+            "drop its 'user'",
+        ),
+        (
+            HEADER + '\n{"op": "multi"}\n{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j", 1], '
+            '"target": "replica"}\n{"op": "exec"}',
+            ":3: a call to a replica (a transaction runs on the server itself) inside the transaction",
+        ),
+        (HEADER + '\n{"op": "multi"}\n{"op": "memory", "limit": true}', ":3: a 'memory' step inside the transaction"),
+    ],
+)
+def test_memory_and_replica_steps_are_checked_at_load(body: str, message: str) -> None:
+    with pytest.raises(HistoryError) as problem:
+        hist.loads(body, "h.jsonl")
+    assert message in str(problem.value) and "\n" not in str(problem.value)

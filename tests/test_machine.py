@@ -20,7 +20,8 @@ from strategies.upgrade import ran_via_scripts
 from tests.helpers import class_steps
 
 CALLS_ONLY = HistoryShape(restarts=False, crashes=False, corruption=False, users=False, interleaving=False,
-                          malformed=False, transactions=False, notifications=False)  # fmt: skip
+                          malformed=False, transactions=False, notifications=False, memory=False,
+                          replica_calls=False)  # fmt: skip
 
 
 def drawn(shape: HistoryShape | None = None, examples: int = 60, seed: int = 7) -> list[History]:
