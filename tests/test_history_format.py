@@ -147,7 +147,7 @@ def test_memory_and_replica_steps_round_trip() -> None:
             '"target": "replica"}\n{"op": "exec"}',
             ":3: a call to a replica (a transaction runs on the server itself) inside the transaction",
         ),
-        (HEADER + '\n{"op": "multi"}\n{"op": "memory", "limit": true}', ":3: a 'memory' step inside the transaction"),
+        (HEADER + '\n{"op": "multi"}\n{"op": "memory", "limit": true}', ":3: the step 'memory' inside the transaction"),
     ],
 )
 def test_memory_and_replica_steps_are_checked_at_load(body: str, message: str) -> None:
