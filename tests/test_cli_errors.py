@@ -386,7 +386,7 @@ def test_a_lost_connection_is_the_tool_failure_code(
     monkeypatch.setattr(cli.hist, "load_with_header", lambda path: (stopping, {}))
     code, _, err = outcome(["replay", str(tmp_path / "any.jsonl"), "--reports", str(tmp_path / "r")], capsys)
     assert code == EXIT_INTERNAL
-    line = one_line(err, "internal error", "closed its connection", "the traceback is in")
+    line = one_line(err, "internal error", "the Lua server, the reference, was lost", "the traceback is in")
     log = Path(line.rsplit("the traceback is in ", 1)[1])
     assert log.parent == tmp_path / "r" and "ConnectionError" in log.read_text()
 
