@@ -574,24 +574,35 @@ def command_merge(args: argparse.Namespace) -> int:
     for failure in document["divergences"]:
         failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
     document["reproduce"] = html_report.reproduce_command(document)
-    lost = _write_reports(document, args.out)
-    if lost is not None:
-        raise lost
+    lost = _write_reports(document, args.out)  # a full disk loses the files, never the verdict below
     print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
         print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
         print(f"artifact: {failure['artifact']} (reproduce: {failure['reproduce']})")
-    print(f"reports: {args.out} (report.html, summary.json, coverage.txt, junit.xml)")
-    if document["verdict"] == "divergence":
-        return EXIT_DIVERGENCE
-    if document["verdict"] == "interrupted":
-        return EXIT_INTERRUPTED
-    if document["verdict"] == "void":
+    written = f"{args.out} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
+    print(f"reports: {written}", flush=True)
+    if lost is not None:
+        print(f"difftest: {lost}", file=sys.stderr)
+    verdict, missing = document["verdict"], document["coverage_missing"]
+    if verdict == "void":
         print("difftest: void: the shards compared no history; run them with a larger budget", file=sys.stderr)
+    elif args.require_coverage and missing and verdict == "agree":
+        print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
+    sys.stderr.flush()
+    from difftest.progress import verdict_line
+
+    print(verdict_line(verdict, document["histories"], document["steps"], len(document["divergences"]), len(missing),
+                       require_coverage=args.require_coverage, reports_lost=lost is not None), flush=True)  # fmt: skip
+    if verdict == "divergence":
+        return EXIT_DIVERGENCE
+    if verdict == "interrupted":
+        return EXIT_INTERRUPTED
+    if lost is not None:
+        return EXIT_IOERR
+    if verdict == "void":
         return EXIT_VOID
-    if args.require_coverage and document["coverage_missing"]:
-        print(f"coverage incomplete: {', '.join(document['coverage_missing'])}", file=sys.stderr)
+    if args.require_coverage and missing:
         return EXIT_COVERAGE
     return EXIT_OK
 

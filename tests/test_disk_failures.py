@@ -158,3 +158,23 @@ def test_a_run_whose_disk_fills_keeps_its_verdict_and_leaves_no_half_file(tmp_pa
         assert not [p for p in left if p.name.endswith(".tmp") or p.name.endswith(".log")], left
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_merge_on_a_full_disk_prints_its_verdict_and_exits_74(tmp_path: Path) -> None:
+    """The merged verdict outlives the merged files: printed last, the one line saying what was lost."""
+    from tests.test_shards import batch, shard, write_summary
+
+    a = write_summary(tmp_path / "a", shard(1, 2, [batch(0), batch(2)]))
+    b = write_summary(tmp_path / "b", shard(2, 2, [batch(1), batch(3)]))
+    child = f"""
+import resource, sys
+from difftest.cli import main
+resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.RLIM_INFINITY))  # the reports are larger
+sys.exit(main(["merge", {str(tmp_path / "out")!r}, {str(a)!r}, {str(b)!r}]))
+"""
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == EXIT_IOERR, done
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("agree: 160 histories, 1,600 steps, 0 divergences, ") and "NOT all written" in last, last
+    (line,) = done.stderr.splitlines()
+    assert "could not be written" in line and "file size limit" in line, line
