@@ -125,6 +125,15 @@ def test_a_bad_environment_variable_is_one_line_and_exit_2_before_anything_start
         assert not reports.exists(), "nothing started, no run directory"
 
 
+def test_the_mutant_runner_checks_the_variables_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DIFFTEST_FASTBOOT", "yes")
+    code, _, err = outcome(["mutants", "--only", "null-run"], capsys)
+    assert code == cli.MUTANTS_BAD_ARGUMENTS  # the runner's own code for bad arguments
+    one_line(err, "DIFFTEST_FASTBOOT='yes'", "neither 0 nor 1")
+
+
 def test_the_suite_reads_its_campaign_budget_like_a_flag() -> None:
     from difftest.preflight import campaign_examples
     from difftest.problems import SetupProblem
