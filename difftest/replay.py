@@ -32,7 +32,7 @@ from difftest.replies import Died, NotSent, Reply, Simple
 from difftest.resolve import Resolved, resolve
 from difftest.servers.local import ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side, StepOutcome
-from difftest.snapshot import Epochs, Snapshot, parse_canonical, resync_commands, with_epochs
+from difftest.snapshot import Epochs, Snapshot, WalkReader, parse_canonical, resync_commands, with_epochs
 from difftest.wire import Element, Future, Wire
 from executors.lua.adapter import load_scripts
 
@@ -155,16 +155,19 @@ class _Walks:
         self.native: tuple[Snapshot, Epochs] = ({}, {})
         self.lua_raw: Any = None
         self.lua: Snapshot = {}
+        # each reader keeps the Entry of every key its walk left unchanged: a step's cost is then in
+        # the keys it changed, not in all it walks (a long history's keyspace grows)
+        self.native_reader, self.lua_reader = WalkReader(), WalkReader()
 
     def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
         if native_walk != self.native_raw:
-            self.native_raw, self.native = native_walk, parse_canonical(native_walk)
+            self.native_raw, self.native = native_walk, self.native_reader.read(native_walk)
         native_after, epochs = self.native
         # (a third string: the keys of other databases, when any holds keys)
         if lua_walk[0] == native_walk[0] and lua_walk[2:] == native_walk[2:]:
             return native_after, native_after, epochs
         if lua_walk[0::2] != self.lua_raw:
-            self.lua_raw, self.lua = lua_walk[0::2], parse_canonical(lua_walk)[0]
+            self.lua_raw, self.lua = lua_walk[0::2], self.lua_reader.read(lua_walk)[0]
         return self.lua, native_after, epochs
 
 

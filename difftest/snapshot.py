@@ -190,6 +190,42 @@ def parse_canonical(raw: list[Any]) -> tuple[Snapshot, Epochs]:
     return snapshot, epochs
 
 
+class WalkReader:
+    """parse_canonical with a memory of the last walk it read: a key whose row is what it was then
+    keeps its Entry (the very object), so a step that changes one key of many builds one Entry, not
+    one per key. The snapshot is equal to parse_canonical's, key for key; only the cost differs
+    (docs/decisions.md, "How long a history may be")."""
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, tuple[Any, Entry]] = {}  # key -> (its row as last read, its Entry)
+
+    def read(self, raw: list[Any]) -> tuple[Snapshot, Epochs]:
+        packed_entries, packed_epochs = raw[0], raw[1]
+        rows = msgpack.unpackb(packed_entries, raw=True, use_list=False) or ()
+        last, now = self._rows, {}
+        snapshot: Snapshot = {}
+        for row in rows:
+            key = row[0]
+            known = last.get(key)
+            if known is not None and known[0] == row:
+                entry = known[1]
+            else:
+                _, kind, value, pttl = row
+                kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
+                entry = Entry(kind_text, _logical(kind_text, list(value) if value else []), int(pttl))
+            key = bytes(key)
+            snapshot[key] = entry
+            now[key] = (row, entry)
+        self._rows = now
+        if len(raw) > 2:  # other databases' keys (rare: read whole, as parse_canonical does)
+            for db, other, kind, value, pttl in _unpack(raw[2]):
+                kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
+                snapshot[qualified(int(db), bytes(other))] = Entry(kind_text, _logical(kind_text, value), int(pttl))
+        flat_epochs = _unpack(packed_epochs)
+        epochs = {bytes(flat_epochs[i]): bytes(flat_epochs[i + 1]) for i in range(0, len(flat_epochs), 2)}
+        return snapshot, epochs
+
+
 def with_epochs(snapshot: Snapshot, epochs: Epochs) -> Snapshot:
     """The snapshot with `lease_epoch` fields put back (what a re-sync writes)."""
     merged = dict(snapshot)

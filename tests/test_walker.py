@@ -14,7 +14,7 @@ from difftest.replies import Simple
 from difftest.servers import walker
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.sides import MODULE_WALK, SCRIPT_WALK, NativeSide
-from difftest.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical, unqualified
+from difftest.snapshot import CANONICAL_WALK_SCRIPT, WalkReader, parse_canonical, unqualified
 from difftest.wire import Wire
 from executors.native.adapter import DEFAULT_MODULE
 
@@ -138,3 +138,24 @@ def test_a_missing_walker_build_is_one_line_saying_how_to_build_it(
     monkeypatch.setattr(walker, "WALKER_MODULE", tmp_path / "libdifftest_walker.so")
     with pytest.raises(SetupProblem, match=r"is not built: run 'make setup'"):
         EmbeddedServer("lua", group.root / "x", group.clock)
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(writes=st.lists(WRITES, min_size=1, max_size=25))
+def test_the_walk_reader_reads_what_parse_canonical_reads(walked: Wire, writes: list[tuple[bytes, ...]]) -> None:
+    """The replay's reader of walks (an Entry kept for each key its walk left unchanged) gives the very
+    snapshot parse_canonical gives, after every write, from both walkers (the script's packs a stream's
+    empty value as a map)."""
+    walked.call(b"FLUSHALL")
+    readers = {walk: WalkReader() for walk in ((b"EVAL", CANONICAL_WALK_SCRIPT, b"0"), MODULE_WALK)}
+    before: dict[Any, Any] = {walk: {} for walk in readers}
+    for write in writes:
+        walked.call(*write)
+        for walk, reader in readers.items():
+            raw = walked.call(*walk)
+            snapshot, epochs = reader.read(raw)
+            assert (snapshot, epochs) == parse_canonical(raw)
+            for key, entry in snapshot.items():  # unchanged keys: the same Entry as the walk before
+                if before[walk].get(key) == entry:
+                    assert before[walk][key] is entry
+            before[walk] = snapshot
