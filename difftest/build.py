@@ -48,6 +48,12 @@ def command(*words: str | Path) -> str:
     return shlex.join([*program(), *(str(word) for word in words)])
 
 
+def _here(path: Path) -> str:
+    """A path as typed from the current directory: relative inside it, else absolute."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith(os.pardir) else relative
+
+
 def sha256_file(path: Path) -> str | None:
     try:
         digest = hashlib.sha256()
@@ -124,8 +130,11 @@ def recorded_module(build: dict[str, Any], given: Path | None, warn: Any) -> Pat
         return given
     path = Path(str(build["module"]))
     if not path.is_file():
-        raise SetupProblem(f"the artifact was found with the module {path}, which no longer exists: "
-                           "pass --module PATH to replay it on another build")  # fmt: skip
+        from executors.native.adapter import DEFAULT_MODULE
+
+        ours = _here(DEFAULT_MODULE)
+        raise SetupProblem(f"the artifact was found with the module {path}, which no longer exists: pass "
+                           f"--module PATH to replay it on another build (this checkout's: {ours})")  # fmt: skip
     recorded, now = build.get("module_sha256"), sha256_file(path)
     if recorded and now != recorded:
         warn(f"difftest: warning: the module {path} changed since the artifact was found "
@@ -140,8 +149,9 @@ def recorded_scripts(build: dict[str, Any], given: Path | None, warn: Any) -> Pa
         return given
     path = Path(str(build["lua_scripts_dir"]))
     if not path.is_dir():
-        raise SetupProblem(f"the artifact was found with the Lua scripts in {path}, which no longer exists: "
-                           "pass --lua-scripts DIR to replay it on other scripts")  # fmt: skip
+        ours = _here(default_scripts())
+        raise SetupProblem(f"the artifact was found with the Lua scripts in {path}, which no longer exists: pass "
+                           f"--lua-scripts DIR to replay it on other scripts (this checkout's: {ours})")  # fmt: skip
     recorded = build.get("lua_scripts_sha256")
     try:
         now = sha256_scripts(path)

@@ -107,6 +107,11 @@ def test_replay_uses_the_recorded_build_unless_told(found: dict[str, object], ca
     assert code == EXIT_SETUP and len(err) == 1 and str(module) in err[0] and "--module" in err[0]
     code, out, _ = outcome(["replay", artifact, "--module", str(DEFAULT_MODULE), *reports], capsys)
     assert code == EXIT_DIVERGENCE and "reproduced: yes" in out
+    scripts = found["scripts"]
+    assert isinstance(scripts, Path)
+    scripts.rename(scripts.with_name("moved"))  # the recorded scripts gone too: refused, naming the flag
+    code, _, err = outcome(["replay", artifact, "--module", str(DEFAULT_MODULE), *reports], capsys)
+    assert code == EXIT_SETUP and len(err) == 1 and str(scripts) in err[0] and "--lua-scripts" in err[0]
 
 
 def test_replay_help_lists_the_not_reproduced_code(capsys: pytest.CaptureFixture[str]) -> None:
