@@ -352,12 +352,21 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
         entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
     document["reproduce"] = html_report.reproduce_command(document)
-    if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
-        document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
-    if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
-        document["lua_coverage"] = lua_coverage.collect(directory, config.lua_scripts)
-    # (a full disk while collecting those is an environment failure too: main() says so, exit 74)
-    lost = _write_reports(document, directory)  # a full disk loses the files, never the verdict below
+    from difftest.files import environment_failure, is_environmental
+
+    collected: EnvironmentFailure | None = None
+    try:
+        if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
+            document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
+        if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
+            document["lua_coverage"] = lua_coverage.collect(directory, config.lua_scripts)
+    except OSError as problem:  # a full disk while collecting them: the verdict below still prints
+        if not is_environmental(problem):
+            raise
+        collected = environment_failure(problem, "the code coverage files", directory)
+    # a full disk loses the files, never the verdict below
+    unwritten = _write_reports(document, directory)
+    lost = unwritten or collected
     print()
     print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
     print()
@@ -378,7 +387,8 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     if args.lua_coverage and "lua_coverage" in document:
         print(lua_coverage.summary_line(document["lua_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
-    written = f"{directory} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
+    files = "report.html, summary.json, coverage.txt, junit.xml"
+    written = f"{directory} ({files})" if unwritten is None else "NOT written"
     print(f"\nreports: {written}; reproduce: {document['reproduce']}")  # fmt: skip
     sys.stdout.flush()
     if lost is not None:
