@@ -91,3 +91,21 @@ def test_raw_steps_and_resynchronising_rows_are_not_judged() -> None:
     assert events_problem(one(raw("HDEL", ROW, "lease_epoch")), False, "KEA", lua, native, 1) is None
     assert events_problem(one(call_step("SWEEP", "q", 3, 10)), True, "KEA", lua, native, [0, 0, 0, 1]) is None
     assert events_problem(one(call_step("SWEEP", "q", 3, 10)), False, "KEA", lua, native, [0, 0, 0, 1]) is not None
+
+
+def test_key_misses_are_set_aside_and_new_keys_compared() -> None:
+    """Under `m` the module's peeks before its first write miss keys the script meets only at its
+    write (ENQUEUE: pending as well as the row): reads, not judged; `new` events are writes, judged."""
+    step = one(call_step("ENQUEUE", "q", "j1", "p", 0))
+    pending = b"emq:{q}:pending"
+    lua = kea_m(("keymiss", ROW), ("new", ROW), ("hset", ROW), ("new", pending), ("zadd", pending))
+    native = kea_m(("keymiss", ROW), ("keymiss", pending), ("new", ROW), ("hset", ROW), ("new", pending),
+                   ("zadd", pending))  # fmt: skip
+    assert events_problem(step, False, "KEAmn", lua, native, 1) is None
+    assert events_problem(step, False, "KEAn", lua, native, 1) is not None  # without m, a miss is a message
+    no_new = tuple(e for e in native if not (e.event == b"new" and e.key == pending))
+    assert events_problem(step, False, "KEAmn", lua, no_new, 1) is not None
+
+
+def kea_m(*fired: tuple[str, bytes]) -> tuple[Event, ...]:
+    return tuple(e for event, key in fired for e in both(event.encode(), key))

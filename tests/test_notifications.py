@@ -160,3 +160,19 @@ def test_a_replay_captures_every_step_and_keeps_the_flags_over_a_restart() -> No
         # the flags were set again on the restarted server: a native that lost them would fire
         # nothing there, and the EXTEND after the restart would diverge
         assert replayer.replay(History(steps[:7])).divergence is None
+
+
+def test_every_verb_agrees_with_new_key_events_and_key_misses_on() -> None:
+    """The corpus's notify histories again under `KEAnm`: new-key events compared, the module's extra
+    key misses (its peeks before its first write) set aside; without that, ENQUEUE alone would differ."""
+    from dataclasses import replace
+
+    from strategies.corpus import class_corpus
+
+    histories = [h for h in class_corpus() if "condition:notify:" in h.note]
+    assert len(histories) == 10
+    with Replayer(DEFAULT_MODULE) as replayer:
+        for history in histories:
+            steps = tuple(Notify("KEAnm") if isinstance(s, Notify) and s.flags else s for s in history.steps)
+            result = replayer.replay(replace(history, steps=steps))
+            assert result.divergence is None, (history.note, result.divergence)
