@@ -110,19 +110,19 @@ def _stamped_row(resolved: Resolved, native_reply: Reply) -> bytes | None:
     return guarded.layout.row(guarded.job)
 
 
-def expected_native(resolved: Resolved, flags: str, lua: Events, native_reply: Reply) -> Events:
+def expected_native(resolved: Resolved, flags: str, lua: Events, native_reply: Reply, db: int = 0) -> Events:
     """What the native must fire, given what the scripts fired: the same messages in the same order,
     except that a native EXTEND that held its fence fires one `hset` on the row after them, its
-    `lease_epoch` re-stamp (N1; the scripts' EXTEND never writes the row)."""
+    `lease_epoch` re-stamp (N1; the scripts' EXTEND never writes the row), in the history's
+    database `db`."""
     row = _stamped_row(resolved, native_reply)
     if row is None:
         return lua
-    db = lua[0].db if lua else 0
     return lua + fires(flags, "h", b"hset", row, db)
 
 
 def events_problem(
-    resolved: Resolved, resyncs: bool, flags: str, lua: Events, native: Events, native_reply: Reply
+    resolved: Resolved, resyncs: bool, flags: str, lua: Events, native: Events, native_reply: Reply, db: int = 0
 ) -> str | None:
     """The verdict on one step's events (pure): None when the native fired what it must, else why
     not. Not judged: a raw step (the harness's write: a field only the native rows hold makes HDEL
@@ -132,7 +132,7 @@ def events_problem(
         return None
     if "m" in flags:  # key misses are reads: set aside on both sides (docs/decisions.md)
         lua, native = writes_only(lua), writes_only(native)
-    want = expected_native(resolved, flags, lua, native_reply)
+    want = expected_native(resolved, flags, lua, native_reply, db)
     if want == native:
         return None
     at = next((i for i, (a, b) in enumerate(zip(want, native, strict=False)) if a != b), min(len(want), len(native)))

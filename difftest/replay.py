@@ -360,7 +360,7 @@ class Replayer:
                 resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
                 if flags:
                     problem = events_problem(resolved, resyncs, flags, lua_events[position], native_events[position],
-                                             native_reply)  # fmt: skip
+                                             native_reply, self.native.db)  # fmt: skip
                     if problem is not None:
                         result.divergence = Divergence(
                             resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,

@@ -109,3 +109,11 @@ def test_key_misses_are_set_aside_and_new_keys_compared() -> None:
 
 def kea_m(*fired: tuple[str, bytes]) -> tuple[Event, ...]:
     return tuple(e for event, key in fired for e in both(event.encode(), key))
+
+
+def test_n1_hset_is_expected_in_the_histories_database() -> None:
+    """A queue in database 2: an EXTEND whose deadline does not move fires N1's hset alone, there."""
+    step = one(call_step("EXTEND", "q", "j1", 1, 100))
+    in_2 = (Event("keyspace", 2, b"hset", ROW), Event("keyevent", 2, b"hset", ROW))
+    assert events_problem(step, False, "KEA", (), in_2, 1, db=2) is None
+    assert events_problem(step, False, "KEA", (), in_2, 1) is not None

@@ -176,3 +176,18 @@ def test_every_verb_agrees_with_new_key_events_and_key_misses_on() -> None:
             steps = tuple(Notify("KEAnm") if isinstance(s, Notify) and s.flags else s for s in history.steps)
             result = replayer.replay(replace(history, steps=steps))
             assert result.divergence is None, (history.note, result.divergence)
+
+
+def test_a_queue_in_another_database_hears_n1_there() -> None:
+    """Database 2: the EXTEND whose deadline does not move fires only N1's hset, on database 2's channels."""
+    steps: tuple[Step, ...] = (
+        Notify("KEA"),
+        call_step("ENQUEUE", "q", "j1", "p", 0),
+        call_step("CLAIM", "q", 100),
+        call_step("EXTEND", "q", "j1", 1, 100),
+        Advance(300),
+        call_step("SWEEP", "q", 1, 10),
+    )
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(History(steps, db=2))
+        assert result.divergence is None, result.divergence
