@@ -11,9 +11,11 @@ keyspaces), so a step costs in proportion to the keys and members it walks:
   cost is linear in N, whatever N: replayed at every length asked (no load limit applies to a
   history built in Python, only to one read from a file).
 
-Per length: seconds, compared steps/s, and the peak resident memory of this process so far.
+Per length: seconds (wall), compared steps/s, the CPU seconds of this process (the harness: reading
+walks, judging) and of the two servers (walking, replying), which a busy machine does not inflate as
+it does the wall time, and the peak resident memory of this process so far.
 
-Usage: python bench/bench_long_history.py [--lengths 2000 20000 200000] [--growing 500 1000 2000 2500]
+Usage: python bench/bench_long_history.py [--lengths 2000 20000 200000] [--growing 500 1000 2000]
                                           [--past-limit] [--json PATH]
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -49,26 +52,41 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def servers_cpu_s(replayer: Replayer) -> float:
+    """The CPU seconds (user and system) of both servers' processes so far (/proc)."""
+    total = 0.0
+    for server in (replayer.lua_server, replayer.native_server):
+        pid = getattr(server, "pid", None)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def replay(replayer: Replayer, history: hist.History) -> dict[str, float]:
-    started = time.perf_counter()
+    started, cpu, servers = time.perf_counter(), time.process_time(), servers_cpu_s(replayer)
     result = replayer.replay(history)
     elapsed = time.perf_counter() - started
     assert result.ok, result.divergence
     assert len(result.records) == len(history.steps), "every step compared"
-    return {"seconds": round(elapsed, 3), "steps_per_s": round(len(history.steps) / elapsed, 1)}
+    return {"seconds": round(elapsed, 3), "steps_per_s": round(len(history.steps) / elapsed, 1),
+            "harness_cpu_s": round(time.process_time() - cpu, 2),
+            "servers_cpu_s": round(servers_cpu_s(replayer) - servers, 2)}  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[2_000, 20_000, 200_000],
                         help="lengths of both series (growing ones past MAX_STEPS: the refusal at load)")  # fmt: skip
-    parser.add_argument("--growing", type=int, nargs="+", default=[500, 1_000, 2_000, hist.MAX_STEPS],
+    parser.add_argument("--growing", type=int, nargs="+", default=[500, 1_000, hist.MAX_STEPS],
                         help="extra lengths of the growing series, to see its square growth")  # fmt: skip
     parser.add_argument("--past-limit", action="store_true", help="replay growing histories past MAX_STEPS too")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = parser.parse_args()
     rows: list[dict[str, object]] = []
-    print(f"{'series':<8} {'steps':>8} {'seconds':>9} {'steps/s':>9} {'peak MB':>8}  note")
+    print(f"{'series':<8} {'steps':>8} {'seconds':>9} {'steps/s':>9} {'cpu s':>7} {'servers':>8} {'peak MB':>8}  note")
     with Replayer(DEFAULT_MODULE) as replayer:
         for series, build, lengths in (("growing", growing, sorted({*args.growing, *args.lengths})),
                                        ("steady", steady, sorted(set(args.lengths)))):  # fmt: skip
@@ -81,14 +99,16 @@ def main() -> int:
                         hist.loads(as_file(history), f"growing-{length}.jsonl")
                         raise AssertionError("a history past MAX_STEPS loaded")
                     except hist.HistoryError as refused:
-                        figures = {"seconds": round(time.perf_counter() - started, 3), "steps_per_s": 0.0}
+                        figures = {"seconds": round(time.perf_counter() - started, 3), "steps_per_s": 0.0,
+                                   "harness_cpu_s": 0.0, "servers_cpu_s": 0.0}  # fmt: skip
                         note = f"refused at load: {str(refused)[:60]}..."
                 else:
                     figures = replay(replayer, history)
                 row = {"series": series, "steps": length, **figures, "peak_mb": round(peak_mb()), "note": note}
                 rows.append(row)
                 print(f"{series:<8} {length:>8,} {figures['seconds']:>9.2f} {figures['steps_per_s']:>9,.0f} "
-                      f"{row['peak_mb']:>8}  {note}", flush=True)  # fmt: skip
+                      f"{figures['harness_cpu_s']:>7.2f} {figures['servers_cpu_s']:>8.2f} {row['peak_mb']:>8}  {note}",
+                      flush=True)  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -25,10 +25,10 @@ FORMAT = "difftest-history"
 VERSION = 1
 # The longest history a replay takes, and the largest file it reads. Every step's keyspaces are
 # walked and compared whole, so a history whose keyspace grows with its length costs time (and
-# memory: every step's snapshot is kept) in the square of its length: 2,000 ENQUEUEs replay in about
-# 18 s, 5,000 in about 100 s (bench/bench_long_history.py; docs/decisions.md, "How long a history
-# may be"). Histories the campaign generates and shrinks have at most a few hundred steps.
-MAX_STEPS = 2_500
+# memory: every step's snapshot is kept) in the square of its length: 2,000 ENQUEUEs replay in 10 s
+# on a quiet 2-core machine, 48 s on one loaded 8 times over (bench/bench_long_history.py;
+# docs/decisions.md, "How long a history may be"). Generated histories have at most a few hundred.
+MAX_STEPS = 2_000
 MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
 DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
 
