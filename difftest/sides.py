@@ -209,21 +209,25 @@ class Side:
     def events(self, outcomes: Sequence[StepOutcome]) -> list[Events]:
         """Each outcome's events, read from the subscriber up to its marker (after `finish`): the
         server runs every connection's commands in one order and delivers a step's events to the
-        subscriber before the marker published after it, so no wait and no sleep is needed."""
-        found: dict[int, list[Event]] = {o.marker: [] for o in outcomes}
+        subscriber before the marker published after it, so no wait and no sleep is needed. A
+        closing marker, published outside any transaction, ends the read: a step's marker queued in
+        a transaction the server aborted never comes (nor do that step's events)."""
         if not outcomes or self.subscriber is None:
             return [() for _ in outcomes]
-        last, pending = outcomes[-1].marker, []
+        found: dict[int, list[Event]] = {o.marker: [] for o in outcomes}
+        closing = self.mark()
+        self.pipe.sync()
+        pending: list[Event] = []
         while True:
             item = parse_message(self.subscriber.read())
             if isinstance(item, Event):
                 pending.append(item)
             elif isinstance(item, int):
+                if item == closing:
+                    break
                 if item in found:
                     found[item] = pending
                 pending = []
-                if item >= last:
-                    break
         return [tuple(found[o.marker]) for o in outcomes]
 
     def drain(self) -> None:
