@@ -184,6 +184,7 @@ def test_the_new_steps_round_trip_and_their_misuse_is_one_line() -> None:
         '{"op": "multi"}\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [10]}': "CLAIM (the Lua host reads",
         '{"op": "multi"}\n' + call + ', "user": "w"}': "a call with a 'user', 'worker' or 'resp'",
         '{"op": "multi"}\n' + call + ', "resp": 3}': "a call with a 'user', 'worker' or 'resp'",
+        '{"op": "multi"}\n' + call + ', "target": "replica"}': "a call to a replica",
         '{"op": "multi"}\n{"op": "advance", "ms": 1}': "the step 'advance' inside the transaction",
         '{"op": "multi"}\n{"op": "multi"}': "the step 'multi' inside the transaction",
         '{"op": "exec"}': "'exec' with no open 'multi'",
