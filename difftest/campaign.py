@@ -345,16 +345,18 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         failure = Failure(
             batch, minimal.divergence.reason, len(minimal.history.steps), str(directory), brief(minimal.divergence)
         )
+        found_on = config.build or _build_of(config)
         try:
-            save_divergence(minimal, directory, config.build or _build_of(config))
+            save_divergence(minimal, directory, found_on)
         except OSError as problem:
             if not is_environmental(problem):
                 raise
             # the divergence outlives its file: the run prints the history and exits on the divergence
+            from difftest.build import BUILD_FIELD
             from difftest.history import dumps
 
             failure.unsaved = f"{environmental_cause(problem)} ({problem.strerror})"
-            failure.history = dumps(minimal.history)
+            failure.history = dumps(minimal.history, {BUILD_FIELD: found_on})  # replay runs on that build
         report.failure = failure
         return False
     return True

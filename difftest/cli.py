@@ -346,7 +346,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
                                      interval_s=args.progress_interval) as progress:  # fmt: skip
         result = run_campaign(config, on_progress=progress)
     document = reports.summary(result)
-    from difftest.build import program, replay_command
+    from difftest.build import command, program, replay_command
 
     document["program"] = program()  # how the printed commands start, as run from here
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
@@ -377,8 +377,9 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     for entry in document["divergences"]:
         print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
         if entry.get("unsaved"):  # the file is lost, the divergence is not: its shrunk history, to save and replay
-            print(f"artifact: NOT written to {entry['artifact']}: {entry['unsaved']}; the shrunk history "
-                  "(save it as a .jsonl file and difftest replay it):")  # fmt: skip
+            replay = command("replay", "history.jsonl")
+            print(f"artifact: NOT written to {entry['artifact']}: {entry['unsaved']}; the shrunk history (save it as "
+                  f"history.jsonl and run {replay}: its header names the build):")  # fmt: skip
             print(histories.get(entry["batch"], ""), end="")
         else:
             print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
