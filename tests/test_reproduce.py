@@ -167,3 +167,29 @@ def test_a_lua_mutant_that_does_not_compile_is_unviable(broken: Path, tmp_path: 
         from difftest.replay import check_scripts
 
         check_scripts(broken)
+
+
+def test_a_chosen_valkey_version_is_recorded_printed_and_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from difftest import history as hist
+    from difftest import valkeys
+
+    version = valkeys.NEWEST  # installed into the cache on first use, as every --valkey is
+    scripts = planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")
+    history = tmp_path / "h.jsonl"
+    hist.save(hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0), hist.call_step("CLAIM", "q", 100),
+                            hist.call_step("COMPLETE", "q", "j1", 1))), history)  # fmt: skip
+    reports = ["--reports", str(tmp_path / "r")]
+    code, out, _ = outcome(
+        ["replay", str(history), "--lua-scripts", str(scripts), "--valkey", version, *reports], capsys
+    )
+    assert code == EXIT_DIVERGENCE
+    line = reproduce_of(out, "artifact: ")
+    assert f"--valkey {version}" in line
+    artifact = shlex.split(line)[len(build.program()) + 1]
+    recorded = json.loads((Path(artifact) / "report.json").read_text())["build"]
+    assert recorded["valkey"] == version and recorded["valkey_requested"] is True
+    code, out, _ = outcome(["replay", artifact, *reports], capsys)  # no --valkey: the recorded one is chosen
+    assert code == EXIT_DIVERGENCE and "reproduced: yes" in out
+    assert f"--valkey {version}" in reproduce_of(out, "artifact: ")
