@@ -15,6 +15,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def replay_command(artifact: Path | str, build: dict[str, Any] | None, replicas:
 # -- replay of an artifact: its recorded build, unless the command line says otherwise ----------
 
 
-def recorded_module(build: dict[str, Any], given: Path | None, warn: Any) -> Path | None:
+def recorded_module(build: dict[str, Any], given: Path | None, warn: Callable[[str], None]) -> Path | None:
     """The module a replay loads: `given` (--module) if said, else the recorded one, which must still
     exist (one line, exit 2, naming --module) and is warned of when its digest changed."""
     if given is not None or not build.get("module"):
@@ -142,7 +143,7 @@ def recorded_module(build: dict[str, Any], given: Path | None, warn: Any) -> Pat
     return path
 
 
-def recorded_scripts(build: dict[str, Any], given: Path | None, warn: Any) -> Path | None:
+def recorded_scripts(build: dict[str, Any], given: Path | None, warn: Callable[[str], None]) -> Path | None:
     """The scripts a replay loads: `given` (--lua-scripts) if said, else the recorded directory,
     which must still exist (one line, exit 2, naming --lua-scripts); warned of when changed."""
     if given is not None or not build.get("lua_scripts_dir"):

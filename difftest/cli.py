@@ -13,7 +13,7 @@ import sys
 import tempfile
 import textwrap
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -483,7 +483,7 @@ def command_replay(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _recorded_valkey(args: argparse.Namespace, recorded: dict[str, Any]) -> Any:
+def _recorded_valkey(args: argparse.Namespace, recorded: dict[str, Any]) -> Iterator[None]:
     """The Valkey version an artifact was found on, when it was chosen (--valkey) and this command
     line chooses none; another version than recorded otherwise is one line of warning."""
     from difftest import valkeys
@@ -806,14 +806,13 @@ def replicas_of(args: argparse.Namespace, recorded: bool | None = None) -> bool:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     from difftest.replicas import DEFAULT as REPLICAS_DEFAULT
-    from executors.native.adapter import DEFAULT_MODULE
 
     parser.add_argument(
         "--module",
         type=module_file,
         default=None,
-        help=f"the native module to load (default: this checkout's release build, {DEFAULT_MODULE}; "
-        "replay of an artifact: the module it recorded)",
+        help="the native module to load (default: this checkout's release build, "
+        "executors/native/target/release/libemq_native.so; replay of an artifact: the module it recorded)",
     )
     parser.add_argument(
         "--lua-scripts",
