@@ -506,7 +506,8 @@ def render(summary: dict[str, Any]) -> str:
     reproduce = [str(summary.get("reproduce") or reproduce_command(summary))]
     reproduce += [replay_line(summary, f) for f in summary.get("divergences", [])]
     if summary.get("shards"):
-        reproduce.insert(0, "# each shard again on its machine, then: difftest merge OUT SHARD_DIR ...")
+        merge = shlex.join([*(summary.get("program") or ["difftest"]), "merge", "OUT"])
+        reproduce.insert(0, f"# each shard again on its machine, then: {merge} SHARD_DIR ...")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>{esc(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
