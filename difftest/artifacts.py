@@ -43,6 +43,10 @@ def key_diff(left: Snapshot, right: Snapshot) -> list[dict[str, Any]]:
 def by_hand(history: History) -> list[str]:
     """Command lines that replay the history by hand against the two servers (valkey-cli form)."""
     lines = [f"# both servers frozen at {history.start_ms} ms (the frozen clock); for each user:"]
+    if history.db:
+        lines.insert(
+            0, f"# every connection on database {history.db}: SELECT {history.db} (valkey-cli -n {history.db})"
+        )
     for user, rules in history.users.items():
         lines.append(f"ACL SETUSER {user} reset on >difftest +@all {' '.join(rules)}")
     begun: dict[str, Call] = {}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from difftest import history as hist
-from difftest.coverage import CONDITION_LABELS, REQUIRED, condition_labels
+from difftest.artifacts import by_hand
+from difftest.coverage import CONDITION_LABELS, REQUIRED, _queues_with, condition_labels
 from difftest.history import Advance, CallStep, History, RawWrite
 from difftest.replay import Replayer
 from difftest.servers.local import ServerGroup
@@ -173,3 +174,23 @@ def test_a_resync_keeps_a_key_written_at_its_expirys_very_millisecond(replayer: 
     assert result.ok and result.rules_hit["D3"] == 1
     assert result.observations[6].lua_after[q.delayed].pttl == 0  # re-synced with its TTL
     assert q.delayed not in result.observations[-1].native_after  # and gone, on both, once the clock moved
+
+
+def test_a_history_on_another_database_says_so_in_its_by_hand_lines() -> None:
+    assert by_hand(History((), db=15))[0] == "# every connection on database 15: SELECT 15 (valkey-cli -n 15)"
+    assert not any("SELECT" in line for line in by_hand(History(())))
+
+
+def test_the_queues_a_condition_label_names_are_read_off_the_keyspace_before_the_call() -> None:
+    """A queue has a TTL when one of its keys has; foreign fields when its meta or a row holds a field
+    that is none of the queue's own (a metrics hash's or another database's keys do not count)."""
+    snapshot = {
+        b"emq:{a}:pending": Entry("zset", {b"j": b"1"}, 50),
+        b"emq:{b}:job:j": Entry("hash", {b"payload": b"p", b"state": b"pending", b"owner": b"ops"}, -1),
+        b"emq:{c}:meta": Entry("hash", {b"paused": b"1"}, -1),
+        b"emq:{d}:metrics:failed": Entry("hash", {b"count": b"1", b"note": b"x"}, -1),
+        qualified(2, b"emq:{e}:meta"): Entry("hash", {b"note": b"x"}, 7),
+        b"emq:{f}:meta": Entry("hash", {b"paused": b"1", b"": b""}, -1),
+    }
+    ttl, fields = _queues_with(snapshot)
+    assert ttl == {b"emq:{a}:"} and fields == {b"emq:{b}:", b"emq:{f}:"}
