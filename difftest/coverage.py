@@ -249,21 +249,24 @@ _TTL_OR_FIELD_WRITES = frozenset((b"PEXPIRE", b"PEXPIREAT", b"EXPIRE", b"EXPIREA
 
 def _queues_with(snapshot: Snapshot) -> tuple[frozenset[bytes], frozenset[bytes]]:
     """The queues (by base) one of whose keys has a TTL, and those whose meta or a row holds a field
-    another writer added (pure)."""
+    another writer added (pure). Most keys have neither: a key's name is read only when it might."""
     ttl: set[bytes] = set()
     fields: set[bytes] = set()
+    rows, meta = domains.QUEUE_ROW_FIELDS, domains.QUEUE_META_FIELDS
     for key, entry in snapshot.items():
+        value = entry.value
+        odd = entry.kind == "hash" and isinstance(value, dict) and not value.keys() <= rows
+        if entry.pttl <= 0 and not odd:
+            continue
         name = parse_key(key)
         if name is None:
             continue
         base = key[: len(key) - len(name.rest)]
         if entry.pttl > 0:
             ttl.add(base)
-        value = entry.value
-        if entry.kind == "hash" and isinstance(value, dict):
-            own = domains.QUEUE_META_FIELDS if name.rest == b"meta" else domains.QUEUE_ROW_FIELDS
-            if (name.rest == b"meta" or name.job is not None) and any(f not in own for f in value):
-                fields.add(base)
+        in_meta = name.rest == b"meta"
+        if odd and isinstance(value, dict) and ((in_meta and not value.keys() <= meta) or name.job is not None):
+            fields.add(base)
     return frozenset(ttl), frozenset(fields)
 
 
