@@ -244,3 +244,21 @@ def test_a_refusal_at_the_first_write_comes_before_the_rows_about_what_follows()
         outcomes = [(_outcome(r.lua_reply), _outcome(r.native_reply), r.verdict.rule) for r in result.records]
         assert outcomes[4] == (READONLY, READONLY, None) and outcomes[6] == (OOM, OOM, None)
         assert outcomes[8] == ("WRONGTYPE", "WRONGTYPE", "D3")  # lifted: the script writes its row first
+
+
+def test_the_refusal_at_the_first_write_is_judged_before_the_rows_pure() -> None:
+    """The comparator's decision alone (no server): a CLAIM whose head row is not a hash (D3's
+    precondition) refused at its first write on both sides matches; a native that did not refuse
+    alike, or a write under the refusal, is a divergence."""
+    from tests.helpers import S, Z
+    from tests.test_contract import judge, ks, step, view
+
+    before = ks(pending=Z(j9=5), job__j9=S("junk"))
+    claim = step("CLAIM", 100)
+    for code in ("READONLY", "OOM"):
+        refused = ErrorReply(f"{code} refused. script: on @user_script:4.")
+        assert judge(view(claim, before, refused, ErrorReply(f"{code} refused."))).kind == "match"
+        assert not judge(view(claim, before, refused, ErrorReply("WRONGTYPE x"))).ok  # D3's outcome is not it
+        assert not judge(view(claim, before, refused, [])).ok
+        wrote = ks(job__j9=S("junk"))
+        assert not judge(view(claim, before, refused, ErrorReply(f"{code} refused."), native_after=wrote)).ok
