@@ -205,3 +205,17 @@ def test_a_resp3_admin_wire_says_hello_3(replayer: Replayer) -> None:
         assert isinstance(text, bytes) and b"resp=3" in text
     finally:
         wire.close()
+
+
+def test_a_restricted_user_speaks_resp3_as_itself(replayer: Replayer) -> None:
+    # HELLO 3 after the handshake's AUTH keeps the user: its permissions still decide (NOPERM alike)
+    text = (
+        '{"format": "difftest-history", "version": 1, "users": {"w": ["~emq:*"], "r": ["%R~emq:*"]}}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0], "user": "w", "resp": 3}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0], "user": "r", "resp": 3}\n'
+    )
+    result = replayer.replay(hist.loads(text))
+    assert result.ok, result.divergence
+    written, refused = result.records
+    assert written.native_reply == written.lua_reply == 1
+    assert isinstance(refused.native_reply, ErrorReply) and refused.native_reply.code == "NOPERM"
