@@ -63,9 +63,14 @@ def by_hand(history: History) -> list[str]:
                 _text(p) for p in (call.numkeys, *call.rest)
             )
             kind = {BeginClaim: "begin (lua: HGET meta paused)", EndClaim: "end"}.get(type(step), "call")
+            if isinstance(step, CallStep) and step.target is not None:
+                kind += " on each server's read-only replica"
             lines.append(f"{prefix}{kind}{as_user}\n  native: {native}\n  lua:    {script}")
         elif isinstance(step, RawWrite):
             lines.append(f"{prefix}both: " + " ".join(_text(p) for p in step.command))
+        elif isinstance(step, hist.MemoryLimit):
+            limit = b"maxmemory-policy noeviction maxmemory 1" if step.limit else b"maxmemory 0"
+            lines.append(f"{prefix}both: CONFIG SET {limit.decode()}")
         else:
             lines.append(f"{prefix}{hist.step_to_json(step)}")
     return lines
