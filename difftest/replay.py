@@ -506,8 +506,12 @@ class Replayer:
                 self.call_replicas.relink()  # a server started since: its replica synced before any step
             active = self.call_replicas
         elif self.call_replicas is not None and not calls_replica:
-            self.call_replicas.close()
-            self.call_replicas = None
+            # the Lua server never restarts: its replica stays linked for the next such history (a
+            # start and a full sync saved); the native's would re-sync on its own after the native's
+            # next restart (a fork mid-history), so it stops, and starts again when next called
+            for pair in self.call_replicas.pairs:
+                if pair.side == "native" and pair.replica.running:
+                    pair.close()
         for side in (self.lua, self.native):
             side.close_replica()
             side.replica = None

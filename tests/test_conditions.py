@@ -208,18 +208,28 @@ def test_the_replay_sets_the_limit_keeps_it_and_keeps_its_own_writes_clear_of_it
         assert [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in again.records] == [(ok, ok)]
 
 
-def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_none() -> None:
+def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_keeps_only_the_lua_one() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
+        assert replayer.call_replicas is None
         result = replayer.replay(REPLICA)
         assert result.divergence is None, result.divergence.reason
         outcomes = [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in result.records]
         assert [o for o, _ in outcomes] == [o for _, o in outcomes]
         assert [o for o, _ in outcomes] == [1, 0, [b"j1", b"p", 1], 0, READONLY, 1, None, [], READONLY, 1]
         assert replayer.call_replicas is not None and not result.replicas  # not --replicas
+        lua, native = (pair.replica for pair in replayer.call_replicas.pairs)
+        assert lua.running and native.running
+        lua_pid = lua.pid
+        # a history that calls none: no replica kept up, the native's stopped (it would re-sync on its
+        # own after the native's next restart), the Lua server's left linked (it never restarts)
+        plain = replayer.replay(_history('{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}'))
+        assert plain.divergence is None and replayer.active_replicas is None
+        assert lua.running and not native.running
+        # the next that calls one: the native's replica starts again, the Lua one is the same process
+        again = replayer.replay(REPLICA)
+        assert again.divergence is None and native.running and lua.pid == lua_pid
         servers = replayer.call_replicas.servers
-        assert all(server.running for server in servers)
-        replayer.replay(_history('{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}'))
-        assert replayer.call_replicas is None and not any(server.running for server in servers)
+    assert not any(server.running for server in servers)
 
 
 # a bad key the script would meet only after its first write (D3, D9): refused at that write, neither
