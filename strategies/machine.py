@@ -169,6 +169,7 @@ RULE_ORDER = {name: n for n, name in enumerate((
 
 
 VERBS = tuple(TRANSITIONS)
+FENCED_VERBS = tuple(verb for verb, t in TRANSITIONS.items() if t.fenced)
 # the transitions a transaction may hold: every one but CLAIM, whose Lua host reads `paused?` first
 IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # the notify rule's flags (`notify-keyspace-events`): every event on both channels first (what it
@@ -1029,8 +1030,12 @@ class QueueMachine(RuleBasedStateMachine):
     def another_database(self) -> None:
         """The queues live in a database other than 0: every step of the history runs there on both
         servers, the workers', the users' and the harness's connections alike (the header's `db`);
-        the walks cover every database, so a write that lands in another is a divergence."""
-        self.db = self.draws().pick(OTHER_DATABASES)
+        the walks cover every database, so a write that lands in another is a divergence. A producer
+        enqueues there at once: the run holds a step even if this is its only rule."""
+        draws = self.draws()
+        self.db = draws.pick(OTHER_DATABASES)
+        queue = draws.queue()
+        self._call(_transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
 
     @weight(6)
     @precondition(on_shape("corruption"))
@@ -1071,11 +1076,13 @@ class QueueMachine(RuleBasedStateMachine):
     def other_writers_fields(self) -> None:
         """An operator or a dashboard adds a field of its own to `meta` or to the row the next
         transition reaches (raw HSET), then that transition: every one keeps the field, as the
-        scripts' HSET, HDEL and ZADD do."""
+        scripts' HSET, HDEL and ZADD do. Mostly, where a lease is held, a lease holder's call that
+        writes its row (COMPLETE, FAIL, EXTEND): the writes a job's own fields go through most."""
         draws = self.draws()
         queue = draws.queue()
         layout = Layout(queue)
-        verb = draws.pick(VERBS)
+        held = bool(self.hints[queue].active)
+        verb = draws.pick(FENCED_VERBS) if held and draws.aim(2) else draws.pick(VERBS)
         transition = TRANSITIONS[verb]
         job = _reader_row(draws, verb, self.hints[queue]) if transition.rows is not Rows.NONE else None
         on_meta = job is None or (transition.reads_meta and draws.chance(2))
