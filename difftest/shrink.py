@@ -16,16 +16,45 @@ from difftest.history import BeginClaim, EndClaim, History, Step, well_paired
 Predicate = Callable[[History], bool]
 
 
+def _partners(steps: tuple[Step, ...], indices: range) -> set[int]:
+    """Where the split-claim partners of the steps at indices stand: a begin's next end of its
+    worker, an end's last begin before it (a begin left open at the history's end has none)."""
+    partners: set[int] = set()
+    for i in indices:
+        step = steps[i]
+        if isinstance(step, BeginClaim):
+            ahead = range(i + 1, len(steps))
+            partners.update(_first_of(steps, ahead, step.worker, EndClaim, BeginClaim))
+        elif isinstance(step, EndClaim):
+            behind = range(i - 1, -1, -1)
+            partners.update(_first_of(steps, behind, step.worker, BeginClaim, EndClaim))
+    return partners
+
+
+def _first_of(
+    steps: tuple[Step, ...],
+    order: range,
+    worker: str,
+    wanted: type[BeginClaim] | type[EndClaim],
+    stop: type[BeginClaim] | type[EndClaim],
+) -> list[int]:
+    """The index of the first `wanted` step of worker in that order, unless a `stop` of it comes first."""
+    for j in order:
+        step = steps[j]
+        if isinstance(step, wanted) and step.worker == worker:
+            return [j]
+        if isinstance(step, stop) and step.worker == worker:
+            return []
+    return []
+
+
 def _without(steps: tuple[Step, ...], start: int, stop: int) -> tuple[Step, ...] | None:
-    """The steps without [start, stop), or None if that would break a split claim's pairing."""
-    removed = steps[start:stop]
-    kept = steps[:start] + steps[stop:]
-    begun = {s.worker for s in removed if isinstance(s, BeginClaim)}
-    ended = {s.worker for s in removed if isinstance(s, EndClaim)}
-    if begun != ended:
-        # remove the partner too, when it lies outside the chunk
-        lonely = begun ^ ended
-        kept = tuple(s for s in kept if not (isinstance(s, BeginClaim | EndClaim) and s.worker in lonely))
+    """The steps without [start, stop) and the split-claim partners of what that removes (only
+    those: removing every step of a worker lost a needed claim when one begin was left open), or
+    None if that would break a split claim's pairing."""
+    chunk = range(start, min(stop, len(steps)))
+    gone = set(chunk) | _partners(steps, chunk)
+    kept = tuple(step for i, step in enumerate(steps) if i not in gone)
     return kept if kept != steps and well_paired(kept) else None
 
 

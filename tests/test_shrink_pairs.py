@@ -26,11 +26,20 @@ def history() -> History:
     return hist.loads("\n".join(json.dumps(line) for line in [HEADER, *STEPS]))
 
 
-def test_a_whole_pair_and_the_next_begin_are_not_deleted_alone() -> None:
+def test_a_whole_pair_and_the_next_begin_take_that_begin_s_end_with_them() -> None:
     steps = history().steps
-    # begin, end, begin of worker A: the workers begun and ended match, but the second end is left
-    assert _without(steps, 1, 4) is None
-    assert well_paired(steps) and not well_paired(steps[:1] + steps[4:])
+    # begin, end, begin of worker A: the second begin's own end goes too, never a lone end left
+    assert not well_paired(steps[:1] + steps[4:])
+    assert _without(steps, 1, 4) == steps[:1] + steps[5:]
+
+
+def test_a_begin_left_open_at_the_end_is_deleted_alone() -> None:
+    # a history may end inside a split claim; deleting that begin keeps worker A's earlier pair
+    # (the pass once deleted every step of the worker, and a needed claim with them)
+    steps = history().steps[:5] + history().steps[1:2]
+    assert well_paired(steps)
+    assert _without(steps, 5, 6) == steps[:5]
+    assert _without(steps, 3, 4) == steps[:3] + steps[5:]  # the second pair's begin: its end goes too
 
 
 def test_every_candidate_the_pass_tries_pairs_up_and_loads() -> None:
