@@ -298,6 +298,7 @@ class Side:
             wire.connection.db = db  # (what its handshake selects, should valkey-py connect again)
         if self.walk_command[0] == SCRIPT_WALK[0]:
             self.walk_command = (*SCRIPT_WALK, b"%d" % db) if db else SCRIPT_WALK
+        self.close_replica()  # the replica's wire, opened again on its next use, selects `db` too
 
     def reconnect(self) -> None:
         self.pipe.reset()

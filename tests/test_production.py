@@ -194,3 +194,21 @@ def test_the_queues_a_condition_label_names_are_read_off_the_keyspace_before_the
     }
     ttl, fields = _queues_with(snapshot)
     assert ttl == {b"emq:{a}:"} and fields == {b"emq:{b}:", b"emq:{f}:"}
+
+
+PAUSED_CLAIM_ON_A_REPLICA = """{"format": "difftest-history", "version": 1, "start_ms": 1000%s}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "target": "replica"}
+"""
+
+
+def test_a_call_to_a_replica_runs_in_the_historys_database() -> None:
+    """The replica's wire moves with the history's database: in database 2 the paused read on the
+    replica sees database 2's meta (both answer empty), not database 0's (the scripts would claim)."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        for db in (0, 2):
+            history = hist.loads(PAUSED_CLAIM_ON_A_REPLICA % (f', "db": {db}' if db else ""))
+            result = replayer.replay(history)
+            assert result.ok, (db, result.divergence and result.divergence.reason)
+            assert (result.records[-1].lua_reply, result.records[-1].native_reply) == ([], [])
