@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from valkey._parsers.resp2 import _RESP2Parser
 from valkey._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from valkey.connection import DefaultParser
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
@@ -51,37 +50,6 @@ class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]
         return ResponseError(response)
 
 
-class TypedParser(_RESP2Parser):
-    """RESP2 read with every reply's type kept: a simple string as `Simple`, a bulk string as bytes,
-    the null array as `NilArray` apart from the null bulk string (None), an error with its whole
-    text. valkey-py's parsers give `+OK` and `$2 OK` as the same bytes; a client of the queue can
-    tell them apart, so the comparison must too (the replay's connections use this parser). Off
-    (plain bytes, as valkey-py's handshake expects) until the connection is set up."""
-
-    typed = False
-
-    def _read_response(self, disable_decoding: bool = False) -> Any:
-        buffer = self._buffer
-        assert buffer is not None  # connected
-        raw = buffer.readline()
-        if not raw:
-            raise ValkeyConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
-        kind, rest = raw[:1], raw[1:]
-        if kind == b"$":
-            return None if rest == b"-1" else buffer.read(int(rest))
-        if kind == b":":
-            return int(rest)
-        if kind == b"*":
-            if rest == b"-1":
-                return NilArray() if self.typed else None
-            return [self._read_response() for _ in range(int(rest))]
-        if kind == b"+":
-            return Simple(rest) if self.typed else rest
-        if kind == b"-":
-            return ResponseError(rest.decode("utf-8", errors="replace"))
-        raise InvalidResponse(f"Protocol Error: {raw!r}")
-
-
 class _Incomplete(Exception):
     """The buffer ends inside a reply: more bytes are needed."""
 
@@ -111,9 +79,11 @@ def _read_items(buffer: bytes, count: int, after: int) -> tuple[list[Any], int]:
 
 
 def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
-    """One RESP2 or RESP3 reply from `buffer` at offset `at`, typed as `TypedParser` types it (and
-    RESP3's own types as difftest/replies.py's), and the offset after it; raises _Incomplete when
-    the buffer ends first."""
+    """One RESP2 or RESP3 reply from `buffer` at offset `at`, and the offset after it; raises _Incomplete
+    when the buffer ends first. Every reply keeps its type: a simple string as `Simple`, a bulk string
+    as bytes, the null array as `NilArray` apart from the null bulk string (None), an error with its
+    whole text, RESP3's own types as difftest/replies.py's. valkey-py's parsers give `+OK` and `$2 OK`
+    as the same bytes; a client of the queue can tell them apart, so the comparison must too."""
     end = buffer.find(b"\r\n", at)
     if end < 0:
         raise _Incomplete
@@ -205,9 +175,9 @@ class Wire:
 
         kind, options = connection_options(address, username, password, timeout=60)
         # db: selected in the handshake (a SELECT round trip only off database 0)
-        self.connection = kind(**{**options, "parser_class": TypedParser, "db": db})
+        # the handshake (AUTH, SELECT) is read by valkey-py's own parser, as plain bytes it expects
+        self.connection = kind(**{**options, "db": db})
         self.connection.connect()
-        self.connection._parser.typed = True  # the handshake (AUTH, HELLO) read its +OK as bytes
         # from here on replies are read by `parse_reply`, from the socket, whole buffers at a time:
         # valkey-py's reader goes line by line through Python calls (most of a reply's cost)
         self._socket: Any = self.connection._sock  # the socket `_unread` came from
@@ -215,8 +185,8 @@ class Wire:
         self._at = 0
         self.protocol = protocol
         if protocol == 3:
-            # said here, not in valkey-py's handshake: its RESP2 parser (the replay's) cannot read
-            # HELLO's RESP3 map; from here on `parse_reply` reads every RESP3 type
+            # said here, not in valkey-py's handshake, so that `parse_reply` reads HELLO's RESP3 map and
+            # every RESP3 reply after it
             hello = self.call(b"HELLO", b"3")
             if not (isinstance(hello, Map) and (b"proto", 3) in hello.pairs):
                 raise ValkeyConnectionError(f"HELLO 3 was answered {hello!r}, not a RESP3 map with proto 3")
@@ -225,7 +195,7 @@ class Wire:
         self.connection.send_packed_command([pack_commands(commands)], check_health=False)
 
     def read_raw(self) -> Any:
-        """The next reply, typed as `TypedParser` types it; an error reply comes back as an
+        """The next reply, typed as `parse_reply` types it; an error reply comes back as an
         ErrorReply (one inside an array stays a ResponseError, for `as_reply`)."""
         while True:
             try:

@@ -1,5 +1,5 @@
-# `python -m mutants [--only ID ...] [--jobs N] [--shard K/N] [--examples N] [--seed S] [--reports DIR]`:
-# score the catalogue; `python -m mutants merge OUT DIR [DIR ...]`: join shard reports into one.
+"""`python -m mutants [--only ID ...] [--jobs N] [--shard K/N] [--examples N] [--seed S] [--reports DIR]`:
+score the catalogue; `python -m mutants merge OUT DIR [DIR ...]`: join shard reports into one."""
 
 from __future__ import annotations
 

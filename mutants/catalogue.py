@@ -1,4 +1,4 @@
-# The catalogue: each mutant's metadata and unified-diff patch, loaded and checked for completeness.
+"""The catalogue: each mutant's metadata and unified-diff patch, loaded and checked for completeness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# Each campaign in its own process, pinned to its own core, under a hard time limit; a few at a time.
+"""Each campaign in its own process, pinned to its own core, under a hard time limit; a few at a time."""
 
 from __future__ import annotations
 

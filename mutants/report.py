@@ -1,5 +1,5 @@
-# The report of a run (or of merged shards): outcomes.json, the Stryker mutation-testing-elements
-# JSON, JUnit XML and a self-contained HTML page, all from one outcomes document.
+"""The report of a run (or of merged shards): outcomes.json, the Stryker mutation-testing-elements
+JSON, JUnit XML and a self-contained HTML page, all from one outcomes document."""
 
 from __future__ import annotations
 

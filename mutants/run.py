@@ -1,5 +1,5 @@
-# The whole run: a null run and a canary that must pass, then every mutant built and scored, each
-# campaign in its own process, several at once; the report in four forms (see report.py).
+"""The whole run: a null run and a canary that must pass, then every mutant built and scored, each
+campaign in its own process, several at once; the report in four forms (see report.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# One campaign over one pair of executors (a mutant's, or the unmodified ones) and its outcome.
+"""One campaign over one pair of executors (a mutant's, or the unmodified ones) and its outcome."""
 
 from __future__ import annotations
 

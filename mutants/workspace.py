@@ -1,4 +1,4 @@
-# A mutant applied to a cached copy of its executor's source, and (native) built into its own module.
+"""A mutant applied to a cached copy of its executor's source, and (native) built into its own module."""
 
 from __future__ import annotations
 

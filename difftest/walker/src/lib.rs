@@ -1,20 +1,20 @@
-// DIFFTEST.WALK: the replay's canonical keyspace walk in native code, the Lua walker's reply exactly.
-//
-// The replay walks both keyspaces after every step. The Lua walker (difftest/snapshot.py,
-// CANONICAL_WALK_SCRIPT) costs the server about 8 µs a key (three commands a key through the
-// scripting bridge, Lua tables, a sort, cmsgpack); this command reads the keys through the module
-// API's low-level calls and answers the same reply: two bulk strings, MessagePack, the first a list
-// of [key, type, value, pttl] sorted by key (a hash's fields sorted, `lease_epoch` lifted out; a
-// set sorted; a zset and a list as ZRANGE WITHSCORES and LRANGE give them), the second the flat
-// list of (row, lease_epoch); a third only when a database other than the caller's holds keys: each
-// such key as [db, key, type, value, pttl] (`lease_epoch` left in the value), by database and key,
-// the caller's database selected again before the reply. It is the instrument, loaded beside whatever a server runs: it reads,
-// never writes (a key found expired is dropped by the server's own lazy expiry, as SCAN does).
-//
-// It runs after every step, so it allocates little: key names are the scan's own module strings,
-// retained (not copied); a hash's or a set's elements are copied into one buffer and sorted as
-// spans of it; entries are packed straight into the reply, into buffers a static keeps from one
-// walk to the next.
+//! DIFFTEST.WALK: the replay's canonical keyspace walk in native code, the Lua walker's reply exactly.
+//!
+//! The replay walks both keyspaces after every step. The Lua walker (difftest/snapshot.py,
+//! CANONICAL_WALK_SCRIPT) costs the server about 8 µs a key (three commands a key through the
+//! scripting bridge, Lua tables, a sort, cmsgpack); this command reads the keys through the module
+//! API's low-level calls and answers the same reply: two bulk strings, MessagePack, the first a list
+//! of [key, type, value, pttl] sorted by key (a hash's fields sorted, `lease_epoch` lifted out; a
+//! set sorted; a zset and a list as ZRANGE WITHSCORES and LRANGE give them), the second the flat
+//! list of (row, lease_epoch); a third only when a database other than the caller's holds keys: each
+//! such key as [db, key, type, value, pttl] (`lease_epoch` left in the value), by database and key,
+//! the caller's database selected again before the reply. It is the instrument, loaded beside whatever a server runs: it reads,
+//! never writes (a key found expired is dropped by the server's own lazy expiry, as SCAN does).
+//!
+//! It runs after every step, so it allocates little: key names are the scan's own module strings,
+//! retained (not copied); a hash's or a set's elements are copied into one buffer and sorted as
+//! spans of it; entries are packed straight into the reply, into buffers a static keeps from one
+//! walk to the next.
 
 mod pack;
 

@@ -1,4 +1,4 @@
-// The MessagePack the walker answers in: arrays, byte strings and integers, nothing else.
+//! The MessagePack the walker answers in: arrays, byte strings and integers, nothing else.
 
 /// The most bytes an array header takes (0xdd and a four-byte count): the room a body keeps in
 /// front of itself for the header its count, known only at the end, calls for.

@@ -1,4 +1,4 @@
-// Shape and integer checks of a command's arguments: the first two gates of every handler.
+//! Shape and integer checks of a command's arguments: the first two gates of every handler.
 
 use crate::errors;
 

@@ -1,5 +1,5 @@
-// Pure decisions, taken from values already read and before any write: counters, the FAIL
-// comparison, deadlines, and each swept member's verdict.
+//! Pure decisions, taken from values already read and before any write: counters, the FAIL
+//! comparison, deadlines, and each swept member's verdict.
 
 use crate::args::string2ll;
 use crate::epoch;

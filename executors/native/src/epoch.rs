@@ -1,4 +1,4 @@
-// The lease epoch: the server's run_id, read once at load, stamped on leases and compared by SWEEP.
+//! The lease epoch: the server's run_id, read once at load, stamped on leases and compared by SWEEP.
 
 use std::sync::OnceLock;
 

@@ -1,4 +1,4 @@
-// Adapters to the server: byte-safe calls (reads, replicated writes), ACL checks of derived keys, the clock.
+//! Adapters to the server: byte-safe calls (reads, replicated writes), ACL checks of derived keys, the clock.
 
 use std::ptr;
 

@@ -1,4 +1,4 @@
-// The queue keyspace: checks that declared keys are one queue's layout and derives rows, meta, metrics.
+//! The queue keyspace: checks that declared keys are one queue's layout and derives rows, meta, metrics.
 
 /// One queue, known by its base root `emq:{q}:`; every key it derives shares the `{q}` hashtag.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-// The `emq` module: loads the lease epoch and registers one command per EMQ transition.
+//! The `emq` module: loads the lease epoch and registers one command per EMQ transition.
 
 mod args;
 mod decide;

@@ -1,4 +1,4 @@
-// A planned write: the command, its byte arguments, and the reply it must give (its prediction).
+//! A planned write: the command, its byte arguments, and the reply it must give (its prediction).
 
 use crate::host::Reply;
 

@@ -1,4 +1,4 @@
-// EMQ.CLAIM 3 pending active base lease_ms: the seed's native claim, the pause read folded in.
+//! EMQ.CLAIM 3 pending active base lease_ms: the seed's native claim, the pause read folded in.
 
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 

@@ -1,4 +1,4 @@
-// EMQ.COMPLETE 3 active done base id token: a lease holder finishes; the job moves to done, counted.
+//! EMQ.COMPLETE 3 active done base id token: a lease holder finishes; the job moves to done, counted.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 

@@ -1,4 +1,4 @@
-// EMQ.ENQUEUE 3 pending delayed base id payload delay_ms: add a job once.
+//! EMQ.ENQUEUE 3 pending delayed base id payload delay_ms: add a job once.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 

@@ -1,4 +1,4 @@
-// EMQ.EXTEND 2 active base id token lease_ms: push a held lease's deadline, re-stamping its epoch.
+//! EMQ.EXTEND 2 active base id token lease_ms: push a held lease's deadline, re-stamping its epoch.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 

@@ -1,4 +1,4 @@
-// EMQ.FAIL 4 active delayed dead base id token error max_attempts backoff_ms: retry later or dead-letter.
+//! EMQ.FAIL 4 active delayed dead base id token error max_attempts backoff_ms: retry later or dead-letter.
 
 use valkey_module::{Context, ValkeyResult, ValkeyValue};
 

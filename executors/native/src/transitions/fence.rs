@@ -1,4 +1,4 @@
-// The fence of EXTEND, COMPLETE and FAIL: the id is in active and its row's attempts is the token.
+//! The fence of EXTEND, COMPLETE and FAIL: the id is in active and its row's attempts is the token.
 
 use valkey_module::{Context, ValkeyError};
 

@@ -1,4 +1,4 @@
-// The metrics counters (`metrics:completed`, `metrics:failed`): checked and predicted before a bump.
+//! The metrics counters (`metrics:completed`, `metrics:failed`): checked and predicted before a bump.
 
 use valkey_module::{Context, ValkeyError};
 

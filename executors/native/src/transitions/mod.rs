@@ -1,4 +1,4 @@
-// The transitions, one file each, and the gates every one of them opens with: shape, then layout.
+//! The transitions, one file each, and the gates every one of them opens with: shape, then layout.
 
 pub mod claim;
 pub mod complete;

@@ -1,4 +1,4 @@
-// EMQ.PAUSE / EMQ.RESUME 1 meta: set or clear the pause flag, answering as HSET / HDEL would.
+//! EMQ.PAUSE / EMQ.RESUME 1 meta: set or clear the pause flag, answering as HSET / HDEL would.
 
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 

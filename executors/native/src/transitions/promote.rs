@@ -1,4 +1,4 @@
-// EMQ.PROMOTE 3 delayed pending base limit: due delayed jobs to pending at their due score.
+//! EMQ.PROMOTE 3 delayed pending base limit: due delayed jobs to pending at their due score.
 
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 

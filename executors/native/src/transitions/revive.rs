@@ -1,4 +1,4 @@
-// EMQ.REVIVE 3 dead pending base id: a dead job back to pending, stall count reset; a ghost is consumed.
+//! EMQ.REVIVE 3 dead pending base id: a dead job back to pending, stall count reset; a ghost is consumed.
 
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 

@@ -1,5 +1,5 @@
-// EMQ.SWEEP 4 active pending dead base max_stalled limit: expired leases back to pending or dead,
-// a restart's expiries exempt; every member decided before any write.
+//! EMQ.SWEEP 4 active pending dead base max_stalled limit: expired leases back to pending or dead,
+//! a restart's expiries exempt; every member decided before any write.
 
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
