@@ -140,6 +140,11 @@ class Propagation:
 # ---- the replicas (I/O) --------------------------------------------------------------------------------
 
 
+def _replica_config(primary: EmbeddedServer) -> tuple[str, ...]:
+    """A replica's settings, following its primary at the port the primary listens on now."""
+    return (*REPLICA_CONFIG, "--replicaof", "127.0.0.1", str(primary.tcp_port))
+
+
 class _Pair:
     """One primary and its replica, with a connection to each."""
 
@@ -148,9 +153,9 @@ class _Pair:
             raise RuntimeError(f"{side}: a server with a replica needs a TCP port (start it with primary_options())")
         self.side = side
         self.primary = primary
-        config = (*REPLICA_CONFIG, "--replicaof", "127.0.0.1", str(primary.tcp_port))
-        self.replica = EmbeddedServer(f"{primary.name}-replica", group.root / f"{primary.name}-replica", group.clock,
-                                      primary.module, primary.module_args, extra_config=config)  # fmt: skip
+        name = f"{primary.name}-replica"
+        self.replica = EmbeddedServer(name, group.root / name, group.clock, primary.module, primary.module_args,
+                                      extra_config=_replica_config(primary))  # fmt: skip
         self.linked_start = -1  # the primary's start the replica follows
         self.primary_wire: Wire | None = None
         self.replica_wire: Wire | None = None
@@ -163,6 +168,8 @@ class _Pair:
         self.close_wires()
         self.replica.kill()
         self.linked_start = self.primary.starts
+        # the primary's port as of this start: a restarted primary may have had to take a new one
+        self.replica.extra_config = _replica_config(self.primary)
         self.replica.start()
 
     def await_link(self) -> None:

@@ -57,6 +57,54 @@ def test_port_in_use_is_one_clear_error(group: ServerGroup) -> None:
             group.add("a", tcp_port=port)
 
 
+def _answers_ping(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"PING\r\n")
+        return conn.recv(16) == b"+PONG\r\n"
+
+
+def _held(port: int) -> socket.socket:
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", port))
+    holder.listen()
+    return holder
+
+
+@pytest.mark.parametrize("crash", [True, False])
+def test_a_picked_port_taken_while_its_server_restarts_is_exchanged_for_a_new_one(
+    group: ServerGroup, crash: bool
+) -> None:
+    # the kernel hands a freed port to whoever asks next (another process's pick, an outgoing
+    # connection's local port): a restart that insisted on it failed with "port in use"
+    server = group.add("a", tcp_port=0)
+    first = server.tcp_port
+    assert first is not None
+    # a group's restart: both servers stopped, then spawned, then awaited (restart_all's phases)
+    server.restart_begin(crash)
+    server.stop()  # the old process is gone, so its port is free for anyone to take
+    with _held(first):
+        server.restart_await(server._spawn(first))
+    second = server.tcp_port
+    assert second is not None and second != first and _answers_ping(second)
+    # a crash step's kill, then start
+    server.kill()
+    with _held(second):
+        server.start()
+    third = server.tcp_port
+    assert third is not None and third != second and _answers_ping(third)
+
+
+def test_a_named_port_taken_while_its_server_restarts_is_one_clear_error(group: ServerGroup) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        named = probe.getsockname()[1]
+    server = group.add("a", tcp_port=named)
+    server.kill()
+    with _held(named), pytest.raises(SetupProblem, match=f"port {named} .*in use"):
+        server.start()
+
+
 def test_missing_module_is_one_clear_error(group: ServerGroup, tmp_path: Path) -> None:
     with pytest.raises(SetupProblem, match="does not exist: build it"):
         group.add("a", module=tmp_path / "nope.so")

@@ -139,6 +139,15 @@ class EmbeddedServer(SocketClients):
                     raise SetupProblem(
                         f"TCP port {port} on 127.0.0.1 is in use: choose another port or stop the process that holds it"
                     ) from None
+                self._forget_port()
+
+    def _forget_port(self) -> None:
+        """A port the kernel picked for this server was taken while it was down (by another
+        process's pick, or as the local port of an outgoing connection: the ports come from one
+        range): such a port is not ours to keep, so the next start picks a new one. Its replica
+        follows, being made again for each start of its primary (difftest/replicas.py)."""
+        if self.requested_port == 0:
+            self.tcp_port = None
 
     def _choose_port(self) -> int | None:
         if self.tcp_port is not None:
@@ -353,7 +362,16 @@ class EmbeddedServer(SocketClients):
         return self._spawn(self._choose_port())
 
     def restart_await(self, started: tuple[int, int | None]) -> None:
-        self._await_ready(*started)
+        try:
+            self._await_ready(*started)
+        except _PortTaken:
+            if self.requested_port != 0:
+                raise SetupProblem(
+                    f"TCP port {started[1]} on 127.0.0.1 was taken while {self.name} restarted: "
+                    "choose another port or stop the process that holds it"
+                ) from None
+            self._forget_port()
+            self.start()
 
     def crash(self) -> None:
         self.kill()
