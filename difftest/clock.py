@@ -5,7 +5,7 @@ harness and every server map shared: the servers through the project's clock lib
 (`difftest/servers/frozen_clock.c`, preloaded into the servers only), which answers their
 wall-clock calls from it; the monotonic clocks stay real so the event loop runs. Moving the clock
 is one aligned store into the mapping, seen by each server's next command: nothing to wait for and
-nothing to confirm (docs/decisions.md, "The frozen clock").
+nothing to confirm (docs/design-notes.md, "The frozen clock").
 """
 
 from __future__ import annotations

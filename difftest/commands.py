@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 
 # Durations are capped so that now + duration stays below 2^53: exact as a zset score (a double)
-# and as a Lua number, and never an i64 overflow. See docs/decisions.md.
+# and as a Lua number, and never an i64 overflow. See docs/contract-decisions.md.
 MAX_DURATION_MS = 2**52
 I64_MAX = 2**63 - 1
 

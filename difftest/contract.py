@@ -91,7 +91,7 @@ class Rule:
     # ACL): the rows of what the Lua host decides before any script reaches the server (D6, N3, N4)
     host_side: bool = False
     # its place in the spec's own table (emq-transitions.md: D1-D6, N1, D7-D9); 0: a row of this
-    # project's (N2...: docs/decisions.md), shown after the spec's in its number order (TABLE_ORDER)
+    # project's (N2...: docs/contract-decisions.md), shown after the spec's in its number order (TABLE_ORDER)
     spec_row: int = 0
 
     @property
@@ -134,7 +134,7 @@ def _error_code(reply: Reply) -> str | None:
 
 # The server's refusals of a script at its first write (script.c: on a read-only replica, and over
 # the memory limit when that write is a deny-oom command): the script stops before it writes
-# anything, and the module must refuse at the same point (docs/decisions.md, "The memory limit",
+# anything, and the module must refuse at the same point (docs/contract-decisions.md, "The memory limit",
 # "A read-only replica as a call target")
 FIRST_WRITE_REFUSALS = frozenset({"READONLY", "OOM"})
 
@@ -389,7 +389,7 @@ def rule_d6(view: StepView) -> RuleResult:
     if view.lua_reply != Refused(message):
         return False, f"the lua host should refuse with {message!r}, answered {view.lua_reply!r}"
     # the host's guards run before anything is sent; the server checks the caller's ACL on the
-    # native command's keys before the command's own argument rules (docs/decisions.md)
+    # native command's keys before the command's own argument rules (docs/contract-decisions.md)
     refused_by_acl = any((key, perm) in view.denied for key in checked_keys(resolved) for perm in (READ, WRITE))
     if refused_by_acl:
         if _error_code(view.native_reply) != "NOPERM":
@@ -423,7 +423,7 @@ LUA_EXACT_INTEGERS = 2**53  # a Lua number (a double) holds every integer up to 
 
 def lua_number(count: int) -> int:
     """A count as the retired scripts reply it: through a Lua number, so past 2^53 the double nearest
-    it (N5; docs/decisions.md, "Lua number precision")."""
+    it (N5; docs/contract-decisions.md, "Lua number precision")."""
     return count if abs(count) <= LUA_EXACT_INTEGERS else int(float(count))
 
 
@@ -664,13 +664,13 @@ def rule_d3(view: StepView) -> RuleResult:
         return None  # failed on a read, before any write: both must simply match
     # a key both wrong-typed and denied: the script stops at the ACL check of its first command
     # on it, the native (the seed's order) at the row's type on its first read; either error
-    # names a fault that holds, and the native must still write nothing (docs/decisions.md)
+    # names a fault that holds, and the native must still write nothing (docs/contract-decisions.md)
     native_code = _error_code(view.native_reply)
     return _native_refused(view, native_code if native_code in faults else code)
 
 
 def rule_n5(view: StepView) -> RuleResult:
-    """The retired CLAIM returns `attempts` through a Lua number (docs/decisions.md, "Lua number
+    """The retired CLAIM returns `attempts` through a Lua number (docs/contract-decisions.md, "Lua number
     precision"): past 2^53 its reply is the double nearest the count, while the row, incremented by
     HINCRBY in the server, holds the exact count on both sides. The native replies exactly (also a
     native that rounds like the scripts is a divergence: the contract asks for the count)."""
@@ -729,17 +729,18 @@ RULES: dict[str, Rule] = {
              "a key the transition touches is wrong-typed (or denied) and the script reaches it only after a write",
              "partial writes, then the error", "the error, nothing written", rule_d3, lua_partial_writes=True,
              spec_row=3),
-        Rule("N2", (Verb.EXTEND,), "the caller may read but not write the row (project decision, docs/decisions.md)",
+        Rule("N2", (Verb.EXTEND,),
+             "the caller may read but not write the row (project decision, docs/contract-decisions.md)",
              "extends: the script never writes the row",
              "NOPERM, nothing written: re-stamping lease_epoch writes the row", rule_n2),
         Rule("N3", (Verb.CLAIM,), "the caller is denied a declared key and the host's paused? read answered "
-             "(paused, or an error) (project decision, docs/decisions.md)",
+             "(paused, or an error) (project decision, docs/contract-decisions.md)",
              "empty, nothing written: the host sends no script", "NOPERM, nothing written: the server refuses it",
              rule_n3, host_side=True),
         Rule("N4", (Verb.PAUSE, Verb.RESUME), "the caller may write meta but not read it (project decision, "
-             "docs/decisions.md)", "HSET / HDEL run: they need only write", "NOPERM, nothing written", rule_n4,
+             "docs/contract-decisions.md)", "HSET / HDEL run: they need only write", "NOPERM, nothing written", rule_n4,
              host_side=True),
-        Rule("N5", (Verb.CLAIM,), "the claimed row's attempts pass 2^53 (project decision, docs/decisions.md)",
+        Rule("N5", (Verb.CLAIM,), "the claimed row's attempts pass 2^53 (project decision, docs/contract-decisions.md)",
              "replies the double nearest attempts (a Lua number)", "replies attempts exactly; rows alike",
              rule_n5, resync=False),
         # (under keyspace notifications the EXTEND re-stamp also fires one hset on the row:
@@ -824,7 +825,7 @@ def _alternatives(view: StepView) -> Verdict:
         return Verdict("divergence", reason=f"the native server died at this step ({view.native_reply.why})")
     if view.resolved.via_scripts:
         # an upgrade's Lua-era worker: the scripts ran on both servers, on equal ground; no row
-        # allows a difference (docs/decisions.md, "Upgrades and the mixed fleet")
+        # allows a difference (docs/contract-decisions.md, "Upgrades and the mixed fleet")
         same = replies_equal(view.lua_reply, view.native_reply) and same_keyspace(view.lua_after, view.native_after)
         what = "replies differ" if not replies_equal(view.lua_reply, view.native_reply) else "keyspaces differ"
         return MATCH if same else Verdict("divergence", reason=f"the scripts ran on both servers, yet {what}")

@@ -54,7 +54,7 @@ CONDITION_LABELS: tuple[str, ...] = (
     # field another writer added
     *(f"condition:{condition}:{verb.lower()}" for condition in ("db", "ttl", "fields") for verb in TRANSITIONS),
     # over the memory limit (maxmemory below the used memory, noeviction), and sent to the server's
-    # read-only replica (docs/decisions.md, "The memory limit", "A read-only replica as a call target")
+    # read-only replica (docs/contract-decisions.md, "The memory limit", "A read-only replica as a call target")
     *(f"condition:oom:{verb.lower()}" for verb in TRANSITIONS),
     *(f"condition:replica:{verb.lower()}" for verb in TRANSITIONS),
 )

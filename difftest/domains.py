@@ -1,4 +1,4 @@
-"""Value domains derived from the command table and docs/decisions.md, not from literals: the bounds of
+"""Value domains derived from the command table and docs/contract-decisions.md, not from literals: the bounds of
 every integer argument, the values other writers leave in the fields a transition reads, the keys each
 transition reaches (for wrong types and permission classes), ids, payloads and errors at their edges,
 and every class of the argument rules (shape, each key's layout, the integer form) from both sides.
@@ -28,7 +28,7 @@ from difftest.commands import (
     parse_key,
 )
 
-# The largest counter both executors still read exactly: a Lua number is a double (docs/decisions.md,
+# The largest counter both executors still read exactly: a Lua number is a double (docs/contract-decisions.md,
 # "Lua number precision"); a counter of 2^53 - 1 incremented is 2^53, still exact.
 EXACT_EDGE = 2**53 - 1
 
@@ -61,7 +61,7 @@ INT_ARGS: tuple[tuple[str, str], ...] = tuple(
 # What another tool or an older version may have left in a field: None is the field absent.
 # Counters get every integer form and its neighbours; flags and texts the forms that tell a
 # present-but-empty field from an absent one. Counters leave out i64 min and values past
-# 2^53 - 1 other than i64 max: there the retired scripts round (docs/decisions.md).
+# 2^53 - 1 other than i64 max: there the retired scripts round (docs/contract-decisions.md).
 FIELD_VALUE_CLASSES: dict[str, bytes | None] = {
     "absent": None,
     "empty": b"",
@@ -289,7 +289,7 @@ def acl_reached(transition: Transition, restriction: Restriction) -> list[str]:
     ]
 
 
-# -- the argument rules at their class boundaries (docs/decisions.md, "Argument rules") -------------
+# -- the argument rules at their class boundaries (docs/contract-decisions.md, "Argument rules") -------------
 #
 # Each rule of the three checks (shape, layout, integers), from both sides: the classes a call can
 # break it by, and for the layout and the integers the classes that look broken but are accepted.

@@ -3,7 +3,7 @@
 With `notify-keyspace-events` on (a history's `notify` step), each server has one subscriber
 connection; the replay puts a marker (a PUBLISH on the admin connection) after every step's walk,
 and the messages between two markers are the step's events, in the order the server fired them
-(docs/decisions.md, "Keyspace notifications"). Nothing here reads a server.
+(docs/contract-decisions.md, "Keyspace notifications"). Nothing here reads a server.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def events_problem(
     executors did different things on purpose, and that row judged both keyspaces exactly)."""
     if resolved.is_raw or resyncs:
         return None
-    if "m" in flags:  # key misses are reads: set aside on both sides (docs/decisions.md)
+    if "m" in flags:  # key misses are reads: set aside on both sides (docs/contract-decisions.md)
         lua, native = writes_only(lua), writes_only(native)
     want = expected_native(resolved, flags, lua, native_reply, db)
     if want == native:

@@ -1,4 +1,4 @@
-"""The argument rules both executors apply before a transition runs (pure; docs/decisions.md).
+"""The argument rules both executors apply before a transition runs (pure; docs/contract-decisions.md).
 
 The native module replies these errors itself; the Lua host applies the same function client-side
 and refuses before sending, as EchoMQ.Jobs guards do (contract row D6).

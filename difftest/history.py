@@ -27,7 +27,7 @@ VERSION = 1
 # walked and compared whole, so a history whose keyspace grows with its length costs time (and
 # memory: every step's snapshot is kept) in the square of its length: 2,000 ENQUEUEs replay in 10 s
 # on a quiet 2-core machine, 48 s on one loaded 8 times over (bench/bench_long_history.py;
-# docs/decisions.md, "How long a history may be"). Generated histories have at most a few hundred.
+# docs/design-notes.md, "How long a history may be"). Generated histories have at most a few hundred.
 MAX_STEPS = 2_000
 MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
 DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
@@ -83,13 +83,13 @@ class HistoryError(ValueError):
 
 # A step's `executor`: None, the server's own executor (the scripts on the Lua server, the module on
 # the native one); SCRIPTS, the Lua scripts on both servers (through the host adapter): a worker that
-# still calls the scripts on the native server during an upgrade (docs/decisions.md, "Upgrades").
+# still calls the scripts on the native server during an upgrade (docs/contract-decisions.md, "Upgrades").
 SCRIPTS = "lua"
 EXECUTORS = (SCRIPTS,)
 # A step's `resp`: the protocol its worker's connection speaks (RESP2 unless 3: HELLO 3)
 PROTOCOLS = (2, 3)
 # A call's `target`: None, the server itself; REPLICA, each server's read-only replica (a worker
-# pointed at a replica: docs/decisions.md, "A read-only replica as a call target")
+# pointed at a replica: docs/contract-decisions.md, "A read-only replica as a call target")
 REPLICA = "replica"
 TARGETS = (REPLICA,)
 
@@ -141,7 +141,7 @@ class Restart:
 class Notify:
     """Keyspace notifications switched on both servers (`notify-keyspace-events`, the flags as
     Valkey takes them; empty: off): from here each step's events are compared
-    (docs/decisions.md, "Keyspace notifications")."""
+    (docs/contract-decisions.md, "Keyspace notifications")."""
 
     flags: str
 
@@ -150,7 +150,7 @@ class Notify:
 class MemoryLimit:
     """The memory limit set on both servers (`maxmemory 1` with `maxmemory-policy noeviction`: any
     keyspace is over it) or lifted (`maxmemory 0`); the harness's own writes never meet it
-    (docs/decisions.md, "The memory limit")."""
+    (docs/contract-decisions.md, "The memory limit")."""
 
     limit: bool
 
@@ -592,7 +592,7 @@ def loads(text: str, name: str = "<history>") -> History:
     if len(lines) - 1 > MAX_STEPS:
         raise HistoryError(f"{name}: {len(lines) - 1:,} steps, past the {MAX_STEPS:,} a replay takes (every step's "
                            "keyspaces are walked and compared whole, so the time grows with steps times keys; "
-                           "docs/decisions.md, \"How long a history may be\"): split the history")  # fmt: skip
+                           "docs/design-notes.md, \"How long a history may be\"): split the history")  # fmt: skip
     db = header.get("db", 0)
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < DATABASES:
         raise HistoryError(f"{where} field 'db': expected a database number from 0 to {DATABASES - 1} "

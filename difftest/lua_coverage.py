@@ -11,7 +11,7 @@ it was. Byte for byte the replies of the scripts (tests/test_lua_coverage.py).
 What the scripts write is untouched: no key, no extra command in the replication stream or the
 AOF, no ACL check (a restricted caller's script would be refused a coverage key), and a script that
 stops at an error still reports the lines it ran, the error-after-write paths of D3-D5, D8 and D9
-included. The two channels the issue offered were not honest here (docs/decisions.md, "Lua script
+included. The two channels the issue offered were not honest here (docs/design-notes.md, "Lua script
 coverage"): a reply cannot carry the lines of a script that ended in an error, and a key is a write
 a restricted user is refused, that FLUSHALL and the re-sync wipe, and that the AOF and replicas see.
 

@@ -396,7 +396,7 @@ class Replayer:
             # Not waited for: a rewrite the reset started (see there). Only the native server
             # restarts: the Lua server, the reference, would reload from its AOF the keyspace it
             # holds (every write it acknowledged is there, fsynced), and nothing else of it is
-            # compared (docs/decisions.md, "A restart")
+            # compared (docs/design-notes.md, "A restart")
             self.group.restart_all(crash=step.step.crash, only=[self.native_server])
             if self.active_replicas is not None:
                 self.active_replicas.relink()  # fresh replicas, synced before the segment writes anything

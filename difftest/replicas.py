@@ -52,7 +52,7 @@ from difftest.wire import Wire
 
 KIND = "propagation"  # the divergence's kind, beside the contract's "divergence"
 # `run --replicas` by default? Only if replicas cost under 20% of the compared steps/s in
-# bench/bench_replay.py --replicas (docs/decisions.md has the figures): they do not.
+# bench/bench_replay.py --replicas (docs/contract-decisions.md has the figures): they do not.
 DEFAULT = False
 CATCH_UP_TIMEOUT_S = 20.0
 DEATH_TIMEOUT_S = 2.0  # a replica this late is the harness's failure (exit 70), not a finding

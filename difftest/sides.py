@@ -107,7 +107,7 @@ class Side:
         self.wires = {None: admin}
         # [None] when the server lacks the walker module. Active expiry off: a key another writer
         # gave a TTL goes when a read meets it past its time on the frozen clock, never in the
-        # server's cron between steps (docs/decisions.md, "Keys with a TTL")
+        # server's cron between steps (docs/contract-decisions.md, "Keys with a TTL")
         commands: list[tuple[bytes, ...]] = [
             (b"COMMAND", b"INFO", WALK_COMMAND), (b"INFO", b"server"), (b"DEBUG", b"SET-ACTIVE-EXPIRE", b"0"),
         ]  # fmt: skip
@@ -138,7 +138,7 @@ class Side:
             self.set_memory_limit(True)
         if self.notify_flags:
             # a started server has its configured flags again: kept on, as a deployment's config
-            # file would keep them (docs/decisions.md, "Keyspace notifications")
+            # file would keep them (docs/contract-decisions.md, "Keyspace notifications")
             self.set_notify(self.notify_flags)
 
     # -- the memory limit and the replica ---------------------------------------------------

@@ -194,7 +194,7 @@ class WalkReader:
     """parse_canonical with a memory of the last walk it read: a key whose row is what it was then
     keeps its Entry (the very object), so a step that changes one key of many builds one Entry, not
     one per key. The snapshot is equal to parse_canonical's, key for key; only the cost differs
-    (docs/decisions.md, "How long a history may be")."""
+    (docs/design-notes.md, "How long a history may be")."""
 
     def __init__(self) -> None:
         self._rows: dict[bytes, tuple[Any, Entry]] = {}  # key -> (its row as last read, its Entry)

@@ -1,7 +1,7 @@
 """Upgrade coverage: what a replay did across the scripts-to-module upgrade (pure, over its records).
 
 A step marked `executor: "lua"` runs through the Lua scripts on the native server too: an upgrade's
-Lua-era prefix, or a worker of a mixed fleet that still calls the scripts (docs/decisions.md,
+Lua-era prefix, or a worker of a mixed fleet that still calls the scripts (docs/contract-decisions.md,
 "Upgrades and the mixed fleet"). The labels say which of the upgrade's situations the module met:
 
 - `upgrade:lua-prefix`: a history whose first transitions ran through the scripts on both

@@ -159,7 +159,7 @@ def _long_lived() -> Iterator[History]:
     yield _history("long:fenced-stale", RawWrite((b"HSET", held, b"attempts", b"10")),
                    CallStep(_call(Verb.COMPLETE, HELD, 1)))  # fmt: skip
     yield _history("long:stalled", RawWrite((b"HSET", held, b"stalled", b"9")), CallStep(_call(Verb.SWEEP, 10, 3)))
-    # attempts past 2^53: the retired CLAIM replies the nearest double (contract:N5, docs/decisions.md)
+    # attempts past 2^53: the retired CLAIM replies the nearest double (contract:N5, docs/contract-decisions.md)
     yield _history("contract:N5", RawWrite((b"HSET", spare, b"attempts", str(2**53 + 2).encode())),
                    CallStep(_call(Verb.CLAIM)))  # fmt: skip
 

@@ -164,7 +164,7 @@ def _held(draw: Chooser, hints: QueueHints, job: bytes | None = None) -> tuple[b
 
 
 def _at_a_bound(draw: Chooser, call: Call) -> Call:
-    """The call with one integer argument at one of its bounds, or one past it (docs/decisions.md:
+    """The call with one integer argument at one of its bounds, or one past it (docs/contract-decisions.md:
     every minimum and maximum is inclusive)."""
     transition = TRANSITIONS[call.verb]
     ints = [i for i, a in enumerate(transition.args) if a.kind.value == "int"]
@@ -294,7 +294,7 @@ def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
 
 
 def _malformed(draw: Chooser, call: Call) -> Call:
-    """The same call at one class of one argument rule (docs/decisions.md, difftest/domains.py): an
+    """The same call at one class of one argument rule (docs/contract-decisions.md, difftest/domains.py): an
     integer of a class of the integer form, the numkeys or the argument count, or one key's layout
     (the base's queue name, a derived key's suffix, another queue's key). A class may be the accepted
     side of its rule (an integer that fits, a queue name with NUL or spaces): the call then runs."""

@@ -174,7 +174,7 @@ FENCED_VERBS = tuple(verb for verb, t in TRANSITIONS.items() if t.fenced)
 IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # the notify rule's flags (`notify-keyspace-events`): every event on both channels first (what it
 # shrinks to), then one channel, then only the classes the transitions fire (hash and zset), then
-# with new-key events and key misses (the misses set aside by the judge: reads, docs/decisions.md)
+# with new-key events and key misses (the misses set aside by the judge: reads, docs/contract-decisions.md)
 NOTIFY_FLAGS = ("KEA", "KA", "EA", "Khz", "KEAnm")
 # the verbs whose retired script's first write is a deny-oom command (HSET, ZADD): refused over the
 # memory limit on both servers, so the hints do not move (ENQUEUE of a duplicate writes nothing either)
@@ -776,7 +776,7 @@ class QueueMachine(RuleBasedStateMachine):
     def upgrade(self) -> None:
         """The module takes over on the native server here: every call so far ran through the scripts
         on both servers (rows without `lease_epoch` in every set), every call from now on runs on it
-        (about one history in seven; docs/decisions.md, "Upgrades and the mixed fleet")."""
+        (about one history in seven; docs/contract-decisions.md, "Upgrades and the mixed fleet")."""
         self.steps = lua_era(self.steps)
         self.upgraded = True
         for q in QUEUES:
@@ -850,7 +850,7 @@ class QueueMachine(RuleBasedStateMachine):
     def memory_limit(self) -> None:
         """maxmemory below the used memory (noeviction) on both servers, one to three transitions that
         meet it, then the limit lifted: draining goes on, growth is refused, alike on both
-        (docs/decisions.md, "The memory limit")."""
+        (docs/contract-decisions.md, "The memory limit")."""
         draws = self.draws()
         queue = draws.queue()
         self.steps.append(MemoryLimit(True))
@@ -863,7 +863,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def replica_call(self) -> None:
         """A worker whose call goes to its server's read-only replica: refused where the script would
-        write, answered where it would not, nothing written there (docs/decisions.md, "A read-only
+        write, answered where it would not, nothing written there (docs/contract-decisions.md, "A read-only
         replica as a call target"). Replicas start only for the histories that call one: this history
         draws its first such call as its first step (about one in sixty), then more now and then."""
         draws = self.draws()
@@ -909,7 +909,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         """The native server shuts down and starts again from its AOF (a new run_id); the Lua server,
-        the reference, keeps its keyspace (docs/decisions.md, "A restart restarts the native server")."""
+        the reference, keeps its keyspace (docs/design-notes.md, "A restart restarts the native server")."""
         draws = self.draws()
         queue = draws.queue()
         self._restart(draws, False, queue)
@@ -928,7 +928,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def notify(self) -> None:
         """Keyspace notifications switched on both servers (mostly every event on both channels), or
-        off again: from there each step's events are compared (docs/decisions.md, "Keyspace
+        off again: from there each step's events are compared (docs/contract-decisions.md, "Keyspace
         notifications"). Rare: a step under them costs a marker and a subscriber's read a side."""
         draws = self.draws()
         self.notifying = not self.notifying
@@ -987,7 +987,7 @@ class QueueMachine(RuleBasedStateMachine):
         exempting = [q for q in QUEUES if self.exempt[q] & self.hints[q].active.keys()]
         if "SWEEP" in probes and exempting and draws.aim(2):
             # a lease the module's SWEEP exempts: its writes (pending, the row) meet the caller's
-            # permissions (D7 held to the caller's permissions, docs/decisions.md)
+            # permissions (D7 held to the caller's permissions, docs/contract-decisions.md)
             verb, queue = "SWEEP", exempting[0]
         else:
             verb = draws.pick(probes) if probes and draws.aim(2) else draws.pick(VERBS)
@@ -1044,7 +1044,7 @@ class QueueMachine(RuleBasedStateMachine):
         """Another writer gives a key a transition reaches a TTL (PEXPIRE, PEXPIREAT) or takes one
         away (PERSIST); mostly the clock then runs to its expiry (at it: still there; one past: gone,
         on both servers' frozen clock) and that transition runs: each must keep, drop or meet the TTL
-        as the scripts do (docs/decisions.md, "Keys with a TTL")."""
+        as the scripts do (docs/contract-decisions.md, "Keys with a TTL")."""
         draws = self.draws()
         queue = draws.queue()
         hints = self.hints[queue]

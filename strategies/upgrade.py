@@ -12,7 +12,7 @@ the module's command, so the rows it writes carry no `lease_epoch`. In the histo
 holds `"executor": "lua"`; absent means each server's own executor. Any other step (advance,
 restart, raw, end) has no executor.
 
-Two shapes, both judged against the all-scripts server under the contract (docs/decisions.md,
+Two shapes, both judged against the all-scripts server under the contract (docs/contract-decisions.md,
 "Upgrades and the mixed fleet"):
 
 - **a Lua-era prefix** (`lua_era`): every call so far ran through the scripts on both servers, and

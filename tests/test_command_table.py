@@ -3,7 +3,7 @@
 The module's key positions must let the server (ACL, cluster routing, COMMAND GETKEYS) find every
 declared key: first key 2, last key 1 + numkeys, step 1; neither `write` nor `denyoom` (the
 server would refuse before the module runs, where the scripts are refused only at their first
-write: docs/decisions.md, "The memory limit"), but `may-replicate`, as EVAL, which COMMAND INFO
+write: docs/contract-decisions.md, "The memory limit"), but `may-replicate`, as EVAL, which COMMAND INFO
 does not list (tests/test_conditions.py holds that CLIENT PAUSE WRITE holds them back).
 """
 

@@ -1,5 +1,5 @@
 """The memory limit and a read-only replica as a call target, on real servers: each verb's outcome on
-both executors (docs/decisions.md, "The memory limit", "A read-only replica as a call target")."""
+both executors (docs/contract-decisions.md, "The memory limit", "A read-only replica as a call target")."""
 
 from __future__ import annotations
 

@@ -1414,7 +1414,7 @@ def test_d6_integer_arguments(
 
 @pytest.mark.parametrize("raw", [b"9" * 21, b"-" + b"1" * 20, b"9" * 40, b"1" + b"0" * 4000])
 def test_d6_integers_longer_than_20_bytes_are_overflow(busy: Busy, raw: bytes) -> None:
-    """docs/decisions.md: of the integer form but outside i64, "however long": EMQ OVERFLOW.
+    """docs/contract-decisions.md: of the integer form but outside i64, "however long": EMQ OVERFLOW.
 
     (difftest/guards.py, the Lua host's refusal, says the same; every integer argument of every
     verb is checked here, and the mismatches are listed together.)

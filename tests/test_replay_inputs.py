@@ -82,7 +82,7 @@ def test_a_history_past_the_step_limit_is_refused_at_load(tmp_path: Path, capsys
     long = tmp_path / "long.jsonl"
     long.write_text(enqueues(hist.MAX_STEPS + 1))
     refused(["replay", str(long)], capsys, str(long), f"{hist.MAX_STEPS + 1:,} steps", f"{hist.MAX_STEPS:,}",
-            "docs/decisions.md")  # fmt: skip
+            "docs/design-notes.md")  # fmt: skip
     long.write_text(enqueues(hist.MAX_STEPS))
     assert len(hist.load(long).steps) == hist.MAX_STEPS  # the limit itself loads
 

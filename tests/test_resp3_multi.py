@@ -101,7 +101,7 @@ def _with(step: CallStep, **change: object) -> History:
 
 @pytest.mark.parametrize("verb", list(TRANSITIONS))
 def test_each_transition_on_a_resp3_worker_agrees_with_its_resp2_self(replayer: Replayer, verb: str) -> None:
-    """The unmodified pair answers the same RESP3 types (docs/decisions.md), and what RESP3 reads is
+    """The unmodified pair answers the same RESP3 types (docs/contract-decisions.md), and what RESP3 reads is
     what RESP2 reads but for the null: CLAIM's, SWEEP's arrays, integers, FAIL's bulk strings."""
     step = CallStep(_call(verb))
     on_resp2 = replayer.replay(_with(step))

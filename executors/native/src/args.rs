@@ -3,7 +3,7 @@
 use crate::errors;
 
 /// Durations stay below 2^52 ms so that now + duration is below 2^53: exact as a zset score (a
-/// double) and as a Lua number, and never an i64 overflow (docs/decisions.md).
+/// double) and as a Lua number, and never an i64 overflow (docs/contract-decisions.md).
 pub const MAX_DURATION_MS: i64 = 1 << 52;
 
 /// Why a byte string is not an i64 by Valkey's `string2ll` rules.
@@ -11,7 +11,7 @@ pub const MAX_DURATION_MS: i64 = 1 << 52;
 pub enum IntError {
     /// Not of the form: optional `-`, then `0` alone or a non-zero digit and digits.
     NotInt,
-    /// Of the form, but outside i64, however long (docs/decisions.md).
+    /// Of the form, but outside i64, however long (docs/contract-decisions.md).
     Overflow,
 }
 

@@ -150,7 +150,7 @@ pub fn decide_member(
 /// The kind of a transition's first write, as the retired script's first write command is
 /// flagged: `deny-oom` (HSET, ZADD) or not (ZPOPMIN, ZREM, HDEL). A script without flags is
 /// refused at its first write only: on a read-only replica any write, under `maxmemory` a
-/// deny-oom one; a script that has written goes on (docs/decisions.md, "The memory limit",
+/// deny-oom one; a script that has written goes on (docs/contract-decisions.md, "The memory limit",
 /// "A read-only replica as a call target").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FirstWrite {

@@ -57,7 +57,7 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
 
 // Flags: "may-replicate", as EVAL has, not "write deny-oom": the server would refuse a write or
 // deny-oom command before it runs, where the retired scripts are refused only at their first
-// write; each handler refuses there itself (`host::first_write`, docs/decisions.md, "The memory
+// write; each handler refuses there itself (`host::first_write`, docs/contract-decisions.md, "The memory
 // limit" and "A read-only replica as a call target"). may-replicate keeps what a write flag gives
 // that matters here: CLIENT PAUSE WRITE holds the commands back.
 // Key positions: first key 2, last 1 + numkeys, step 1 (numkeys is fixed per command, and each

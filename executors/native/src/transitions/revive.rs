@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     caller.open(ctx, &row, Access::Exists)?;
     let row_type = host::key_type(ctx, &row)?;
     if row_type == b"none" {
-        // a ghost: it leaves dead, nothing is minted (docs/decisions.md)
+        // a ghost: it leaves dead, nothing is minted (docs/contract-decisions.md)
         host::apply(ctx, &[leave_dead])?;
         return Ok(ValkeyValue::Integer(0));
     }
