@@ -248,7 +248,7 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words += ["--examples", _typed(budget["examples"])]
     if budget.get("seconds") is not None:
         words += ["--seconds", _typed(budget["seconds"])]
-    # a merge stands for the unsharded one-worker run it equals (README, "Sharding")
+    # a merge stands for the unsharded one-worker run it equals (docs/ci.md, "Sharding a campaign over machines")
     workers = 1 if summary.get("shards") else summary.get("workers")
     if workers:
         words += ["--workers", str(workers)]
@@ -321,7 +321,8 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 def stopped_early(summary: dict[str, Any]) -> str | None:
     """Why the run ended before its budget, if it did: then a label it did not reach says nothing of
-    whether the generator can reach it (the run stops at the first divergence, README "What it does")."""
+    whether the generator can reach it (the run stops at the first divergence: docs/usage.md, "What
+    `run` does and prints")."""
     return {"divergence": "the run stopped at the first divergence",
             "interrupted": "the run was interrupted",
             "void": "no history was compared"}.get(verdict_of(summary))  # fmt: skip

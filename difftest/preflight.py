@@ -1,5 +1,5 @@
 """What the environment hands difftest, checked like flags before anything starts: the variables of
-README's Environment table, and a module file (a shared object this host can load, read whole)."""
+docs/usage.md's table of environment variables, and a module file (a shared object this host can load, read whole)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ arguments where they matter; ids come from the `jobs` bundle, the leases workers
 is a Hypothesis draw that shrinks towards the first option, so the shrinker minimises choices and
 deletes rules, not bytes of a decoder.
 
-Adding a transition, a fault or a class of values is one method here (README, "Adding a rule").
+Adding a transition, a fault or a class of values is one method here (docs/extending.md, "Checklist 1: a fault step").
 """
 
 from __future__ import annotations

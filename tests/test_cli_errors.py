@@ -244,7 +244,7 @@ def test_a_bad_history_is_one_line_naming_line_and_field(
 
 
 def test_what_a_history_may_still_say() -> None:
-    # integers in args and raw commands are a documented convenience (README's example); FLUSHALL
+    # integers in args and raw commands are a documented convenience (docs/history-format.md's example); FLUSHALL
     # and the read-only members of a refused family are writes or reads, not a stop
     loaded = hist.loads("\n".join([
         f'{{"format": "difftest-history", "version": 1, "start_ms": {MAX_MS - 5}}}', ENQUEUE,

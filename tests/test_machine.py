@@ -11,7 +11,7 @@ import pytest
 from hypothesis import Phase, settings
 
 from difftest import history as hist
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, RawWrite, Restart
+from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, Restart
 from difftest.replay import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape
@@ -161,43 +161,3 @@ TestReplayedNoRestarts = _replayed_case("NoRestarts", HistoryShape(restarts=Fals
 @pytest.mark.parametrize("case", [TestReplayedDefault, TestReplayedCallsOnly, TestReplayedNoRestarts])
 def test_each_replayed_case_is_a_hypothesis_state_machine_test(case: Any) -> None:
     assert getattr(case.runTest, "is_hypothesis_test", False)
-
-
-def test_the_readme_example_of_adding_a_rule_works(monkeypatch: pytest.MonkeyPatch) -> None:
-    """README's "Adding a rule" example, as written there, added to a machine: its steps appear."""
-    import re
-    import textwrap
-    from pathlib import Path
-
-    from hypothesis import strategies as st
-    from hypothesis.stateful import precondition, rule
-
-    from difftest.calls import Call
-    from difftest.commands import Layout
-    from strategies import machine as machine_module
-
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## Adding a rule", 1)[1]
-    example = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert example is not None
-    names: dict[str, Any] = {"st": st, "rule": rule, "precondition": precondition, "RawWrite": RawWrite,
-                             "Layout": Layout, "Call": Call, **vars(machine_module), "leases": QueueMachine.leases,
-                             "jobs": QueueMachine.jobs}  # fmt: skip
-    body: dict[str, Any] = {}
-    exec(textwrap.dedent(example.group(1)), names, body)  # the README's own text, as a class body
-    (name,) = body
-    monkeypatch.setitem(RULE_ORDER, name, len(RULE_ORDER))
-    extended = type("ExtendedMachine", (QueueMachine,), body)
-    made: list[History] = []
-
-    def factory() -> QueueMachine:
-        return extended(HistoryShape(), made.append)  # type: ignore[no-any-return]
-
-    from hypothesis import seed
-    from hypothesis.stateful import run_state_machine_as_test
-
-    # one fixed seed: the same histories every run (without it a run under xdist drew none with the rule)
-    run_state_machine_as_test(seed(20261203)(factory), settings=machine_settings(300, 40, phases=[Phase.generate]))
-    dropped = [s for h in made for s in h.steps if isinstance(s, RawWrite) and s.command[0] == b"HDEL"
-               and s.command[2] == b"group"]  # fmt: skip
-    assert dropped, "the README's rule never ran"

@@ -1,4 +1,4 @@
-"""The nightly workflow cannot drift: its `run:` lines are real make targets or difftest commands, as in the README."""
+"""The nightly workflow cannot drift: its `run:` lines are real make targets or difftest commands, as in docs/ci.md."""
 
 from __future__ import annotations
 
@@ -183,10 +183,10 @@ def _legs(job: str) -> list[dict[str, str]]:
     return matrix_legs(document["jobs"][job], context)
 
 
-def test_the_readme_shows_the_same_commands() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_ci_guide_shows_the_same_commands() -> None:
+    guide = (ROOT / "docs" / "ci.md").read_text()
     for written, _ in workflow_commands():
-        assert written in readme, f"README.md does not show the workflow's command {written!r}"
+        assert written in guide, f"docs/ci.md does not show the workflow's command {written!r}"
 
 
 # ---- supply chain: pinned actions, no credentials left in the checkout, the two linters -------------------
