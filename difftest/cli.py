@@ -15,26 +15,28 @@ import textwrap
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from difftest import history as hist
 from difftest.campaign import Terminated, sigterm_as_interrupt
+from difftest.exits import (  # the one table of codes and meanings; imported from here by older callers
+    EXIT_COVERAGE,
+    EXIT_DIVERGENCE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_IOERR,
+    EXIT_MEANINGS,
+    EXIT_NOT_REPRODUCED,
+    EXIT_OK,
+    EXIT_SETUP,
+    EXIT_TERMINATED,
+    EXIT_VOID,
+    MUTANTS_EXITS,
+)
+from difftest.exits import OneLineParser as _Parser
 from difftest.history import HistoryError
 from difftest.problems import EnvironmentFailure, SetupProblem
 from difftest.replay import Replayer, ReplayResult
-
-EXIT_OK = 0  # the executors agree (and, with --require-coverage, every label was reached)
-EXIT_DIVERGENCE = 1  # a divergence: its artifact is under reports/
-EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to fix it
-EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
-EXIT_VOID = 4  # the budget ended before any history was compared: nothing was tested
-EXIT_NOT_REPRODUCED = 5  # replay of an artifact: its recorded divergence did not happen again (they agree now)
-EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
-# the machine refused a write (a full disk, a reports directory no longer writable; sysexits' EX_IOERR):
-# one line; the verdict is on the terminal all the same, and a divergence or an interruption outranks it
-EXIT_IOERR = 74
-EXIT_INTERRUPTED = 130  # Ctrl-C: servers and temporary files removed, reports so far kept
-EXIT_TERMINATED = 143  # SIGTERM (timeout, docker stop, a CI step's limit): the same as Ctrl-C
 
 DEFAULT_REPORTS = Path("reports")
 DEFAULT_EXAMPLES = 2000  # a run's budget when neither --examples nor --seconds is given
@@ -46,13 +48,6 @@ INTERNAL_LOG = "internal-error.log"
 
 
 # -- the parser's checks: each a one-line error, exit 2 ------------------------------------------
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (argparse's own print the usage first), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_SETUP, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _whole(text: str, what: str, fix: str) -> int:
@@ -700,7 +695,6 @@ def command_servers(args: argparse.Namespace) -> int:
 
 
 MUTANTS_HELP = ("-h", "--help")
-MUTANTS_BAD_ARGUMENTS = 3  # the runner's own code for bad arguments (mutants/README.md)
 
 
 def command_mutants(argv: Sequence[str]) -> int:
@@ -714,7 +708,7 @@ def command_mutants(argv: Sequence[str]) -> int:
             check_environment(os.environ)
         except SetupProblem as problem:
             print(f"difftest: {problem}", file=sys.stderr)
-            return MUTANTS_BAD_ARGUMENTS
+            return EXIT_SETUP
     if rest[:1] != ["merge"] and set(rest) & set(MUTANTS_HELP):
         # this command's paragraph, examples and exit codes, then the runner's own options
         print(subcommands(build_parser())["mutants"].format_help())
@@ -723,34 +717,15 @@ def command_mutants(argv: Sequence[str]) -> int:
     try:
         return mutants_main(rest)
     except SystemExit as leaving:  # a runner that leaves through argparse's exit still gives main() a code
-        return leaving.code if isinstance(leaving.code, int) else int(leaving.code is not None)
+        return leaving.code if isinstance(leaving.code, int) else EXIT_SETUP
 
 
 def _paragraph(text: str) -> str:
     return textwrap.fill(" ".join(text.split()), width=92, break_on_hyphens=False)
 
 
-EXIT_MEANINGS = {
-    EXIT_OK: "the two executors agree under the parity contract",
-    EXIT_DIVERGENCE: "a divergence: its artifact is under reports/",
-    EXIT_SETUP: "bad set-up or input: one line on stderr says what and how to fix it",
-    EXIT_COVERAGE: "--require-coverage and a behaviour label was not reached",
-    EXIT_VOID: "void: the budget ended before any history was compared (verdict void)",
-    EXIT_NOT_REPRODUCED: "replay of an artifact: its recorded divergence did not happen again (reproduced: NO)",
-    EXIT_INTERNAL: "difftest itself failed: one line on stderr, the traceback in a log it names",
-    EXIT_IOERR: "the machine refused a write (a full disk, a directory no longer writable): one line; the verdict "
-    "is still printed, and a divergence (1) or an interruption outranks this code",
-    EXIT_INTERRUPTED: "interrupted: servers and temporary files removed",
-    EXIT_TERMINATED: "terminated (SIGTERM): as 130, the report of the work done written",
-}
-REPLAY_EXITS = (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_IOERR, EXIT_INTERRUPTED)  # and scenario's
-MUTANTS_EXITS = {  # mutants/README.md: the runner's own codes, passed through unchanged
-    0: "every mutant caught",
-    1: "some mutant missed, timed out, unviable or errored (merge: shards incomplete)",
-    2: "void: the null run found a divergence, or the canary was not caught",
-    3: "bad arguments (unknown mutant id, bad --shard or --jobs; merge: shards that do not fit)",
-    130: "interrupted: campaigns stopped, servers removed, the report so far written",
-}
+REPLAY_EXITS = (EXIT_OK, EXIT_DIVERGENCE, EXIT_SETUP, EXIT_INTERNAL, EXIT_IOERR, EXIT_INTERRUPTED,
+                EXIT_TERMINATED)  # and scenario's  # fmt: skip
 
 
 def _epilog(examples: Sequence[str], codes: dict[int, str]) -> str:
@@ -871,7 +846,7 @@ def build_parser() -> argparse.ArgumentParser:
             ],
             EXIT_MEANINGS,
         )
-        + "\n(difftest mutants passes on the mutant runner's own codes: see difftest mutants --help)",
+        + "\n(difftest mutants: the same codes, 0, 1 and 4 read for mutants: see difftest mutants --help)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -955,7 +930,7 @@ def build_parser() -> argparse.ArgumentParser:
          "'reproduced: yes'): its artifact is under reports/", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP],
          EXIT_NOT_REPRODUCED: "an artifact's recorded divergence did not reproduce: the executors agree on it now",
          EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: EXIT_MEANINGS[EXIT_IOERR],
-         EXIT_INTERRUPTED: EXIT_MEANINGS[EXIT_INTERRUPTED]},
+         EXIT_INTERRUPTED: EXIT_MEANINGS[EXIT_INTERRUPTED], EXIT_TERMINATED: EXIT_MEANINGS[EXIT_TERMINATED]},
     )  # fmt: skip
     replay.add_argument("file", type=Path, help="a history (.jsonl) or an artifact directory")
     _common(replay)
@@ -976,7 +951,8 @@ def build_parser() -> argparse.ArgumentParser:
          "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
          EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_VOID: "void: the shards compared no history",
          EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: "the machine refused a write: the merged report "
-         "is not complete (one line)", EXIT_INTERRUPTED: "a shard of a time budget was interrupted"},
+         "is not complete (one line)", EXIT_INTERRUPTED: "a shard of a time budget was interrupted",
+         EXIT_TERMINATED: "terminated (SIGTERM): the merge stopped"},
     )  # fmt: skip
     merge.add_argument("out", type=Path, help="a new directory for the merged report")
     merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
@@ -1012,7 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
         ],
         {EXIT_OK: "done", EXIT_SETUP: EXIT_MEANINGS[EXIT_SETUP], EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL],
          EXIT_IOERR: "the machine refused a write (the images' files, the clock file): one line",
-         EXIT_INTERRUPTED: "interrupted: a half-made pair removed"},
+         EXIT_INTERRUPTED: "interrupted: a half-made pair removed", EXIT_TERMINATED: "terminated (SIGTERM): as 130"},
     )  # fmt: skip
     servers.add_argument("action", choices=("up", "down", "build"), help="what to do with the pair")
     servers.add_argument("--module", type=module_file, default=DEFAULT_MODULE,

@@ -168,13 +168,23 @@ def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[
         return [f"**Mutants**: :x: no merged mutation report in `{directory}`: a shard is missing or the "
                 "merge failed (see the merge step's log)"], False  # fmt: skip
     verdict = str(document.get("verdict", "unknown"))
-    good = verdict == "all caught"
+    # the gate the runner recorded (every mutant caught, or the score at or above --threshold-break);
+    # reports from before the gate: every mutant caught
+    good = bool(document["passed"]) if "passed" in document else verdict == "all caught"
     score = document.get("score") or {}
     percent = score.get("percent")
     lines = [
         f"**Mutants**: {':white_check_mark:' if good else ':x:'} **{verdict}**, mutation score "
         f"{score.get('caught', 0)}/{score.get('viable', 0)}" + (f" ({percent} %)" if percent is not None else ""),
     ]
+    breaking = (document.get("thresholds") or {}).get("break")
+    if breaking is not None:
+        lines.append(f"- break threshold {breaking} %: {'passed' if good else 'FAILED'}")
+    part = document.get("subset")
+    if part:
+        left_out = part.get("left_out") or []
+        lines.append(f"- a subset score: {part.get('ran')} of {part.get('of')} mutants ran <details><summary>left "
+                     f"out: {len(left_out)}</summary>{', '.join(f'`{i}`' for i in left_out)}</details>")  # fmt: skip
     not_caught = [
         r for r in document.get("outcomes") or [] if r.get("status") != "caught" and r.get("id") != "null-run"
     ]

@@ -7,12 +7,27 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from difftest.campaign import Terminated
+from difftest.exits import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_IOERR,
+    EXIT_SETUP,
+    EXIT_TERMINATED,
+    MUTANTS_EXITS,
+    OneLineParser,
+)
+from difftest.problems import EnvironmentFailure, SetupProblem
 from mutants.child import default_jobs
-from mutants.run import EXIT_INTERRUPTED, EXIT_USAGE, merge, run
+from mutants.report import DEFAULT_THRESHOLDS, Thresholds
+from mutants.run import merge, run
 from mutants.score import Budget
 from mutants.workspace import DEFAULT_CACHE
+
+CODES = "exit codes:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in MUTANTS_EXITS.items())
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -26,39 +41,126 @@ def _shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+def _terminate(*_: object) -> None:
+    raise Terminated  # like Ctrl-C (every campaign stopped, its servers removed), but exits 143
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a percentage, 0 to 100") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and 100")
+    return value
+
+
+def _thresholds(parser: argparse.ArgumentParser, merged: bool = False) -> None:
+    default = "default: the shards' own" if merged else "default"
+    parser.add_argument(
+        "--threshold-high",
+        type=_percent,
+        default=None,
+        metavar="P",
+        help=f"a score at or above P is drawn good ({default}: {DEFAULT_THRESHOLDS.high:g})",
+    )
+    parser.add_argument(
+        "--threshold-low",
+        type=_percent,
+        default=None,
+        metavar="P",
+        help=f"a score below P is drawn bad ({default}: {DEFAULT_THRESHOLDS.low:g})",
+    )
+    parser.add_argument("--threshold-break", type=_percent, default=None, metavar="P",
+                        help="the gate: a score below P exits 1, at or above it 0, whatever survived (default: "
+                        + ("the shards' own" if merged else "none, every mutant must be caught") + ")")  # fmt: skip
+
+
+def _chosen_thresholds(args: argparse.Namespace, recorded: Thresholds | None = None) -> Thresholds:
+    """The flags over what was recorded (a merge: the shards' own) over the defaults; one line if low > high."""
+    base = recorded or DEFAULT_THRESHOLDS
+    chosen = Thresholds(
+        high=base.high if args.threshold_high is None else args.threshold_high,
+        low=base.low if args.threshold_low is None else args.threshold_low,
+        breaking=base.breaking if args.threshold_break is None else args.threshold_break,
+    )
+    if chosen.low > chosen.high:
+        raise SetupProblem(f"--threshold-low {chosen.low:g} is above --threshold-high {chosen.high:g}: "
+                           "give a low threshold at or below the high one")  # fmt: skip
+    return chosen
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    return OneLineParser(prog=prog, description=description, epilog=CODES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
-    """The arguments, or the exit code: argparse's own exit is 2, which here means "void"."""
+    """The arguments, or the exit code: 0 after --help, 2 (one line on stderr) for a bad one."""
     try:
         return parser.parse_args(argv)
     except SystemExit as exc:
-        return EXIT_USAGE if exc.code else 0
+        return exc.code if isinstance(exc.code, int) else EXIT_SETUP
+
+
+def _complain(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def _merge_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutants merge", description="Join shard reports into one.")
+    parser = _parser("python -m mutants merge", "Join shard reports into one.")
     parser.add_argument("out", type=Path, help="the merged report's directory")
     parser.add_argument("shards", type=Path, nargs="+", metavar="DIR", help="each shard's report directory")
+    _thresholds(parser, merged=True)
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    code = merge(args.out, args.shards, say=lambda line: print(line, flush=True))
-    if code != EXIT_USAGE:
+    code = merge(args.out, args.shards, say=_say, complain=_complain,
+                 thresholds=lambda recorded: _chosen_thresholds(args, recorded))  # fmt: skip
+    if code != EXIT_SETUP:
         print(f"report: {args.out / 'report.html'}")
     return code
+
+
+def _guarded(work: Callable[[], int], where: Path | None) -> int:
+    """`work`'s code, or the code of how it failed: bad input 2, the machine refusing a write 74,
+    Ctrl-C 130, SIGTERM 143, the runner's own failure 70 (one line, the traceback in a log): never 1."""
+    from difftest.files import SURELY_ENVIRONMENTAL
+
+    try:
+        return work()
+    except SetupProblem as problem:
+        _complain(f"python -m mutants: {problem}")
+        return EXIT_SETUP
+    except EnvironmentFailure as problem:
+        _complain(f"python -m mutants: {problem}")
+        return EXIT_IOERR
+    except KeyboardInterrupt as stop:
+        by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+        what = f"; what was scored is in {where / 'outcomes.json'}" if where is not None else ""
+        _complain(f"interrupted by {by}{what}")
+        return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
+    except Exception as problem:
+        from difftest.cli import write_traceback
+
+        if isinstance(problem, OSError) and problem.errno in SURELY_ENVIRONMENTAL:
+            _complain(f"python -m mutants: the machine refused a write: {problem}")
+            return EXIT_IOERR
+        log = write_traceback(problem, where, None)
+        _complain(f"python -m mutants: internal error: {type(problem).__name__}: {problem}; the traceback is in {log}")
+        return EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["merge"]:
-        return _merge_main(argv[1:])
+        return _guarded(lambda: _merge_main(argv[1:]), None)
     defaults = Budget()
-    parser = argparse.ArgumentParser(
-        prog="python -m mutants", description="Build and score the mutant catalogue (`merge OUT DIR...`: join shards)."
-    )
+    parser = _parser("python -m mutants", "Build and score the mutant catalogue (`merge OUT DIR...`: join shards).")
     parser.add_argument("--only", nargs="+", metavar="ID", help="these mutants only (null run and canary still run)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="campaigns at once (default: the cores)")
     parser.add_argument("--shard", type=_shard, metavar="K/N", help="the K-th of N shards (round-robin over ids)")
@@ -69,26 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-restarts", action="store_true", help="histories never restart nor crash the servers")
     parser.add_argument("--replicas", action="store_true",
                         help="a replica beside each server, compared with it after every segment")  # fmt: skip
+    _thresholds(parser)
     parser.add_argument("--reports", type=Path, default=None, help="default: reports/mutants-<time>")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
     if args.jobs < 1:
-        print("--jobs must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
+        _complain(f"python -m mutants: --jobs {args.jobs}: give at least 1")
+        return EXIT_SETUP
     reports = args.reports or Path("reports") / f"mutants-{time.strftime('%Y%m%dT%H%M%S')}"
     budget = Budget(seed=args.seed, examples=args.examples, timeout_s=args.timeout, grace_s=args.grace,
                     restarts=not args.no_restarts, replicas=args.replicas)  # fmt: skip
-    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: every campaign stopped, its servers removed
+
+    def work() -> int:
+        code, _ = run(reports, budget, args.only, args.cache, say=_say, jobs=args.jobs, shard=args.shard,
+                      thresholds=_chosen_thresholds(args))  # fmt: skip
+        print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
+        return code
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        code, _ = run(reports, budget, args.only, args.cache, say=lambda line: print(line, flush=True),
-                      jobs=args.jobs, shard=args.shard)  # fmt: skip
-    except KeyboardInterrupt:
-        print(f"interrupted; what was scored is in {reports / 'outcomes.json'}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
-    return code
+        return _guarded(work, reports)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

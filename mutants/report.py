@@ -24,6 +24,9 @@ STRYKER = "mutation-report.json"
 JUNIT = "junit.xml"
 HTML = "report.html"
 NULL_RUN = "null-run"
+# the null run's status when it found no divergence on the unmodified pair (its pass); reports before
+# this name called it "missed", as a mutant's; they are read as "clean"
+CLEAN = "clean"
 
 # verdicts of a report
 ALL_CAUGHT, SOME_NOT_CAUGHT, VOID = "all caught", "some not caught", "void"
@@ -35,8 +38,43 @@ STRYKER_STATUS = {CAUGHT: "Killed", MISSED: "Survived", TIMEOUT: "Timeout", UNVI
 LANGUAGES = {"native": "rust", "lua": "lua"}
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Stryker's three: a score at or above `high` is drawn good, below `low` bad, between them a
+    warning; below `breaking` (when set) the run fails (exit 1). Percentages of caught / viable."""
+
+    high: float = 80.0
+    low: float = 60.0
+    breaking: float | None = None  # None: no score gate, every mutant must be caught
+
+    def as_json(self) -> dict[str, float | None]:
+        return {"high": self.high, "low": self.low, "break": self.breaking}
+
+    @classmethod
+    def from_json(cls, recorded: dict[str, Any] | None) -> Thresholds:
+        recorded = recorded or {}
+        return cls(float(recorded.get("high", cls.high)), float(recorded.get("low", cls.low)),
+                   None if recorded.get("break") is None else float(recorded["break"]))  # fmt: skip
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
 def is_canary(record: dict[str, Any]) -> bool:
     return record.get("defect_class") == "canary"
+
+
+def is_clean(record: dict[str, Any]) -> bool:
+    """The null run found no divergence (its pass; "missed" in reports that predate CLEAN)."""
+    return record["id"] == NULL_RUN and record["status"] in (CLEAN, MISSED)
+
+
+def upgraded(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with an older report's names read as today's: the clean null run's "missed" as CLEAN."""
+    for record in document.get("outcomes", []):
+        if is_clean(record):
+            record["status"] = CLEAN
+    return document
 
 
 def scored(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,12 +89,74 @@ def score(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"caught": caught, "viable": viable, "percent": round(100.0 * caught / viable, 1) if viable else None}
 
 
+def passes(document: dict[str, Any]) -> bool:
+    """The gate: a finished, non-void report whose every mutant was caught or, with a break threshold,
+    whose score is at or above it (whatever survived). Exit 0 when it passes, else 1 (or 4 when void)."""
+    verdict = str(document.get("verdict"))
+    if verdict not in (ALL_CAUGHT, SOME_NOT_CAUGHT):
+        return False
+    breaking = Thresholds.from_json(document.get("thresholds")).breaking
+    if breaking is None:
+        return verdict == ALL_CAUGHT
+    percent = (document.get("score") or score(scored(document)))["percent"]
+    return percent is not None and float(percent) >= breaking
+
+
 def summarise(document: dict[str, Any]) -> dict[str, Any]:
-    """Fills the document's summary (counts by status) and score from its records."""
+    """Fills the document's summary (counts by status), score and gate (`passed`) from its records."""
     records = scored(document)
     document["summary"] = dict(Counter(r["status"] for r in records))
     document["score"] = score(records)
+    document["passed"] = passes(document)
     return document
+
+
+def subset(universe: list[str], chosen: list[str], only: list[str] | None,
+           shard: tuple[int, int] | None) -> dict[str, Any] | None:  # fmt: skip
+    """What a run that scores part of the catalogue records (None for the whole of it): how many of
+    how many, chosen how, and the ids left out (in catalogue order)."""
+    ran = set(chosen)
+    left_out = [i for i in universe if i not in ran]
+    if not left_out:
+        return None
+    return {"ran": len(chosen), "of": len(universe), "only": sorted(only) if only else None,
+            "shard": None if shard is None else f"{shard[0]}/{shard[1]}", "left_out": left_out}  # fmt: skip
+
+
+def subset_text(part: dict[str, Any]) -> str:
+    """ "subset: 3 of 61 mutants (--only a b c)": one line for the console and the page."""
+    how = []
+    if part.get("only"):
+        only = list(part["only"])
+        more = f" and {len(only) - 6} more" if len(only) > 6 else ""
+        how.append("--only " + " ".join(only[:6]) + more)
+    if part.get("shard"):
+        how.append(f"--shard {part['shard']}")
+    if not how:
+        how.append("shards missing from the merge")
+    return f"subset: {part['ran']} of {part['of']} mutants ({', '.join(how)})"
+
+
+def budget_text(budget: dict[str, Any]) -> str:
+    """The budget in words (the page's line; outcomes.json keeps the fields)."""
+    known = {"seed", "examples", "max_steps", "timeout_s", "grace_s", "shrink_s", "restarts", "replicas"}
+    parts = []
+    if "seed" in budget:
+        parts.append(f"seed {budget['seed']}")
+    if "examples" in budget:
+        steps = f", at most {budget['max_steps']} steps each" if "max_steps" in budget else ""
+        parts.append(f"{int(budget['examples']):,} histories per campaign{steps}")
+    if "timeout_s" in budget:
+        killed = f" (killed at {budget['timeout_s'] + budget['grace_s']:g} s)" if "grace_s" in budget else ""
+        parts.append(f"{budget['timeout_s']:g} s per campaign{killed}")
+    if "shrink_s" in budget:
+        parts.append(f"shrinking up to {budget['shrink_s']:g} s")
+    if "restarts" in budget:
+        parts.append(f"restarts and crashes {'on' if budget['restarts'] else 'off'}")
+    if "replicas" in budget:
+        parts.append(f"replicas {'on' if budget['replicas'] else 'off'}")
+    parts += [f"{k.replace('_', ' ')} {v}" for k, v in budget.items() if k not in known]
+    return "; ".join(parts)
 
 
 # ---- where a mutant is: its patch's first hunk, in the original file ----------------------------------
@@ -155,7 +255,9 @@ def stryker(document: dict[str, Any], catalogue: list[Mutant] | None = None) -> 
             "duration": round(1000 * float(record.get("campaign_s", 0.0))),
             "testsCompleted": int(record.get("histories", 0)),
         })  # fmt: skip
-    return {"schemaVersion": "2", "thresholds": {"high": 80, "low": 60}, "projectRoot": str(REPO),
+    thresholds = Thresholds.from_json(document.get("thresholds"))
+    return {"schemaVersion": "2", "thresholds": {"high": round(thresholds.high), "low": round(thresholds.low)},
+            "projectRoot": str(REPO),
             "framework": {"name": "difftest mutants"}, "config": {"budget": document.get("budget", {})},
             "files": files}  # fmt: skip
 
@@ -167,6 +269,7 @@ def junit(document: dict[str, Any]) -> str:
     """One test case per record: the null run passes with no divergence, the canary and every
     mutant pass when caught; a missed or timed-out mutant is a failure, unviable or error an error."""
     cases = []
+    document = upgraded(document)
     for record in document["outcomes"]:
         rid, status = record["id"], record["status"]
         classname = "mutants.null-run" if rid == NULL_RUN else f"mutants.{record['executor']}"
@@ -174,7 +277,7 @@ def junit(document: dict[str, Any]) -> str:
                         stdout=_describe(record))  # fmt: skip
         reason = record.get("reason", "")
         if rid == NULL_RUN:
-            if status != MISSED:
+            if status != CLEAN:
                 case.add_failure_info(f"the null run was {status}: the report is void", reason or None)
         elif status in (UNVIABLE, ERROR):
             case.add_error_info(f"{status}: {reason[:200]}", reason or None)
@@ -189,6 +292,10 @@ def junit(document: dict[str, Any]) -> str:
 def _properties(document: dict[str, Any]) -> dict[str, str]:
     found = {f"budget.{k}": str(v) for k, v in document.get("budget", {}).items()}
     found["verdict"] = str(document.get("verdict"))
+    found["passed"] = str(document.get("passed"))
+    found.update({f"threshold.{k}": str(v) for k, v in (document.get("thresholds") or {}).items()})
+    if document.get("subset"):
+        found["subset"] = subset_text(document["subset"])
     return found
 
 
@@ -205,11 +312,16 @@ def _describe(record: dict[str, Any]) -> str:
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.5em; }
-table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; }
+table { border-collapse: collapse; width: 100%; }
+th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
+td { overflow-wrap: break-word; }
+td.reason { min-width: 18em; overflow-wrap: anywhere; }
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .caught { background: #dff5dd; } .missed { background: #fbdcdc; } .timeout { background: #fdecc8; }
 .unviable { background: #e8e8e8; } .error { background: #f6d0f0; }
 .verdict { font-size: 1.2em; font-weight: bold; } .ok { color: #16621a; } .bad { color: #a11; }
+.warn { color: #9a5b00; } .subset { font-weight: bold; color: #9a5b00; }
+details.left-out { max-width: 70em; } details.left-out code { margin-right: .6em; display: inline-block; }
 dl { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; } dt { font-weight: bold; }
 """
 
@@ -223,8 +335,10 @@ def _null_and_canary(document: dict[str, Any]) -> tuple[str, str]:
     canary = next((r for r in document["outcomes"] if is_canary(r)), None)
     if null is None:
         null_text = "not run"
-    elif null["status"] == MISSED:
-        null_text = f"passed: no divergence in {null['histories']} histories ({null['steps']} steps)"
+    elif is_clean(null):
+        null_text = (
+            f"clean: no divergence on the unmodified pair in {null['histories']} histories ({null['steps']} steps)"
+        )
     else:
         null_text = f"FAILED ({null['status']}): {null.get('reason', '')}"
     if canary is None:
@@ -298,26 +412,57 @@ def _kill_chart(records: list[dict[str, Any]], budget: int) -> str:
             f'viewBox="0 0 {width} {height}">{"".join(parts)}</svg>')  # fmt: skip
 
 
+def _score_html(document: dict[str, Any], points: dict[str, Any]) -> str:
+    """The score coloured by the thresholds (good at or above high, bad below low), and the gate."""
+    thresholds = Thresholds.from_json(document.get("thresholds"))
+    percent = points["percent"]
+    shown = "n/a" if percent is None else f"{percent} %"
+    colour = "bad" if percent is None or percent < thresholds.low else "ok" if percent >= thresholds.high else "warn"
+    text = f'<span class="{colour}">{points["caught"]} / {points["viable"]} ({_esc(shown)})</span>'
+    part = document.get("subset")
+    if part:
+        text += f' <span class="subset">a subset score: {part["ran"]} of {part["of"]} mutants ran</span>'
+    return text
+
+
+def _thresholds_text(document: dict[str, Any]) -> str:
+    thresholds = Thresholds.from_json(document.get("thresholds"))
+    text = f"high {thresholds.high:g} %, low {thresholds.low:g} %, "
+    if thresholds.breaking is None:
+        text += "break none (the run passes only when every mutant is caught)"
+    else:
+        text += f"break {thresholds.breaking:g} % (a score below it fails the run, exit 1)"
+    return text + f": {'passed' if document.get('passed', passes(document)) else 'FAILED'}"
+
+
 def html_page(document: dict[str, Any]) -> str:
     """The self-contained page (inline CSS, no scripts, no external assets); links are relative."""
+    document = upgraded(document)
     budget = document.get("budget", {})
     restarts = "on" if budget.get("restarts", True) else "off (no restarts, no crashes)"
     points = document.get("score") or score(scored(document))
-    percent = "n/a" if points["percent"] is None else f"{points['percent']} %"
     verdict = str(document.get("verdict"))
     null_text, canary_text = _null_and_canary(document)
     shard = document.get("shard")
     shards = document.get("shards")
+    part = document.get("subset")
+    passed = document.get("passed", passes(document))
     head = [
-        ("verdict", f'<span class="verdict {"ok" if verdict == ALL_CAUGHT else "bad"}">{_esc(verdict)}</span>'),
-        ("score (caught / viable)", f"{points['caught']} / {points['viable']} ({percent})"),
+        ("verdict", f'<span class="verdict {"ok" if passed else "bad"}">{_esc(verdict)}</span>'),
+        ("subset score (caught / viable)" if part else "score (caught / viable)", _score_html(document, points)),
+        ("thresholds", _esc(_thresholds_text(document))),
         ("null run", _esc(null_text)),
         ("canary", _esc(canary_text)),
         ("restarts and crashes", _esc(restarts)),
-        ("budget", _esc(", ".join(f"{k} {v}" for k, v in budget.items()))),
+        ("budget", _esc(budget_text(budget))),
         ("statuses", _esc(", ".join(f"{k} {v}" for k, v in sorted(document.get("summary", {}).items())))),
         ("wall time", _esc(f"{document.get('wall_s', 0)} s with {document.get('jobs', 1)} jobs")),
     ]
+    if part:
+        left_out = "".join(f"<code>{_esc(i)}</code>" for i in part.get("left_out", []))
+        head.insert(1, ("subset", f'<span class="subset">{_esc(subset_text(part))}</span>'
+                        f'<details class="left-out"><summary>left out: {len(part.get("left_out", []))} mutants'
+                        f"</summary>{left_out}</details>"))  # fmt: skip
     if shard:
         head.append(("shard", _esc(f"{shard['index']}/{shard['count']}")))
     if shards:
@@ -328,7 +473,7 @@ def html_page(document: dict[str, Any]) -> str:
         caught = status == CAUGHT
         shown, shown_class = status, status
         if record["id"] == NULL_RUN:  # for the null run, no divergence is the pass
-            shown, shown_class = ("clean", CAUGHT) if status == MISSED else (f"FAILED ({status})", MISSED)
+            shown, shown_class = (CLEAN, CAUGHT) if status == CLEAN else (f"FAILED ({status})", MISSED)
         link = ""
         if caught and record.get("artifact"):
             target = f"{record['artifact'].rstrip('/')}/report.txt"
@@ -345,7 +490,7 @@ def html_page(document: dict[str, Any]) -> str:
             f'<td class="num">{record.get("histories", 0)}</td>' if caught else "<td></td>",
             f'<td class="num">{record.get("steps", 0)}</td>' if caught else "<td></td>",
             f'<td class="num">{"" if minimal is None else minimal}</td>',
-            f"<td>{link}</td>", f'<td title="{_esc(reason)}">{_esc(reason[:120])}</td>',
+            f"<td>{link}</td>", f'<td class="reason" title="{_esc(reason)}">{_esc(reason[:120])}</td>',
         ]  # fmt: skip
         rows.append("<tr>" + "".join(cells) + "</tr>")
     headers = ["id", "executor", "transition", "class", "needs", "restarts", "outcome", "time to kill (s)",
@@ -397,7 +542,7 @@ def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
         path = directory / OUTCOMES
         if not path.is_file():
             raise MergeProblem(f"no {OUTCOMES} in {directory}")
-        documents.append((directory, json.loads(path.read_text())))
+        documents.append((directory, upgraded(json.loads(path.read_text()))))
     budgets = {json.dumps(d.get("budget"), sort_keys=True) for _, d in documents}
     if len(budgets) != 1:
         raise MergeProblem("the shards ran with different budgets: " + "; ".join(sorted(budgets)))
@@ -434,8 +579,15 @@ def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
         "jobs": sum(int(d.get("jobs", 1)) for _, d in documents), "shard": None,
         "shards": [str(d) for d, _ in documents],
         "chosen": sorted({i for _, d in documents for i in d.get("chosen", [])}, key=lambda i: order.get(i, 0)),
+        "thresholds": documents[0][1].get("thresholds") or DEFAULT_THRESHOLDS.as_json(),
         "outcomes": outcomes,
     }  # fmt: skip
+    # a subset when, all shards together, mutants of the shards' catalogue were left out (an --only
+    # run's, or those of a shard not given)
+    universe = {i for _, d in documents for i in [*d.get("chosen", []), *((d.get("subset") or {}).get("left_out", []))]}
+    only = sorted({i for _, d in documents for i in (d.get("subset") or {}).get("only") or []})
+    merged["subset"] = subset(sorted(universe, key=lambda i: (order.get(i, len(order)), i)), merged["chosen"],
+                              only or None, None)  # fmt: skip
     summarise(merged)
     if void:
         merged["verdict"] = VOID
@@ -443,4 +595,5 @@ def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
         merged["verdict"] = INCOMPLETE
     else:
         merged["verdict"] = ALL_CAUGHT if all(r["status"] == CAUGHT for r in scored(merged)) else SOME_NOT_CAUGHT
+    merged["passed"] = passes(merged)
     return merged

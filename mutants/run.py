@@ -4,6 +4,7 @@ campaign in its own process, several at once; the report in four forms (see repo
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -11,19 +12,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
+from difftest.problems import SetupProblem
 from mutants import report
 from mutants.catalogue import EXECUTOR_DIRS, Mutant, load
 from mutants.child import Task, default_jobs, run_tasks
-from mutants.report import NULL_RUN
+from mutants.report import CLEAN, DEFAULT_THRESHOLDS, NULL_RUN, Thresholds
 from mutants.score import CAUGHT, ERROR, MISSED, UNVIABLE, Budget, Outcome
 from mutants.workspace import DEFAULT_CACHE, prepare
 
-# exit codes of `python -m mutants` (and of `python -m mutants merge`)
-EXIT_ALL_CAUGHT = 0  # every mutant run was caught
-EXIT_SOME_MISSED = 1  # some mutant was missed, timed out, unviable or errored (merge: or shards are missing)
-EXIT_VOID = 2  # the null run found a divergence, or the canary was not caught: the report is void
-EXIT_USAGE = 3  # bad arguments (unknown mutant id, bad shard; merge: shards that do not fit together)
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: campaigns stopped, their servers removed
+# exit codes of `python -m mutants` (and of `python -m mutants merge`): difftest's own (difftest/exits.py,
+# MEANINGS' mutants column), read for mutants; Ctrl-C (130), SIGTERM (143), bad input (2) and the
+# runner's own failures (70, 74) are __main__'s
+EXIT_ALL_CAUGHT = EXIT_OK  # every mutant caught (with a break threshold: the score at or above it)
+EXIT_SOME_MISSED = EXIT_DIVERGENCE  # a mutant survived (or the score is below the break threshold)
+EXIT_USAGE = EXIT_SETUP  # bad input: merge's shards that do not fit together
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,28 @@ def select_shard(mutants: list[Mutant], index: int, count: int) -> list[Mutant]:
     ids = sorted(m.id for m in mutants)
     mine = set(ids[index - 1 :: count])
     return [m for m in mutants if m.id in mine]
+
+
+def choose(
+    catalogue: list[Mutant], only: Iterable[str] | None, shard: tuple[int, int] | None
+) -> tuple[list[Mutant], dict[str, Any] | None]:
+    """The mutants a run scores (not the canary: it always runs), and what it records when they are a
+    subset of the catalogue (report.subset). Bad input (an unknown id, a bad shard) raises SetupProblem."""
+    chosen = [m for m in catalogue if not m.canary]
+    universe = [m.id for m in chosen]
+    wanted = None if only is None else sorted(set(only))
+    if wanted is not None:
+        unknown = set(wanted) - {m.id for m in catalogue}
+        if unknown:
+            raise SetupProblem(f"unknown mutant ids: {', '.join(sorted(unknown))} (the ids are those of "
+                               "mutants/catalogue/catalogue.toml)")  # fmt: skip
+        chosen = [m for m in chosen if m.id in wanted]
+    if shard is not None:
+        try:
+            chosen = select_shard(chosen, *shard)
+        except ValueError as exc:
+            raise SetupProblem(f"--shard {shard[0]}/{shard[1]}: {exc}") from None
+    return chosen, report.subset(universe, [m.id for m in chosen], wanted, shard)
 
 
 def _preparer(
@@ -85,29 +110,22 @@ def run(
     say: Callable[[str], None] = print,
     jobs: int | None = None,
     shard: tuple[int, int] | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> tuple[int, list[Outcome]]:
     """Null run, canary, then the chosen mutants (all by default, or shard k of n of them), each
     campaign in its own process, `jobs` at a time (default: one per core); writes the report
-    (outcomes.json, mutation-report.json, junit.xml, report.html) under `reports`."""
+    (outcomes.json, mutation-report.json, junit.xml, report.html) under `reports`. Bad input (an
+    unknown id, a bad shard) raises SetupProblem before anything is written."""
     budget = budget or Budget()
     jobs = jobs or default_jobs()
     started = time.perf_counter()
-    reports.mkdir(parents=True, exist_ok=True)
     catalogue = load()
-    chosen = [m for m in catalogue if not m.canary]
-    if only is not None:
-        wanted = set(only)
-        unknown = wanted - {m.id for m in catalogue}
-        if unknown:
-            say(f"unknown mutant ids: {', '.join(sorted(unknown))}")
-            return EXIT_USAGE, []
-        chosen = [m for m in chosen if m.id in wanted]
-    if shard is not None:
-        try:
-            chosen = select_shard(chosen, *shard)
-        except ValueError as exc:
-            say(str(exc))
-            return EXIT_USAGE, []
+    chosen, part = choose(catalogue, only, shard)
+    if part is not None:  # a subset's score is not the catalogue's: said here, in the report and the last line
+        left = part["left_out"]
+        say(f"{report.subset_text(part)}; left out: {', '.join(left[:8])}"
+            f"{f' and {len(left) - 8} more (all in outcomes.json)' if len(left) > 8 else ''}")  # fmt: skip
+    reports.mkdir(parents=True, exist_ok=True)
     canaries = [m for m in catalogue if m.canary]
     order: list[Mutant | None] = [None, *canaries, *chosen]  # None: the null run
     results: dict[int, Outcome] = {}
@@ -117,7 +135,8 @@ def run(
         return {
             "verdict": verdict, "budget": asdict(budget), "wall_s": round(time.perf_counter() - started, 1),
             "jobs": jobs, "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
-            "chosen": [m.id for m in chosen], "outcomes": [o.as_json() for o in outcomes],
+            "chosen": [m.id for m in chosen], "subset": part, "thresholds": thresholds.as_json(),
+            "outcomes": [o.as_json() for o in outcomes],
         }  # fmt: skip
 
     base, problem = baseline(cache)
@@ -136,9 +155,11 @@ def run(
             outcome.artifact = os.path.relpath(Path(outcome.artifact).resolve(), reports.resolve())
         if mutant is None:
             outcome.id, outcome.executor = NULL_RUN, "both"
+            if outcome.status == MISSED:  # no divergence in the whole budget: what a null run must be
+                outcome.status = CLEAN
             say(f"null-run: {outcome.status} ({outcome.histories} histories, {outcome.campaign_s:.1f} s) "
                 f"{outcome.reason}")  # fmt: skip
-            if outcome.status != MISSED:  # "missed" = no divergence in the whole budget: what a null run must be
+            if outcome.status != CLEAN:
                 void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
         else:
             outcome.build_s = built.get(mutant.id, 0.0)
@@ -171,24 +192,54 @@ def run(
     outcomes = [results[i] for i in sorted(results)]
     scored = [o for o in outcomes[1:] if not _is_canary(o)]
     all_caught = all(o.status == CAUGHT for o in scored)
-    report.write_all(reports, document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT), catalogue)
+    final = document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT)
+    report.write_all(reports, final, catalogue)
     counts = Counter(o.status for o in scored)
     say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {counts[UNVIABLE]} unviable, "
         f"{len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE]} timeout/error of {len(scored)}; "
         f"wall {time.perf_counter() - started:.0f} s, {jobs} jobs")  # fmt: skip
-    return (EXIT_ALL_CAUGHT if all_caught else EXIT_SOME_MISSED), outcomes
+    say(score_line(final))
+    return (EXIT_ALL_CAUGHT if final["passed"] else EXIT_SOME_MISSED), outcomes
 
 
-def merge(out: Path, shard_dirs: list[Path], say: Callable[[str], None] = print) -> int:
-    """Joins shard reports into one under `out` (all four files); the exit code as for a run."""
+def score_line(document: dict[str, Any]) -> str:
+    """The last line: the verdict, the score (a subset's said so), and the gate."""
+    points = document["score"]
+    percent = "n/a" if points["percent"] is None else f"{points['percent']} %"
+    part = document.get("subset")
+    which = (
+        f"subset score {points['caught']}/{points['viable']} ({percent}; {report.subset_text(part)})"
+        if part
+        else f"score {points['caught']}/{points['viable']} ({percent})"
+    )
+    breaking = Thresholds.from_json(document.get("thresholds")).breaking
+    gate = "every mutant must be caught" if breaking is None else f"--threshold-break {breaking:g} %"
+    return f"{document['verdict']}: {which}; {'passed' if document['passed'] else 'FAILED'} ({gate})"
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def merge(
+    out: Path,
+    shard_dirs: list[Path],
+    say: Callable[[str], None] = print,
+    complain: Callable[[str], None] = _stderr,
+    thresholds: Callable[[Thresholds], Thresholds] | None = None,
+) -> int:
+    """Joins shard reports into one under `out` (all four files); the exit code as for a run. Shards
+    that do not fit are one line to `complain` (stderr) and EXIT_USAGE, nothing written; `thresholds`
+    turns the shards' recorded thresholds into the merge's (the command line's flags)."""
     try:
         document = report.merge(out, shard_dirs)
     except report.MergeProblem as exc:
-        say(f"cannot merge: {exc}")
+        complain(f"cannot merge: {exc}")
         return EXIT_USAGE
+    if thresholds is not None:
+        document["thresholds"] = thresholds(Thresholds.from_json(document.get("thresholds"))).as_json()
     report.write_all(out, document)
-    say(f"{document['verdict']}: {document['score']['caught']} caught of {document['score']['viable']} viable; "
-        f"{document['summary']}")  # fmt: skip
+    say(f"{score_line(document)}; {document['summary']}")
     if document["verdict"] == report.VOID:
         return EXIT_VOID
-    return EXIT_ALL_CAUGHT if document["verdict"] == report.ALL_CAUGHT else EXIT_SOME_MISSED
+    return EXIT_ALL_CAUGHT if document["passed"] else EXIT_SOME_MISSED

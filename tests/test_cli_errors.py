@@ -130,7 +130,7 @@ def test_the_mutant_runner_checks_the_variables_too(
 ) -> None:
     monkeypatch.setenv("DIFFTEST_FASTBOOT", "yes")
     code, _, err = outcome(["mutants", "--only", "null-run"], capsys)
-    assert code == cli.MUTANTS_BAD_ARGUMENTS  # the runner's own code for bad arguments
+    assert code == EXIT_SETUP  # the same code for bad input as every other command
     one_line(err, "DIFFTEST_FASTBOOT='yes'", "neither 0 nor 1")
 
 

@@ -4,6 +4,7 @@ need no server; the last two run real campaigns on a small budget."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import threading
@@ -14,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
 from mutants import catalogue as cat
 from mutants import report
 from mutants.__main__ import main
 from mutants.child import MARK_VARIABLE, Task, run_tasks
-from mutants.run import EXIT_USAGE, baseline, merge, run, select_shard
+from mutants.run import EXIT_USAGE, baseline, choose, merge, run, score_line, select_shard
 from mutants.score import CAUGHT, TIMEOUT, Budget, Outcome
 from mutants.workspace import DEFAULT_CACHE
 
@@ -41,12 +43,27 @@ def test_shards_split_the_catalogue_round_robin_by_sorted_id() -> None:
         select_shard(real, 0, 2)
 
 
-def test_bad_arguments_exit_with_the_usage_code(tmp_path: Path) -> None:
-    assert main(["--shard", "3/2", "--reports", str(tmp_path)]) == EXIT_USAGE
-    assert main(["--shard", "x", "--reports", str(tmp_path)]) == EXIT_USAGE
-    assert main(["--jobs", "0", "--reports", str(tmp_path)]) == EXIT_USAGE
-    assert main(["--only", "no-such-mutant", "--reports", str(tmp_path)]) == EXIT_USAGE
-    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "missing")]) == EXIT_USAGE
+@pytest.mark.parametrize(
+    "argv",
+    [["--shard", "3/2"], ["--shard", "x"], ["--jobs", "0"], ["--only", "no-such-mutant"], ["--threshold-break", "101"],
+     ["--threshold-high", "x"], ["--threshold-low", "90", "--threshold-high", "80"]],
+    ids=lambda argv: " ".join(argv),
+)  # fmt: skip
+def test_bad_input_is_one_line_on_stderr_exit_2_and_nothing_written(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert EXIT_USAGE == EXIT_SETUP == 2  # bad input: the code of every command
+    assert main([*argv, "--reports", str(tmp_path / "m")]) == EXIT_SETUP
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, (out, err)  # no "report:" line for files never written
+    assert not (tmp_path / "m").exists()  # and no empty directory
+
+
+def test_a_merge_that_cannot_be_is_one_line_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["merge", str(tmp_path / "out"), str(tmp_path / "missing")]) == EXIT_SETUP
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("cannot merge: no outcomes.json in ") and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
@@ -76,7 +93,7 @@ def _document(ids: dict[str, str], **extra: Any) -> dict[str, Any]:
     by_id = {m.id: m for m in MUTANTS}
     canary = next(m for m in MUTANTS if m.canary)
     outcomes = [
-        _record(report.NULL_RUN, "both", "missed", histories=100, steps=2000, defect_class=""),
+        _record(report.NULL_RUN, "both", report.CLEAN, histories=100, steps=2000, defect_class=""),
         _record(canary.id, "lua", CAUGHT, defect_class="canary", histories=1, steps=1,
                 artifact=f"{canary.id}/failures/batch-0"),
     ]  # fmt: skip
@@ -126,7 +143,7 @@ def test_the_four_report_forms(tmp_path: Path) -> None:
     # the page: self-contained, with the score, the self-checks and a relative link per kill
     page = (tmp_path / report.HTML).read_text()
     assert "<script" not in page and "<link" not in page and "http" not in page.replace("http-equiv", "")
-    assert "1 / 4 (25.0 %)" in page and "passed: no divergence in 100 histories" in page
+    assert "1 / 4 (25.0 %)" in page and "clean: no divergence on the unmodified pair in 100 histories" in page
     assert 'href="native-claim-no-epoch/failures/batch-1/report.txt"' in page
     assert "caught (canary-lua-enqueue-replies-two" in page
     assert "restarts and crashes</dt><dd>on" in page
@@ -152,13 +169,121 @@ def test_merge_joins_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> Non
     assert (out / report.HTML).is_file() and (out / report.STRYKER).is_file() and (out / report.JUNIT).is_file()
     # one shard of two: incomplete; the same shard twice: refused; other budgets: refused
     assert report.merge(out, [tmp_path / "s1"])["verdict"] == report.INCOMPLETE
-    assert merge(out, [tmp_path / "s1", tmp_path / "s1"], say=lambda _: None) == EXIT_USAGE
+    refusals: list[str] = []
+    assert merge(out, [tmp_path / "s1", tmp_path / "s1"], say=lambda _: None, complain=refusals.append) == EXIT_USAGE
     report.write_outcomes(tmp_path / "s3", _document(second, shard={"index": 2, "count": 2}, budget={"seed": 1}))
-    assert merge(out, [tmp_path / "s1", tmp_path / "s3"], say=lambda _: None) == EXIT_USAGE
+    assert merge(out, [tmp_path / "s1", tmp_path / "s3"], say=lambda _: None, complain=refusals.append) == EXIT_USAGE
+    assert len(refusals) == 2 and all(r.startswith("cannot merge: ") for r in refusals)
     # a void shard voids the merge
     void = _document(second, shard={"index": 2, "count": 2}, verdict=report.VOID)
     report.write_outcomes(tmp_path / "s4", void)
-    assert merge(out, [tmp_path / "s1", tmp_path / "s4"], say=lambda _: None) == 2
+    assert merge(out, [tmp_path / "s1", tmp_path / "s4"], say=lambda _: None) == EXIT_VOID
+
+
+def test_the_clean_null_run_has_one_name_and_older_reports_read_as_it(tmp_path: Path) -> None:
+    document = _document(STATUSES)
+    report.write_all(tmp_path / "now", document)
+    written = json.loads((tmp_path / "now" / report.OUTCOMES).read_text())
+    assert written["outcomes"][0] == {**written["outcomes"][0], "id": report.NULL_RUN, "status": "clean"}
+    # a report from before the name: its null run "missed" (no divergence) is read as clean everywhere
+    old = json.loads(json.dumps(document))
+    old["outcomes"][0]["status"] = "missed"
+    report.write_outcomes(tmp_path / "old", old)
+    assert merge(tmp_path / "merged", [tmp_path / "old"], say=lambda _: None) == EXIT_DIVERGENCE
+    merged = json.loads((tmp_path / "merged" / report.OUTCOMES).read_text())
+    assert merged["outcomes"][0]["status"] == report.CLEAN and merged["verdict"] == report.SOME_NOT_CAUGHT
+    page = report.html_page(old)
+    assert "null run</dt><dd>clean: no divergence" in page and '<td class="caught">clean</td>' in page
+    assert "passed" not in page.split("<h2>")[0].split("thresholds")[0]  # no other name for it
+    junit = ET.fromstring(report.junit(old))
+    assert next(c for c in junit.iter("testcase") if c.get("name") == report.NULL_RUN).find("failure") is None
+
+
+def test_a_subset_run_says_so_and_lists_what_it_left_out(tmp_path: Path) -> None:
+    three = ["native-claim-no-epoch", "native-resume-noop", "lua-promote-uses-now"]
+    chosen, part = choose(MUTANTS, three, None)
+    real = [m.id for m in MUTANTS if not m.canary]
+    assert [m.id for m in chosen] == [i for i in real if i in three]
+    assert part is not None and part["ran"] == 3 and part["of"] == len(real) and part["only"] == sorted(three)
+    assert part["left_out"] == [i for i in real if i not in three]
+    assert choose(MUTANTS, None, None) == ([m for m in MUTANTS if not m.canary], None)  # the whole catalogue
+    _, shard = choose(MUTANTS, None, (2, 3))
+    assert shard is not None and shard["shard"] == "2/3" and shard["only"] is None
+    document = _document(dict.fromkeys(three, CAUGHT), subset=part, verdict=report.ALL_CAUGHT)
+    report.write_all(tmp_path, document)
+    written = json.loads((tmp_path / report.OUTCOMES).read_text())
+    assert written["subset"]["left_out"] == part["left_out"] and written["score"]["percent"] == 100.0
+    text = f"subset: 3 of {len(real)} mutants (--only {' '.join(sorted(three))})"
+    assert report.subset_text(written["subset"]) == text
+    assert score_line(written).startswith(f"all caught: subset score 3/3 (100.0 %; {text})")
+    page = (tmp_path / report.HTML).read_text()
+    assert text in page and f"a subset score: 3 of {len(real)} mutants ran" in page
+    folded = page.split('<details class="left-out">')[1].split("</details>")[0]
+    assert f"left out: {len(real) - 3} mutants" in folded and all(
+        f"<code>{i}</code>" in folded for i in part["left_out"]
+    )
+    # the whole catalogue is no subset: none of it on the page
+    whole = report.html_page(_document(dict.fromkeys(real, CAUGHT), verdict=report.ALL_CAUGHT))
+    assert "subset" not in whole.split("<style>")[0] + whole.split("</style>")[1]
+
+
+def test_thresholds_colour_the_score_and_the_break_threshold_gates(tmp_path: Path) -> None:
+    # STATUSES score 1 / 4 (25 %): below break 30 the run fails (exit 1), at break 25 it passes
+    # whatever survived; without a break threshold every mutant must be caught
+    assert report.passes(_document(STATUSES)) is False
+    for breaking, code in ((30.0, EXIT_DIVERGENCE), (25.0, EXIT_OK)):
+        thresholds = report.Thresholds(high=90, low=20, breaking=breaking).as_json()
+        report.write_outcomes(tmp_path / "s", _document(STATUSES, thresholds=thresholds))
+        assert merge(tmp_path / f"m{breaking}", [tmp_path / "s"], say=lambda _: None) == code
+        merged = json.loads((tmp_path / f"m{breaking}" / report.OUTCOMES).read_text())
+        assert merged["passed"] is (code == EXIT_OK) and merged["thresholds"]["break"] == breaking
+        page = (tmp_path / f"m{breaking}" / report.HTML).read_text()
+        assert '<span class="warn">1 / 4 (25.0 %)</span>' in page  # between low 20 and high 90
+        assert f"break {breaking:g} % (a score below it fails the run, exit 1): " in page
+        stryker = json.loads((tmp_path / f"m{breaking}" / report.STRYKER).read_text())
+        assert stryker["thresholds"] == {"high": 90, "low": 20}
+    # merge's own flags over the shards' recorded thresholds
+    code = main(["merge", str(tmp_path / "flags"), str(tmp_path / "s"), "--threshold-break", "26"])
+    assert code == EXIT_DIVERGENCE
+    assert json.loads((tmp_path / "flags" / report.OUTCOMES).read_text())["thresholds"] == {
+        "high": 90, "low": 20, "break": 26.0}  # fmt: skip
+    # a void report never passes, whatever its score
+    assert report.passes(_document(STATUSES, verdict=report.VOID, thresholds={"break": 0})) is False
+    assert '<span class="bad">' in report.html_page(_document(STATUSES, thresholds={"low": 30}))
+
+
+def test_the_budget_reads_as_text() -> None:
+    page = report.html_page(_document(STATUSES))
+    line = page.split("<dt>budget</dt><dd>")[1].split("</dd>")[0]
+    assert line == ("seed 20261202; 3,000 histories per campaign, at most 40 steps each; 600 s per campaign "
+                    "(killed at 660 s); shrinking up to 5 s; restarts and crashes on; replicas off")  # fmt: skip
+
+
+def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
+    from tests.test_reports import in_browser
+
+    # a reason with a long path in its first 120 characters (as a module that did not load has), no space
+    # to wrap at: the table overflowed 1,280 px by 170 px and cut the reason column
+    reason = ("SetupProblem: native: valkey-server could not load module /work/wt/resp3multi/mutants/.cache/native/"
+              "33c59e44d4d51552fa51/libemq_native.so: Module initialization failed")  # fmt: skip
+    document = _document(STATUSES)
+    for record in document["outcomes"]:
+        record.update(reason=reason, needs=["restarts", "corruption"], minimal_steps=12)
+    report.write_all(tmp_path, document)
+    # the page has no script: a copy with one that writes what it measures into the DOM
+    probe = tmp_path / "probe.html"
+    measure = (
+        "<script>window.onload = () => { const cells = [...document.querySelectorAll('td.reason')]; "
+        "const right = Math.max(...cells.map(c => c.getBoundingClientRect().right)); "
+        "const width = document.documentElement.scrollWidth; "
+        "document.body.setAttribute('data-measure', JSON.stringify({width, right, cells: cells.length})); };</script>"
+    )
+    probe.write_text((tmp_path / report.HTML).read_text().replace("</body>", measure + "</body>"))
+    dom = in_browser(probe, "--dump-dom", window=(1280, 900))
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = json.loads(html.unescape(dom.stdout.split('data-measure="')[1].split('"')[0]))
+    assert found["cells"] == len(document["outcomes"])
+    assert found["width"] <= 1280 and found["right"] <= 1280, found  # nothing cut, no sideways scrolling
 
 
 @pytest.mark.timeout(900)

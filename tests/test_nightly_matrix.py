@@ -132,3 +132,25 @@ def test_a_missing_shard_or_a_divergence_fails_the_summary(tmp_path: Path) -> No
         assert "**divergence**" in text and "reply differs" in text and "`sweep:die`" in text
     finally:
         del os.environ["GITHUB_STEP_SUMMARY"]
+
+
+def test_the_summary_follows_the_mutation_gate_and_marks_a_subset(tmp_path: Path) -> None:
+    from difftest.nightly import mutants_section
+
+    (tmp_path / "m").mkdir()
+    document = {"verdict": "some not caught", "passed": True, "thresholds": {"high": 80, "low": 60, "break": 50},
+                "score": {"caught": 3, "viable": 4, "percent": 75.0},
+                "subset": {"ran": 4, "of": 61, "left_out": ["lua-x", "native-y"]},
+                "outcomes": [{"id": "null-run", "status": "clean"},
+                             {"id": "native-z", "status": "missed"}]}  # fmt: skip
+    (tmp_path / "m" / "outcomes.json").write_text(json.dumps(document))
+    lines, good = mutants_section(tmp_path / "m", None)
+    text = "\n".join(lines)
+    assert good and "break threshold 50 %: passed" in text and "`native-z`: missed" in text
+    assert "a subset score: 4 of 61 mutants ran" in text and "`lua-x`, `native-y`" in text
+    (tmp_path / "m" / "outcomes.json").write_text(json.dumps({**document, "passed": False}))
+    assert mutants_section(tmp_path / "m", None)[1] is False
+    # a report from before the gate: good only when every mutant was caught
+    older = {k: v for k, v in document.items() if k not in ("passed", "thresholds", "subset")}
+    (tmp_path / "m" / "outcomes.json").write_text(json.dumps(older))
+    assert mutants_section(tmp_path / "m", None)[1] is False
