@@ -141,7 +141,8 @@ def _guarded(work: Callable[[], int], where: Path | None) -> int:
         return EXIT_IOERR
     except KeyboardInterrupt as stop:
         by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
-        what = f"; what was scored is in {where / 'outcomes.json'}" if where is not None else ""
+        scored = where is not None and (where / "outcomes.json").is_file()
+        what = f"; what was scored is in {where / 'outcomes.json'}" if scored else ""
         _complain(f"interrupted by {by}{what}")
         return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except Exception as problem:

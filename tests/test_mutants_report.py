@@ -7,6 +7,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -15,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
+from difftest.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED, EXIT_VOID
 from mutants import catalogue as cat
 from mutants import report
 from mutants.__main__ import main
@@ -284,6 +287,27 @@ def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
     found = json.loads(html.unescape(dom.stdout.split('data-measure="')[1].split('"')[0]))
     assert found["cells"] == len(document["outcomes"])
     assert found["width"] <= 1280 and found["right"] <= 1280, found  # nothing cut, no sideways scrolling
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_runner_with_143_and_ctrl_c_with_130(tmp_path: Path) -> None:
+    # the runner's first line (the subset it runs) comes before anything is built or started
+    for signum, code in ((signal.SIGTERM, EXIT_TERMINATED), (signal.SIGINT, EXIT_INTERRUPTED)):
+        reports = tmp_path / f"m{signum}"
+        runner = subprocess.Popen([sys.executable, "-m", "mutants", "--only", "lua-complete-double-counts",
+                                   "--examples", "20", "--jobs", "1", "--reports", str(reports)],
+                                  cwd=cat.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert runner.stdout is not None
+            assert runner.stdout.readline().startswith("subset: 1 of ")
+            runner.send_signal(signum)
+            _, err = runner.communicate(timeout=120)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()
+        by = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        assert runner.returncode == code and f"interrupted by {by}" in err, (runner.returncode, err[-2000:])
 
 
 @pytest.mark.timeout(900)
