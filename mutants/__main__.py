@@ -141,8 +141,8 @@ def _guarded(work: Callable[[], int], where: Path | None) -> int:
         return EXIT_IOERR
     except KeyboardInterrupt as stop:
         by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
-        scored = where is not None and (where / "outcomes.json").is_file()
-        what = f"; what was scored is in {where / 'outcomes.json'}" if scored else ""
+        outcomes = None if where is None else where / "outcomes.json"
+        what = f"; what was scored is in {outcomes}" if outcomes is not None and outcomes.is_file() else ""
         _complain(f"interrupted by {by}{what}")
         return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except Exception as problem:
