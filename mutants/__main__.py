@@ -55,6 +55,14 @@ def _percent(text: str) -> float:
     return value
 
 
+_UNSET = object()  # --threshold-break not given (None is given: "none")
+
+
+def _break(text: str) -> float | None:
+    """A percentage, or "none": no score gate, every mutant must be caught (a workflow input's default)."""
+    return None if text.strip().lower() == "none" else _percent(text)
+
+
 def _thresholds(parser: argparse.ArgumentParser, merged: bool = False) -> None:
     default = "default: the shards' own" if merged else "default"
     parser.add_argument(
@@ -71,9 +79,10 @@ def _thresholds(parser: argparse.ArgumentParser, merged: bool = False) -> None:
         metavar="P",
         help=f"a score below P is drawn bad ({default}: {DEFAULT_THRESHOLDS.low:g})",
     )
-    parser.add_argument("--threshold-break", type=_percent, default=None, metavar="P",
-                        help="the gate: a score below P exits 1, at or above it 0, whatever survived (default: "
-                        + ("the shards' own" if merged else "none, every mutant must be caught") + ")")  # fmt: skip
+    parser.add_argument("--threshold-break", type=_break, default=_UNSET, metavar="P",
+                        help="the gate: a score below P exits 1, at or above it 0, whatever survived; none: "
+                        "every mutant must be caught (default: "
+                        + ("the shards' own" if merged else "none") + ")")  # fmt: skip
 
 
 def _chosen_thresholds(args: argparse.Namespace, recorded: Thresholds | None = None) -> Thresholds:
@@ -82,7 +91,7 @@ def _chosen_thresholds(args: argparse.Namespace, recorded: Thresholds | None = N
     chosen = Thresholds(
         high=base.high if args.threshold_high is None else args.threshold_high,
         low=base.low if args.threshold_low is None else args.threshold_low,
-        breaking=base.breaking if args.threshold_break is None else args.threshold_break,
+        breaking=base.breaking if args.threshold_break is _UNSET else args.threshold_break,
     )
     if chosen.low > chosen.high:
         raise SetupProblem(f"--threshold-low {chosen.low:g} is above --threshold-high {chosen.high:g}: "

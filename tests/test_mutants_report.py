@@ -250,6 +250,9 @@ def test_thresholds_colour_the_score_and_the_break_threshold_gates(tmp_path: Pat
     assert code == EXIT_DIVERGENCE
     assert json.loads((tmp_path / "flags" / report.OUTCOMES).read_text())["thresholds"] == {
         "high": 90, "low": 20, "break": 26.0}  # fmt: skip
+    # "none" (the workflow's default) over a recorded break: every mutant must be caught again
+    assert main(["merge", str(tmp_path / "none"), str(tmp_path / "s"), "--threshold-break", "none"]) == EXIT_DIVERGENCE
+    assert json.loads((tmp_path / "none" / report.OUTCOMES).read_text())["thresholds"]["break"] is None
     # a void report never passes, whatever its score
     assert report.passes(_document(STATUSES, verdict=report.VOID, thresholds={"break": 0})) is False
     assert '<span class="bad">' in report.html_page(_document(STATUSES, thresholds={"low": 30}))
