@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from difftest.accounting import EMPTY, Accounts
 from difftest.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
 from difftest.replies import ErrorReply, Refused, Reply
 from difftest.resolve import Resolved
@@ -39,6 +40,7 @@ class Ledger:
     tainted_metrics: frozenset[tuple[bytes, str]] = frozenset()
     everything_tainted: bool = False
     settled: bool = field(default=False, compare=False)  # nothing recorded since the last full check
+    accounts: Accounts = field(default=EMPTY, compare=False)  # every job's life (difftest/accounting.py)
 
     def _but(
         self,
@@ -52,6 +54,7 @@ class Ledger:
         tainted_metrics: frozenset[tuple[bytes, str]] | None = None,
         everything_tainted: bool | None = None,
         settled: bool | None = None,
+        accounts: Accounts | None = None,
     ) -> Ledger:
         """This ledger with the fields given changed (dataclasses.replace without its per-call
         field introspection and keyword dicts: the judge makes a new ledger on most moving steps)."""
@@ -65,6 +68,7 @@ class Ledger:
             tainted_metrics=self.tainted_metrics if tainted_metrics is None else tainted_metrics,
             everything_tainted=self.everything_tainted if everything_tainted is None else everything_tainted,
             settled=self.settled if settled is None else settled,
+            accounts=self.accounts if accounts is None else accounts,
         )
 
     def taint(self, command: tuple[bytes, ...]) -> Ledger:
@@ -113,6 +117,10 @@ class Ledger:
                 and not self.settled):  # fmt: skip
             return self  # nothing new and already unsettled: the same ledger
         return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False)
+
+    def accounted(self, accounts: Accounts) -> Ledger:
+        """This ledger with the accounting's new accounts (the same ledger when they did not change)."""
+        return self if accounts is self.accounts else self._but(accounts=accounts)
 
     def checked(self) -> Ledger:
         """The ledger after a full check that found nothing broken."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from difftest.accounting import follow
 from difftest.commands import Rows, Stamp
 from difftest.contract import (
     MATCH,
@@ -156,6 +157,29 @@ def _moved(ledger: Ledger, resolved: Resolved, scripts_half_way: bool, before: S
     return ledger.taint((b"EVALSHA", *diff(before, after)))
 
 
+def _accounted(state: JudgeState, observation: Observation, ledger: Ledger,
+               lua_ledger: Ledger) -> tuple[Ledger, Ledger, list[str]]:  # fmt: skip
+    """Each side's accounting of a transition (difftest/accounting.py): both ledgers with their
+    new accounts, and each side's findings. The native side's lease epochs before the step let a
+    sweep exempt a lease of another run (D7); the scripts, on either server, exempt none."""
+    resolved, before = observation.resolved, state.before
+    native_after, lua_after = observation.native_after, observation.lua_after
+    late = resolved.is_end  # the Lua host's split claim decided on its earlier paused? read (D1)
+    epochs = None if resolved.via_scripts else state.before_epochs
+    accounts, found = follow(ledger.accounts, ledger.held, resolved, before, observation.native_reply, native_after,
+                             observation.now_ms, exempt=epochs, run_id=observation.run_id,
+                             decided_late=late and resolved.via_scripts)  # fmt: skip
+    owed = [f"native: {f}" for f in found]
+    if _lua_stopped_half_way(before, observation):
+        lua_accounts = lua_ledger.accounts  # (its writes tainted what they touched: see _moved)
+    else:
+        lua_accounts, lua_found = follow(lua_ledger.accounts, lua_ledger.held, resolved, before,
+                                         observation.lua_reply, lua_after, observation.now_ms,
+                                         decided_late=late)  # fmt: skip
+        owed += [f"lua: {f}" for f in lua_found]
+    return ledger.accounted(accounts), lua_ledger.accounted(lua_accounts), owed
+
+
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
@@ -232,6 +256,10 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
                 broken = [*(broken or ()), *(f"lua: {v}" for v in found)]
             elif not held:
                 lua_ledger = lua_ledger.checked()
+        if resolved.sends_transition:
+            ledger, lua_ledger, owed = _accounted(state, observation, ledger, lua_ledger)
+            if owed:
+                broken = [*(broken or ()), *owed]
     if broken:
         return state, Verdict("divergence", verdict.rule, "; ".join(broken))
     if rule is not None and rule.resync:

@@ -1,0 +1,189 @@
+"""The queue's accounting (difftest/accounting.py) on hand-made steps and snapshots: each finding
+is found where it happens and nowhere else, and an excluded job is never judged (pure, no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from difftest.accounting import EMPTY, FINDINGS, Accounts, follow
+from difftest.history import loads
+from difftest.invariants import Ledger
+from difftest.replies import Reply
+from difftest.resolve import Resolved, resolve
+from difftest.snapshot import Entry, Snapshot
+
+Q = "q"
+
+
+def _steps(*steps: dict[str, object]) -> tuple[Resolved, ...]:
+    lines = [json.dumps({"format": "difftest-history", "version": 1, "start_ms": 1000})]
+    lines += [json.dumps(step) for step in steps]
+    return resolve(loads("\n".join(lines)).steps)
+
+
+def _call(verb: str, *args: object) -> dict[str, object]:
+    return {"op": "call", "verb": verb, "queue": Q, "args": list(args)}
+
+
+def _keys(sets: dict[str, dict[str, int]], rows: dict[str, dict[str, object]] | None = None,
+          meta: dict[str, str] | None = None) -> Snapshot:  # fmt: skip
+    """A keyspace of queue q: each set's members and scores, each row's fields."""
+    snapshot: Snapshot = {}
+    for name, members in sets.items():
+        if members:
+            value = {m.encode(): str(s).encode() for m, s in members.items()}
+            snapshot[f"emq:{{q}}:{name}".encode()] = Entry("zset", value, -1)
+    for job, fields in (rows or {}).items():
+        value = {k.encode(): str(v).encode() for k, v in fields.items()}
+        snapshot[f"emq:{{q}}:job:{job}".encode()] = Entry("hash", value, -1)
+    if meta:
+        snapshot[b"emq:{q}:meta"] = Entry("hash", {k.encode(): v.encode() for k, v in meta.items()}, -1)
+    return snapshot
+
+
+def _run(steps: tuple[Resolved, ...], outcomes: list[tuple[Reply, Snapshot]], ledger: Ledger | None = None,
+         **options: object) -> tuple[Accounts, list[str]]:  # fmt: skip
+    """Every step followed with its reply and keyspace after; the findings of all of them."""
+    ledger = ledger or Ledger()
+    accounts, found, before = EMPTY, [], {}  # type: ignore[var-annotated]
+    for resolved, (reply, after) in zip(steps, outcomes, strict=True):
+        accounts, more = follow(accounts, ledger.held, resolved, before, reply, after, 1000, **options)  # type: ignore[arg-type]
+        found += more
+        before = after
+    return accounts, found
+
+
+ENQUEUED = _keys({"pending": {"j": 1000}}, {"j": {"state": "pending"}})
+CLAIMED = _keys({"active": {"j": 1100}}, {"j": {"state": "active", "attempts": 1}})
+CLAIM_REPLY = [b"j", b"p", 1]
+
+
+def _names(found: list[str]) -> set[str]:
+    return {f.split(":")[1] for f in found}
+
+
+def test_an_honest_life_is_no_finding() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]},
+                   _call("EXTEND", "j", 1, 100), _call("COMPLETE", "j", 1))  # fmt: skip
+    done = _keys({"done": {"j": 1000}}, {"j": {"state": "done", "attempts": 1}})
+    accounts, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (1, CLAIMED), (1, done)])
+    assert found == []
+    life = accounts.lives[(b"q", b"j")]
+    assert life.stage == "done" and life.token == 1 and len(life.events) == 4
+
+
+def test_a_job_in_no_set_is_lost_with_its_life() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 5), _call("PROMOTE", 10))
+    delayed = _keys({"delayed": {"j": 1005}}, {"j": {"state": "delayed"}})
+    _, found = _run(steps, [(1, delayed), (1, _keys({}, {"j": {"state": "pending"}}))])
+    assert _names(found) == {"lost"}
+    assert "#0 ENQUEUE -> delayed" in found[0] and "#1 PROMOTE" in found[0]
+
+
+def test_a_job_in_two_sets_is_duplicated() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]})
+    both = _keys({"pending": {"j": 1000}, "active": {"j": 1100}}, {"j": {"state": "active", "attempts": 1}})
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, both)])
+    assert _names(found) == {"duplicated"}
+
+
+def test_a_claim_of_a_held_lease_is_duplicated_and_its_token_checked() -> None:
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, claim)
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (CLAIM_REPLY, CLAIMED)])
+    assert _names(found) == {"duplicated", "token"}
+
+
+def test_a_token_not_above_the_last_is_found() -> None:
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, _call("FAIL", "j", 0, "e", 5, 0), _call("PROMOTE", 5), claim)
+    delayed = _keys({"delayed": {"j": 1000}}, {"j": {"state": "delayed", "attempts": 0}})
+    pending = _keys({"pending": {"j": 1000}}, {"j": {"state": "pending", "attempts": 0}})
+    again = _keys({"active": {"j": 1100}}, {"j": {"state": "active", "attempts": 0}})
+    outcomes = [(1, ENQUEUED), ([b"j", b"p", 0], again), (b"retry", delayed), (1, pending), ([b"j", b"p", 0], again)]
+    _, found = _run(steps, outcomes)
+    assert _names(found) == {"token"}
+    assert "not above its earlier 0" in found[0]
+
+
+def test_a_stale_token_that_takes_effect_is_found() -> None:
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, _call("COMPLETE", "j", 7))
+    done = _keys({"done": {"j": 1000}}, {"j": {"state": "done", "attempts": 1}})
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (1, done)])
+    assert _names(found) == {"stale"}
+    # refused (0): nothing took effect, nothing found
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (0, CLAIMED)])
+    assert found == []
+
+
+def test_a_claim_while_paused_is_found_unless_decided_on_an_earlier_read() -> None:
+    paused = _keys({"pending": {"j": 1000}}, {"j": {"state": "pending"}}, {"paused": "1"})
+    claimed = {**CLAIMED, b"emq:{q}:meta": paused[b"emq:{q}:meta"]}
+    steps = _steps({"op": "call", "verb": "PAUSE", "queue": Q, "args": []}, _call("ENQUEUE", "j", "p", 0),
+                   {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]})  # fmt: skip
+    outcomes = [(1, {b"emq:{q}:meta": paused[b"emq:{q}:meta"]}), (1, paused), (CLAIM_REPLY, claimed)]
+    _, found = _run(steps, outcomes)
+    assert _names(found) == {"pause"}
+    _, found = _run(steps, outcomes, decided_late=True)  # the Lua host's split claim (D1)
+    assert found == []
+
+
+def test_a_sweep_must_take_an_expired_lease_and_count_its_stall() -> None:
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, _call("SWEEP", 5, 10))
+    expired = _keys({"active": {"j": 900}}, {"j": {"state": "active", "attempts": 1}})
+    counted = _keys({"pending": {"j": 0}}, {"j": {"state": "pending", "attempts": 1, "stalled": 1}})
+    uncounted = _keys({"pending": {"j": 0}}, {"j": {"state": "pending", "attempts": 1}})
+    assert _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, expired), ([1, 0, 0, 0], counted)])[1] == []
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, expired), ([1, 0, 0, 0], uncounted)])
+    assert _names(found) == {"stalled"}
+    # the native side: a lease of another run is exempt (D7), stalled unchanged
+    row = b"emq:{q}:job:j"
+    exempt = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, expired), ([0, 0, 0, 1], uncounted)],
+                  exempt={row: b"old"}, run_id=b"new")  # fmt: skip
+    assert exempt[1] == []
+    # a lease whose deadline is still ahead is not the sweep's to take
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), ([1, 0, 0, 0], counted)])
+    assert _names(found) == {"duplicated"}
+
+
+def test_recovered_without_a_sweep_and_revived_not_dead() -> None:
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, _call("PROMOTE", 5))
+    back = _keys({"pending": {"j": 0}}, {"j": {"state": "pending", "attempts": 1}})
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (1, back)])
+    assert _names(found) == {"recovered"}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, _call("COMPLETE", "j", 1), _call("REVIVE", "j"))
+    done = _keys({"done": {"j": 1000}}, {"j": {"state": "done", "attempts": 1}})
+    _, found = _run(steps, [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (1, done), (1, back)])
+    assert _names(found) == {"recovered"}
+
+
+def test_a_member_without_an_enqueue_is_unexpected() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), _call("PROMOTE", 5))
+    stranger = _keys({"pending": {"j": 1000, "x": 5}}, {"j": {"state": "pending"}})
+    _, found = _run(steps, [(1, ENQUEUED), (0, stranger)])
+    assert _names(found) == {"unexpected"}
+
+
+def test_an_excluded_job_or_queue_is_never_judged() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 5), _call("PROMOTE", 10))
+    delayed = _keys({"delayed": {"j": 1005}}, {"j": {"state": "delayed"}})
+    lost = [(1, delayed), (1, _keys({}, {"j": {"state": "pending"}}))]
+    assert _names(_run(steps, lost)[1]) == {"lost"}
+    for raw in ((b"HSET", b"emq:{q}:job:j", b"x", b"1"), (b"ZADD", b"emq:{q}:pending", b"1", b"x"), (b"FLUSHALL",)):
+        assert _run(steps, lost, Ledger().taint(raw))[1] == [], raw
+
+
+def test_every_finding_is_named_and_described() -> None:
+    assert set(FINDINGS) == {"lost", "duplicated", "recovered", "unexpected", "token", "stale", "pause", "stalled"}
+    assert all(text.strip() for text in FINDINGS.values())
+
+
+@pytest.mark.parametrize("reply", [0, None, []])
+def test_a_claim_that_took_nothing_follows_nothing(reply: Reply) -> None:
+    steps = _steps({"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]})
+    assert _run(steps, [(reply, {})]) == (EMPTY, [])
