@@ -13,7 +13,10 @@ its row or one of its queue's sets (corruption, other writers, TTLs), a script s
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from difftest.commands import SETS, STALLED, Layout, Verb
 from difftest.replies import ErrorReply, Refused, Reply
@@ -48,7 +51,7 @@ class Life:
         return Life(
             self.stage if stage is None else stage,
             self.token if token is None else token,
-            self.lease if lease is False else lease,  # type: ignore[arg-type]
+            self.lease if lease is False else lease,
             (*self.events[-(LIFE_KEPT - 1) :], event),
         )
 
@@ -64,6 +67,8 @@ class Accounts:
 
 
 EMPTY = Accounts()
+Held = Callable[[bytes, bytes], bool]  # whether a job is still followed: Ledger.held
+Finder = Callable[[str, bytes, str, "Life | None"], None]
 _REFUSED = (ErrorReply, Refused)
 
 
@@ -109,14 +114,14 @@ def paused(snapshot: Snapshot, layout: Layout) -> bool:
 
 def follow(
     accounts: Accounts,
-    held: object,
+    held: Callable[[bytes, bytes], bool],
     resolved: Resolved,
     before: Snapshot,
     reply: Reply,
     after: Snapshot,
     now_ms: int,
     *,
-    exempt: frozenset[bytes] | Epochs | None = None,
+    exempt: Epochs | None = None,
     run_id: bytes | None = None,
     decided_late: bool = False,
 ) -> tuple[Accounts, list[str]]:
@@ -142,7 +147,7 @@ def follow(
     def followed(job: bytes) -> Life | None:
         item = (queue, job)
         life = changed.get(item) or lives.get(item)
-        return life if life is not None and held(queue, job) else None  # type: ignore[operator]
+        return life if life is not None and held(queue, job) else None
 
     def find(name: str, job: bytes, detail: str, life: Life | None) -> None:
         story = life.story() if life is not None else "never enqueued"
@@ -150,19 +155,20 @@ def follow(
 
     if verb is Verb.ENQUEUE and reply == 1:
         job = guarded.job
-        if held(queue, job):  # type: ignore[operator]
+        if held(queue, job):
             stage = "pending" if int(guarded.args[2]) == 0 else "delayed"
             known = followed(job)
             if known is not None:
                 find("duplicated", job, f"enqueued again while {known.stage}", known)
             changed[(queue, job)] = Life(stage, events=(f"{at} -> {stage}",))
     elif verb is Verb.CLAIM and isinstance(reply, list) and reply:
-        job, token = reply[0], _int(reply[2]) if len(reply) > 2 else None
-        if isinstance(job, bytes):
+        claimed, token = reply[0], _int(reply[2]) if len(reply) > 2 else None
+        if isinstance(claimed, bytes):
+            job = claimed
             if not decided_late and paused(before, layout):
                 find("pause", job, "was claimed while the queue is paused", followed(job))
             life = followed(job)
-            if life is None and held(queue, job) and (queue, job) not in lives:  # type: ignore[operator]
+            if life is None and held(queue, job) and (queue, job) not in lives:
                 find("unexpected", job, "was claimed but never enqueued", None)
             elif life is not None:
                 if life.stage == "active":
@@ -202,7 +208,7 @@ def follow(
     # PROMOTE and SWEEP are read from it, each checked as the transition allows)
     if after is not before or changed:
         for item, known in lives.items() if not changed else {**lives, **changed}.items():
-            if item[0] != queue or not held(*item):  # type: ignore[operator]
+            if item[0] != queue or not held(*item):
                 continue
             job = item[1]
             homes = stages_of(after, layout, job)
@@ -234,24 +240,24 @@ def follow(
 
 
 def _swept(life: Life, job: bytes, home: str, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
-           exempt: frozenset[bytes] | Epochs | None, run_id: bytes | None, find: object) -> list[str]:  # fmt: skip
+           exempt: Epochs | None, run_id: bytes | None, find: Finder) -> list[str]:  # fmt: skip
     """A lease a sweep took: it must have expired, and be counted as a stall unless exempt (D7)."""
     deadline = _score(before, layout.active, job)
     if deadline is not None and deadline > now_ms:
-        find("duplicated", job, f"was swept to {home} before its lease's deadline {deadline:.0f} (now {now_ms})", life)  # type: ignore[operator]
+        find("duplicated", job, f"was swept to {home} before its lease's deadline {deadline:.0f} (now {now_ms})", life)
         return []
     row = layout.row(job)
     if exempt is not None and home == "pending":
-        epoch = exempt.get(row) if isinstance(exempt, dict) else None
+        epoch = exempt.get(row)
         if epoch is None or epoch != run_id:
             return []  # D7: a lease of another run (or none stamped) is exempt, stalled unchanged
     was, now = _int(_field(before, row, STALLED)) or 0, _int(_field(after, row, STALLED))
     if now is None or now != was + 1:
-        find("stalled", job, f"was swept to {home} with stalled {was} -> {now}", life)  # type: ignore[operator]
+        find("stalled", job, f"was swept to {home} with stalled {was} -> {now}", life)
     return []
 
 
-def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes, bytes], Life], held: object,
+def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes, bytes], Life], held: Held,
                queue: bytes, layout: Layout, before: Snapshot, after: Snapshot, at: str) -> list[str]:  # fmt: skip
     """Members of the queue's sets that no enqueue made and the step brought in (present before:
     already reported, or brought by what excluded them)."""
@@ -263,7 +269,7 @@ def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes
             continue
         for job in entry.value:
             item = (queue, job)
-            if item in lives or item in changed or not held(queue, job):  # type: ignore[operator]
+            if item in lives or item in changed or not held(queue, job):
                 continue
             if any(job in (e.value if e is not None and isinstance(e.value, dict) else ()) for e in
                    (before.get(layout.key(s)) for s in SETS)):  # fmt: skip
@@ -273,4 +279,48 @@ def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes
     return found
 
 
-__all__ = ["EMPTY", "FINDINGS", "Accounts", "Life", "follow", "paused", "stages_of"]
+def labels(records: Iterable[Any]) -> Counter[str]:
+    """`accounting:<check>` for each check a replay's records exercised (the native side's replies;
+    pure, cheap): the keyspace checks (lost, duplicated, unexpected) once a followed job moved,
+    `recovered` at a sweep's recovery or a revive, `stalled` at a counted stall, `token` at a job
+    claimed again, `stale` at a fenced call on a claimed job, `pause` at a claim while paused."""
+    reached: Counter[str] = Counter()
+    enqueued: set[tuple[bytes, bytes]] = set()
+    claimed: set[tuple[bytes, bytes]] = set()
+    paused_queues: set[bytes] = set()
+    for record in records:
+        resolved = record.resolved
+        guarded, transition, reply = resolved.guarded, resolved.transition, record.native_reply
+        if guarded is None or transition is None or not resolved.sends_transition or isinstance(reply, _REFUSED):
+            continue
+        queue, verb = guarded.layout.queue, transition.verb
+        if verb is Verb.PAUSE:
+            paused_queues.add(queue)
+        elif verb is Verb.RESUME:
+            paused_queues.discard(queue)
+        elif verb is Verb.ENQUEUE and reply == 1:
+            enqueued.add((queue, guarded.job))
+        elif verb is Verb.CLAIM:
+            if queue in paused_queues:
+                reached["accounting:pause"] += 1
+            if isinstance(reply, list) and reply and isinstance(reply[0], bytes):
+                item = (queue, reply[0])
+                if item in claimed:
+                    reached["accounting:token"] += 1
+                claimed.add(item)
+        elif transition.fenced and (queue, guarded.job) in claimed:
+            reached["accounting:stale"] += 1
+        elif verb is Verb.SWEEP and isinstance(reply, list) and len(reply) == 4:
+            if any(isinstance(n, int) and n > 0 for n in reply[:2]):
+                reached["accounting:stalled"] += 1
+            if isinstance(reply[0], int) and reply[0] > 0:
+                reached["accounting:recovered"] += 1
+        elif verb is Verb.REVIVE and reply == 1:
+            reached["accounting:recovered"] += 1
+        if enqueued and reply not in (0, None, []):
+            for name in ("lost", "duplicated", "unexpected"):
+                reached[f"accounting:{name}"] += 1
+    return reached
+
+
+__all__ = ["EMPTY", "FINDINGS", "Accounts", "Life", "follow", "labels", "paused", "stages_of"]

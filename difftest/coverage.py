@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest import domains
+from difftest import accounting, domains
 from difftest.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
 from difftest.commands import reply_kind as _moved_kind
 from difftest.contract import RULES
@@ -131,6 +131,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(upgrade_labels(result))
     reached.update(notify_labels(result))
     reached.update(condition_labels(result))
+    reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     return reached
 
 

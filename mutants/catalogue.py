@@ -11,6 +11,7 @@ CATALOGUE_DIR = HERE / "catalogue"
 CATALOGUE_FILE = CATALOGUE_DIR / "catalogue.toml"
 REPO = HERE.parent
 EXECUTOR_DIRS = {"native": REPO / "executors" / "native", "lua": REPO / "executors" / "lua"}
+BOTH = "both"  # a shared defect: one patch for each executor (catalogue/both/<id>.<executor>.patch), applied together
 
 TRANSITIONS = ("ENQUEUE", "CLAIM", "EXTEND", "COMPLETE", "FAIL", "PROMOTE", "SWEEP", "REVIVE", "PAUSE", "RESUME")
 CONTRACT_ROWS = ("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2")
@@ -21,7 +22,7 @@ REQUIRED_FIELDS = ("id", "executor", "transition", "defect_class", "contract_row
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    executor: str  # "native" or "lua"
+    executor: str  # "native", "lua", or "both" (a defect ported the same way into each)
     transition: str  # a verb, several joined by ", ", or "all"
     defect_class: str
     contract_rows: tuple[str, ...]
@@ -31,8 +32,22 @@ class Mutant:
     canary: bool = False
 
     @property
-    def patch_path(self) -> Path:
+    def executors(self) -> tuple[str, ...]:
+        """The executors the mutant patches: its own, or both (Lua first)."""
+        return ("lua", "native") if self.executor == BOTH else (self.executor,)
+
+    def patch_path_for(self, executor: str) -> Path:
+        if self.executor == BOTH:
+            return CATALOGUE_DIR / BOTH / f"{self.id}.{executor}.patch"
         return CATALOGUE_DIR / self.executor / f"{self.id}.patch"
+
+    def patch_for(self, executor: str) -> str:
+        return self.patch_path_for(executor).read_text()
+
+    @property
+    def patch_path(self) -> Path:
+        """The patch of a one-executor mutant (a shared one has one per executor: patch_path_for)."""
+        return self.patch_path_for(self.executors[0])
 
     @property
     def patch(self) -> str:
@@ -40,7 +55,7 @@ class Mutant:
 
     @property
     def source_dir(self) -> Path:
-        return EXECUTOR_DIRS[self.executor]
+        return EXECUTOR_DIRS[self.executors[0]]
 
     @property
     def transitions(self) -> tuple[str, ...]:
@@ -53,8 +68,8 @@ def problems(entry: dict[str, object]) -> list[str]:
     """What is missing or wrong in one catalogue entry (empty when complete)."""
     name = entry.get("id", "?")
     found = [f"{name}: no {f}" for f in REQUIRED_FIELDS if f not in entry]
-    if entry.get("executor") not in EXECUTOR_DIRS:
-        found.append(f"{name}: executor must be one of {sorted(EXECUTOR_DIRS)}")
+    if entry.get("executor") not in (*EXECUTOR_DIRS, BOTH):
+        found.append(f"{name}: executor must be one of {sorted((*EXECUTOR_DIRS, BOTH))}")
     for text in ("why", "exposure", "defect_class", "transition"):
         if not str(entry.get(text, "")).strip():
             found.append(f"{name}: empty {text}")
@@ -87,7 +102,7 @@ def load(path: Path = CATALOGUE_FILE) -> list[Mutant]:
     if found:
         raise ValueError("incomplete catalogue: " + "; ".join(found))
     mutants = [_mutant(e) for e in entries]
-    missing = [m.id for m in mutants if not m.patch_path.is_file()]
+    missing = [m.id for m in mutants for e in m.executors if not m.patch_path_for(e).is_file()]
     if missing:
         raise ValueError(f"patches missing for {', '.join(missing)}")
     return mutants

@@ -16,7 +16,7 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from difftest.files import write_atomically
-from mutants.catalogue import EXECUTOR_DIRS, REPO, Mutant, load
+from mutants.catalogue import BOTH, EXECUTOR_DIRS, REPO, Mutant, load
 from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE
 
 OUTCOMES = "outcomes.json"
@@ -234,32 +234,42 @@ def stryker(document: dict[str, Any], catalogue: list[Mutant] | None = None) -> 
         mutant = by_id.get(record["id"])
         if mutant is None:
             continue
-        source = EXECUTOR_DIRS[mutant.executor]
-        texts: dict[str, str] = {}
-        location = patch_location(mutant.patch)
-        if location is not None and (source / location.path).is_file():
-            texts[location.path] = (source / location.path).read_text(encoding="utf-8")
-            location = patch_location(mutant.patch, texts)
-        if location is None:
-            continue
-        name = str((source / location.path).relative_to(REPO))
-        entry = files.setdefault(name, {"language": LANGUAGES[mutant.executor], "source": texts.get(location.path, ""),
-                                        "mutants": []})  # fmt: skip
-        status = STRYKER_STATUS.get(record["status"], "RuntimeError")
-        reason = str(record.get("reason", ""))[:2000]
-        if record["status"] == CAUGHT and record.get("artifact"):
-            reason += f" (the killing history: {record['artifact']}/report.txt)"
-        entry["mutants"].append({
-            "id": mutant.id, "mutatorName": mutant.defect_class, "location": location.as_stryker(),
-            "status": status, "statusReason": reason, "description": f"{mutant.why} Exposed by: {mutant.exposure}",
-            "duration": round(1000 * float(record.get("campaign_s", 0.0))),
-            "testsCompleted": int(record.get("histories", 0)),
-        })  # fmt: skip
+        # a shared mutant is one entry in each patched file (ids "<id>:lua", "<id>:native")
+        for executor in mutant.executors:
+            _stryker_entry(files, record, mutant, executor)
     thresholds = Thresholds.from_json(document.get("thresholds"))
     return {"schemaVersion": "2", "thresholds": {"high": round(thresholds.high), "low": round(thresholds.low)},
             "projectRoot": str(REPO),
             "framework": {"name": "difftest mutants"}, "config": {"budget": document.get("budget", {})},
             "files": files}  # fmt: skip
+
+
+def _stryker_entry(files: dict[str, dict[str, Any]], record: dict[str, Any], mutant: Mutant, executor: str) -> None:
+    """One mutant's entry under the file its patch for `executor` changes first."""
+    source = EXECUTOR_DIRS[executor]
+    patch = mutant.patch_for(executor)
+    texts: dict[str, str] = {}
+    location = patch_location(patch)
+    if location is not None and (source / location.path).is_file():
+        texts[location.path] = (source / location.path).read_text(encoding="utf-8")
+        location = patch_location(patch, texts)
+    if location is None:
+        return
+    name = str((source / location.path).relative_to(REPO))
+    entry = files.setdefault(name, {"language": LANGUAGES[executor], "source": texts.get(location.path, ""),
+                                    "mutants": []})  # fmt: skip
+    status = STRYKER_STATUS.get(record["status"], "RuntimeError")
+    reason = str(record.get("reason", ""))[:2000]
+    if record["status"] == CAUGHT and record.get("artifact"):
+        reason += f" (the killing history: {record['artifact']}/report.txt)"
+    shared = mutant.executor == BOTH
+    entry["mutants"].append({
+        "id": f"{mutant.id}:{executor}" if shared else mutant.id, "mutatorName": mutant.defect_class,
+        "location": location.as_stryker(),
+        "status": status, "statusReason": reason, "description": f"{mutant.why} Exposed by: {mutant.exposure}",
+        "duration": round(1000 * float(record.get("campaign_s", 0.0))),
+        "testsCompleted": int(record.get("histories", 0)),
+    })  # fmt: skip
 
 
 # ---- JUnit ---------------------------------------------------------------------------------------------

@@ -88,16 +88,21 @@ def _preparer(
     def make() -> Task | Outcome:
         if mutant is None:
             return Task(NULL_RUN, "both", base.module, base.lua_scripts, reports / NULL_RUN, budget)
-        try:
-            workspace = prepare(mutant.executor, mutant.source_dir, mutant.patch, cache)
-        except Exception as exc:  # a broken cache, a full disk: this mutant errs, the run goes on
-            return Outcome(mutant.id, mutant.executor, ERROR, reason=f"preparing: {type(exc).__name__}: {exc}")
-        if workspace.artifact is None:
-            return Outcome(mutant.id, mutant.executor, UNVIABLE, reason=workspace.unviable)
-        module = workspace.artifact if mutant.executor == "native" else base.module
-        scripts = workspace.artifact if mutant.executor == "lua" else base.lua_scripts
-        built[mutant.id] = round(workspace.build_s, 2)
-        return Task(mutant.id, mutant.executor, module, scripts, reports / mutant.id, budget)
+        artifacts: dict[str, Path] = {"native": base.module, "lua": base.lua_scripts}
+        build_s = 0.0
+        # a shared mutant ("both") patches each executor with its own patch: applied and built
+        # together, unviable when either does not apply or build
+        for executor in mutant.executors:
+            try:
+                workspace = prepare(executor, EXECUTOR_DIRS[executor], mutant.patch_for(executor), cache)
+            except Exception as exc:  # a broken cache, a full disk: this mutant errs, the run goes on
+                return Outcome(mutant.id, mutant.executor, ERROR, reason=f"preparing: {type(exc).__name__}: {exc}")
+            if workspace.artifact is None:
+                return Outcome(mutant.id, mutant.executor, UNVIABLE, reason=f"{executor}: {workspace.unviable}")
+            artifacts[executor] = workspace.artifact
+            build_s += workspace.build_s
+        built[mutant.id] = round(build_s, 2)
+        return Task(mutant.id, mutant.executor, artifacts["native"], artifacts["lua"], reports / mutant.id, budget)
 
     return make
 

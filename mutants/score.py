@@ -51,6 +51,7 @@ class Outcome:
     artifact: str = ""  # the killing history's directory (in a run's report: relative to the report's directory)
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
     restarts: bool = True  # whether the campaign's histories could restart and crash the servers
+    caught_by: str = ""  # caught: "accounting", "invariants" or "differential" (see caught_by)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +61,20 @@ class Outcome:
         """The record back (fields this version does not know are dropped)."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in record.items() if k in known})
+
+
+def caught_by(reason: str) -> str:
+    """Which oracle a divergence's reason comes from: the queue's accounting, the healthy-queue
+    invariants (each side's, named "native: <invariant>:" or "lua: <invariant>:"), or else the
+    differential comparison of the two executors. A shared defect must be caught by one of the
+    first two: both executors agree on it."""
+    from difftest.invariants import INVARIANTS
+
+    if "accounting:" in reason:
+        return "accounting"
+    if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS):
+        return "invariants"
+    return "differential"
 
 
 def _explain(exc: BaseException) -> str:
@@ -108,6 +123,7 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
         outcome.status = CAUGHT
         outcome.minimal_steps = failure.steps
         outcome.reason = failure.reason
+        outcome.caught_by = caught_by(failure.reason)
         outcome.artifact = failure.artifact
     elif result.histories < budget.examples:
         outcome.status = TIMEOUT

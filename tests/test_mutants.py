@@ -24,10 +24,11 @@ def test_metadata_is_complete_and_ids_unique() -> None:
     assert [p for e in entries for p in cat.problems(e)] == []
     ids = [m.id for m in MUTANTS]
     assert len(ids) == len(set(ids))
-    assert all(m.id.startswith(("native-", "lua-", "canary-")) for m in MUTANTS)
-    # every patch file is in the catalogue, and the reverse
-    files = {p.stem for p in cat.CATALOGUE_DIR.glob("*/*.patch")}
-    assert files == set(ids)
+    assert all(m.id.startswith(("native-", "lua-", "canary-", "both-")) for m in MUTANTS)
+    assert all(m.id.startswith("both-") == (m.executor == cat.BOTH) for m in MUTANTS)
+    # every patch file is in the catalogue, and the reverse (a shared mutant: one per executor)
+    files = {p.relative_to(cat.CATALOGUE_DIR) for p in cat.CATALOGUE_DIR.glob("*/*.patch")}
+    assert files == {m.patch_path_for(e).relative_to(cat.CATALOGUE_DIR) for m in MUTANTS for e in m.executors}
 
 
 def test_the_catalogue_has_enough_mutants_and_one_canary() -> None:
@@ -35,19 +36,22 @@ def test_the_catalogue_has_enough_mutants_and_one_canary() -> None:
     assert sum(m.executor == "native" for m in real) >= 24
     assert sum(m.executor == "lua" for m in real) >= 8
     assert sum(m.canary for m in MUTANTS) == 1
+    assert sum(m.executor == cat.BOTH for m in real) >= 8
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
 def test_every_patch_applies_cleanly_to_the_current_source(mutant: cat.Mutant, tmp_path: Path) -> None:
-    for path in source_files(mutant.executor, mutant.source_dir):
-        target = tmp_path / path.relative_to(mutant.source_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
-    assert apply_patch(mutant.patch, tmp_path) == ""
-    # and it changes something
-    changed = [p for p in source_files(mutant.executor, tmp_path)
-               if p.read_bytes() != (mutant.source_dir / p.relative_to(tmp_path)).read_bytes()]  # fmt: skip
-    assert changed
+    for executor in mutant.executors:  # a shared mutant: each executor's patch to its own source
+        source, tree = cat.EXECUTOR_DIRS[executor], tmp_path / executor
+        for path in source_files(executor, source):
+            target = tree / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+        assert apply_patch(mutant.patch_for(executor), tree) == "", executor
+        # and it changes something
+        changed = [p for p in source_files(executor, tree)
+                   if p.read_bytes() != (source / p.relative_to(tree)).read_bytes()]  # fmt: skip
+        assert changed, executor
 
 
 def test_every_transition_and_contract_row_is_covered() -> None:

@@ -1,0 +1,53 @@
+"""A shared defect on real servers: both executors patched the same way (a catalogue entry with
+executor "both") agree with each other, and the queue's accounting catches them; the same history
+on the unmodified pair is no finding. One cheap native build (the shared target of the mutants'
+cache holds the dependencies once built)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from difftest import history as hist
+from difftest.replay import Replayer
+from executors.native.adapter import DEFAULT_MODULE
+from mutants import catalogue as cat
+from mutants.score import caught_by
+from mutants.workspace import prepare
+
+# a job claimed, failed for a retry, promoted and claimed again: the second claim's token must be
+# above the first's
+HISTORY = "\n".join([
+    '{"format": "difftest-history", "version": 1, "start_ms": 1000}',
+    '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}',
+    '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}',
+    '{"op": "call", "verb": "FAIL", "queue": "q", "args": ["j1", 0, "e", 5, 0]}',
+    '{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [10]}',
+    '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}',
+])  # fmt: skip
+
+
+def test_the_history_is_no_finding_on_the_unmodified_pair() -> None:
+    with Replayer(DEFAULT_MODULE) as engine:
+        plain = engine.replay(hist.loads(HISTORY))
+    assert plain.divergence is None  # (on the unmodified pair the FAIL's token 0 is stale: refused)
+
+
+@pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~100 s here)
+def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> None:
+    mutant = next(m for m in cat.load() if m.id == "both-claim-token-not-bumped")
+    assert mutant.executors == ("lua", "native")
+    built = {e: prepare(e, cat.EXECUTOR_DIRS[e], mutant.patch_for(e)) for e in mutant.executors}
+    assert all(w.artifact is not None for w in built.values()), {e: w.unviable for e, w in built.items()}
+    module, scripts = built["native"].artifact, built["lua"].artifact
+    assert isinstance(module, Path) and isinstance(scripts, Path)
+    with Replayer(module, lua_scripts=scripts) as engine:
+        result = engine.replay(hist.loads(HISTORY))
+    divergence = result.divergence
+    assert divergence is not None and divergence.index == 5  # the second claim
+    # both executors hand out token 0 twice and agree: only the accounting sees it, on each side
+    assert "native: accounting:token: b'j1' of b'q'" in divergence.reason
+    assert "lua: accounting:token: b'j1' of b'q'" in divergence.reason
+    assert "#1 CLAIM token 0 -> active" in divergence.reason  # the job's life as evidence
+    assert caught_by(divergence.reason) == "accounting"
