@@ -312,6 +312,8 @@ def _properties(document: dict[str, Any]) -> dict[str, str]:
 def _describe(record: dict[str, Any]) -> str:
     parts = [f"status: {record['status']}", f"restarts: {'on' if record.get('restarts', True) else 'off'}",
              f"histories: {record.get('histories', 0)}", f"steps: {record.get('steps', 0)}"]  # fmt: skip
+    if record.get("caught_by"):
+        parts.append(f"caught by: {record['caught_by']}")
     if record.get("artifact"):
         parts.append(f"artifact: {record['artifact']}")
     return "\n".join(parts)
@@ -484,6 +486,8 @@ def html_page(document: dict[str, Any]) -> str:
         shown, shown_class = status, status
         if record["id"] == NULL_RUN:  # for the null run, no divergence is the pass
             shown, shown_class = (CLEAN, CAUGHT) if status == CLEAN else (f"FAILED ({status})", MISSED)
+        elif caught and record.get("caught_by"):  # which oracle: a shared mutant's is never the differential
+            shown = f"caught ({record['caught_by']})"
         link = ""
         if caught and record.get("artifact"):
             target = f"{record['artifact'].rstrip('/')}/report.txt"

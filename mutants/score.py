@@ -51,7 +51,7 @@ class Outcome:
     artifact: str = ""  # the killing history's directory (in a run's report: relative to the report's directory)
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
     restarts: bool = True  # whether the campaign's histories could restart and crash the servers
-    caught_by: str = ""  # caught: "accounting", "invariants" or "differential" (see caught_by)
+    caught_by: str = ""  # caught: "accounting", "invariants" (both: "accounting, invariants") or "differential"
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,11 +70,12 @@ def caught_by(reason: str) -> str:
     first two: both executors agree on it."""
     from difftest.invariants import INVARIANTS
 
-    if "accounting:" in reason:
-        return "accounting"
-    if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS):
-        return "invariants"
-    return "differential"
+    found = [
+        *(["accounting"] if "accounting:" in reason else []),
+        *(["invariants"] if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS)
+          else []),
+    ]  # fmt: skip
+    return ", ".join(found) or "differential"
 
 
 def _explain(exc: BaseException) -> str:
