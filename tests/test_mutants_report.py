@@ -71,15 +71,20 @@ def test_a_merge_that_cannot_be_is_one_line_on_stderr(tmp_path: Path, capsys: py
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
 def test_every_patch_has_a_location_in_the_original_file(mutant: cat.Mutant) -> None:
-    first = report.patch_location(mutant.patch)
+    for executor in mutant.executors:  # a shared mutant: each executor's patch
+        _has_a_location(mutant.patch_for(executor), cat.EXECUTOR_DIRS[executor])
+
+
+def _has_a_location(patch: str, source: Path) -> None:
+    first = report.patch_location(patch)
     assert first is not None
-    text = (mutant.source_dir / first.path).read_text()
-    location = report.patch_location(mutant.patch, {first.path: text})
+    text = (source / first.path).read_text()
+    location = report.patch_location(patch, {first.path: text})
     assert location is not None
     lines = text.splitlines()
     assert 1 <= location.start_line <= location.end_line <= len(lines)
     assert location.start_column >= 1 and location.end_column == len(lines[location.end_line - 1]) + 1
-    hunk = mutant.patch.split("\n@@")[1].split("\n--- a/")[0].splitlines()[1:]  # the first hunk's lines
+    hunk = patch.split("\n@@")[1].split("\n--- a/")[0].splitlines()[1:]  # the first hunk's lines
     changed = [line for line in hunk if line.startswith(("-", "+"))]
     if changed[0].startswith("-"):  # the location starts on the first line the first hunk removes
         assert lines[location.start_line - 1] == changed[0][1:]
@@ -155,6 +160,20 @@ def test_the_four_report_forms(tmp_path: Path) -> None:
     kills = page.split('aria-label="histories to kill"')[1].split("</svg>")[0]
     assert kills.count("<rect") == len(STATUSES) and f"the budget: {Budget().examples} histories" in kills
     assert '<td class="caught">clean</td>' in page  # the null run's "no divergence" reads as a pass
+
+
+def test_a_shared_mutant_is_reported_in_both_files_with_the_oracle_that_caught_it(tmp_path: Path) -> None:
+    shared = next(m for m in MUTANTS if m.executor == cat.BOTH)
+    document = _document({shared.id: CAUGHT})
+    document["outcomes"][-1]["caught_by"] = "accounting"
+    report.write_all(tmp_path, document)
+    stryker = json.loads((tmp_path / report.STRYKER).read_text())
+    placed = {m["id"]: entry["language"] for entry in stryker["files"].values() for m in entry["mutants"]}
+    assert placed == {f"{shared.id}:lua": "lua", f"{shared.id}:native": "rust"}
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / report.JUNIT).getroot().iter("testcase")}
+    assert cases[shared.id].get("classname") == "mutants.both"
+    assert "caught by: accounting" in (cases[shared.id].findtext("system-out") or "")
+    assert '<td class="caught">caught (accounting)</td>' in (tmp_path / report.HTML).read_text()
 
 
 def test_merge_joins_shards_and_refuses_what_does_not_fit(tmp_path: Path) -> None:
