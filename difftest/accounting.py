@@ -151,7 +151,9 @@ def follow(
 
     def find(name: str, job: bytes, detail: str, life: Life | None) -> None:
         story = life.story() if life is not None else "never enqueued"
-        findings.append(f"accounting:{name}: {job!r} of {queue!r} {detail} (life: {story}, then {at})")
+        if life is None or not life.events or not life.events[-1].startswith(at + " "):
+            story += f", then {at}"  # (the step's own event is already the life's last)
+        findings.append(f"accounting:{name}: {job!r} of {queue!r} {detail} (life: {story})")
 
     if verb is Verb.ENQUEUE and reply == 1:
         job = guarded.job

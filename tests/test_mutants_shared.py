@@ -22,7 +22,7 @@ HISTORY = "\n".join([
     '{"format": "difftest-history", "version": 1, "start_ms": 1000}',
     '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}',
     '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}',
-    '{"op": "call", "verb": "FAIL", "queue": "q", "args": ["j1", 0, "e", 5, 0]}',
+    '{"op": "call", "verb": "FAIL", "queue": "q", "args": ["j1", 1, "e", 5, 0]}',
     '{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [10]}',
     '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}',
 ])  # fmt: skip
@@ -31,12 +31,13 @@ HISTORY = "\n".join([
 def test_the_history_is_no_finding_on_the_unmodified_pair() -> None:
     with Replayer(DEFAULT_MODULE) as engine:
         plain = engine.replay(hist.loads(HISTORY))
-    assert plain.divergence is None  # (on the unmodified pair the FAIL's token 0 is stale: refused)
+    assert plain.divergence is None
+    assert plain.records[-1].native_reply == [b"j1", b"p", 2]  # the second claim's token: 2
 
 
 @pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~100 s here)
 def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> None:
-    mutant = next(m for m in cat.load() if m.id == "both-claim-token-not-bumped")
+    mutant = next(m for m in cat.load() if m.id == "both-claim-token-reset-to-one")
     assert mutant.executors == ("lua", "native")
     built = {e: prepare(e, cat.EXECUTOR_DIRS[e], mutant.patch_for(e)) for e in mutant.executors}
     assert all(w.artifact is not None for w in built.values()), {e: w.unviable for e, w in built.items()}
@@ -46,8 +47,8 @@ def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> No
         result = engine.replay(hist.loads(HISTORY))
     divergence = result.divergence
     assert divergence is not None and divergence.index == 5  # the second claim
-    # both executors hand out token 0 twice and agree: only the accounting sees it, on each side
+    # both executors hand out token 1 twice and agree: only the accounting sees it, on each side
     assert "native: accounting:token: b'j1' of b'q'" in divergence.reason
     assert "lua: accounting:token: b'j1' of b'q'" in divergence.reason
-    assert "#1 CLAIM token 0 -> active" in divergence.reason  # the job's life as evidence
+    assert "#1 CLAIM token 1 -> active" in divergence.reason  # the job's life as evidence
     assert caught_by(divergence.reason) == "accounting"
