@@ -46,7 +46,7 @@ def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> No
     with Replayer(module, lua_scripts=scripts) as engine:
         result = engine.replay(hist.loads(HISTORY))
     divergence = result.divergence
-    assert divergence is not None and divergence.index == 5  # the second claim
+    assert divergence is not None and divergence.index == 4  # the second claim (steps count from 0)
     # both executors hand out token 1 twice and agree: only the accounting sees it, on each side
     assert "native: accounting:token: b'j1' of b'q'" in divergence.reason
     assert "lua: accounting:token: b'j1' of b'q'" in divergence.reason
