@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from difftest.commands import SETS, STALLED, Layout, Verb
@@ -72,11 +73,19 @@ Finder = Callable[[str, bytes, str, "Life | None"], None]
 _REFUSED = (ErrorReply, Refused)
 
 
+@lru_cache(maxsize=1024)
+def _set_keys(queue: bytes) -> tuple[tuple[str, bytes], ...]:
+    """Each set's name and key of one queue (the check looks them up for every followed job)."""
+    layout = Layout(queue)
+    return tuple((name, layout.key(name)) for name in SETS)
+
+
 def stages_of(snapshot: Snapshot, layout: Layout, job: bytes) -> list[str]:
     """The sets that hold the job, in SETS order."""
     found = []
-    for name in SETS:
-        entry = snapshot.get(layout.key(name))
+    get = snapshot.get
+    for name, key in _set_keys(layout.queue):
+        entry = get(key)
         if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
             found.append(name)
     return found
@@ -264,17 +273,19 @@ def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes
     """Members of the queue's sets that no enqueue made and the step brought in (present before:
     already reported, or brought by what excluded them)."""
     found = []
-    for name in SETS:
-        key = layout.key(name)
-        entry = after.get(key)
-        if entry is None or entry is before.get(key) or entry.kind != "zset" or not isinstance(entry.value, dict):
+    keys = _set_keys(queue)
+    for name, key in keys:
+        entry, was = after.get(key), before.get(key)
+        if entry is None or entry is was or entry.kind != "zset" or not isinstance(entry.value, dict):
             continue
+        if was is not None and was.value == entry.value:
+            continue  # (unchanged: a fresh walk's equal entry)
         for job in entry.value:
             item = (queue, job)
             if item in lives or item in changed or not held(queue, job):
                 continue
             if any(job in (e.value if e is not None and isinstance(e.value, dict) else ()) for e in
-                   (before.get(layout.key(s)) for s in SETS)):  # fmt: skip
+                   (before.get(k) for _, k in keys)):  # fmt: skip
                 continue
             found.append(f"accounting:unexpected: {job!r} of {queue!r} appeared in {name} without an enqueue "
                          f"(life: never enqueued, then {at})")  # fmt: skip

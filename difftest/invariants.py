@@ -118,6 +118,13 @@ class Ledger:
             return self  # nothing new and already unsettled: the same ledger
         return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False)
 
+    def held_as(self, other: Ledger) -> bool:
+        """Both ledgers hold the same jobs (the same taints)."""
+        return self.everything_tainted == other.everything_tainted and (
+            (self.tainted_ids is other.tainted_ids or self.tainted_ids == other.tainted_ids)
+            and (self.tainted_queues is other.tainted_queues or self.tainted_queues == other.tainted_queues)
+        )
+
     def accounted(self, accounts: Accounts) -> Ledger:
         """This ledger with the accounting's new accounts (the same ledger when they did not change)."""
         return self if accounts is self.accounts else self._but(accounts=accounts)

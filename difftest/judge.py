@@ -172,6 +172,17 @@ def _accounted(state: JudgeState, observation: Observation, ledger: Ledger,
     owed = [f"native: {f}" for f in found]
     if _lua_stopped_half_way(before, observation):
         lua_accounts = lua_ledger.accounts  # (its writes tainted what they touched: see _moved)
+    elif (
+        lua_ledger.accounts is ledger.accounts
+        and not late
+        and (lua_after is native_after or lua_after == native_after)
+        and (observation.lua_reply == observation.native_reply)
+        and lua_ledger.held_as(ledger)
+    ):
+        # the same accounts, step, reply and keyspace: the same outcome (most steps; the two sides'
+        # accounts stay one object while they agree)
+        lua_accounts = accounts
+        owed += [f"lua: {f}" for f in found]
     else:
         lua_accounts, lua_found = follow(lua_ledger.accounts, lua_ledger.held, resolved, before,
                                          observation.lua_reply, lua_after, observation.now_ms,
