@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from difftest.accounting import EMPTY, Accounts
 from difftest.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
+from difftest.domains import QUEUE_ROW_FIELDS
 from difftest.replies import ErrorReply, Refused, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Snapshot
@@ -36,6 +37,9 @@ class Ledger:
     attempts: tuple[tuple[bytes, int], ...] = ()  # row -> the highest attempts seen, as pairs
     into: tuple[tuple[tuple[bytes, str], int], ...] = ()  # (queue, failed|completed) -> transitions
     tainted_ids: frozenset[tuple[bytes, bytes]] = frozenset()
+    # the tainted ids a raw write touched beyond other writers' own fields (the accounting follows
+    # a job whose row only gained or changed a field no transition reads: see _mild)
+    harsh_ids: frozenset[tuple[bytes, bytes]] = frozenset()
     tainted_queues: frozenset[bytes] = frozenset()
     tainted_metrics: frozenset[tuple[bytes, str]] = frozenset()
     everything_tainted: bool = False
@@ -50,6 +54,7 @@ class Ledger:
         attempts: tuple[tuple[bytes, int], ...] | None = None,
         into: tuple[tuple[tuple[bytes, str], int], ...] | None = None,
         tainted_ids: frozenset[tuple[bytes, bytes]] | None = None,
+        harsh_ids: frozenset[tuple[bytes, bytes]] | None = None,
         tainted_queues: frozenset[bytes] | None = None,
         tainted_metrics: frozenset[tuple[bytes, str]] | None = None,
         everything_tainted: bool | None = None,
@@ -64,6 +69,7 @@ class Ledger:
             attempts=self.attempts if attempts is None else attempts,
             into=self.into if into is None else into,
             tainted_ids=self.tainted_ids if tainted_ids is None else tainted_ids,
+            harsh_ids=self.harsh_ids if harsh_ids is None else harsh_ids,
             tainted_queues=self.tainted_queues if tainted_queues is None else tainted_queues,
             tainted_metrics=self.tainted_metrics if tainted_metrics is None else tainted_metrics,
             everything_tainted=self.everything_tainted if everything_tainted is None else everything_tainted,
@@ -76,9 +82,11 @@ class Ledger:
         if len(command) < 2 or command[0].upper() in _WHOLESALE:
             return self._but(everything_tainted=True, settled=False)
         ids, queues, metrics = _touched(command)
+        harsh = ids if ids and not _mild(command) else None
         return self._but(
             # (a union only where the command names something: most name one kind of key)
             tainted_ids=self.tainted_ids | ids if ids else self.tainted_ids,
+            harsh_ids=self.harsh_ids | harsh if harsh else self.harsh_ids,
             tainted_queues=self.tainted_queues | queues if queues else self.tainted_queues,
             tainted_metrics=self.tainted_metrics | metrics if metrics else self.tainted_metrics,
             settled=False,
@@ -118,10 +126,15 @@ class Ledger:
             return self  # nothing new and already unsettled: the same ledger
         return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False)
 
+    def followed(self, queue: bytes, job: bytes) -> bool:
+        """Whether the accounting still follows the job: no raw write touched its queue's sets, nor
+        its row beyond fields no transition reads (difftest/accounting.py)."""
+        return not (self.everything_tainted or queue in self.tainted_queues or (queue, job) in self.harsh_ids)
+
     def held_as(self, other: Ledger) -> bool:
-        """Both ledgers hold the same jobs (the same taints)."""
+        """Both ledgers follow the same jobs (the same taints)."""
         return self.everything_tainted == other.everything_tainted and (
-            (self.tainted_ids is other.tainted_ids or self.tainted_ids == other.tainted_ids)
+            (self.harsh_ids is other.harsh_ids or self.harsh_ids == other.harsh_ids)
             and (self.tainted_queues is other.tainted_queues or self.tainted_queues == other.tainted_queues)
         )
 
@@ -151,6 +164,15 @@ def _touched(command: tuple[bytes, ...]) -> tuple[frozenset[tuple[bytes, bytes]]
         elif name.set_name is not None:
             queues.add(name.queue)
     return frozenset(ids), frozenset(queues), frozenset(metrics)
+
+
+def _mild(command: tuple[bytes, ...]) -> bool:
+    """An HSET of one row's fields that no transition reads or writes (another writer's own, as
+    production's clients add them): the job's life cannot change by it."""
+    if command[0].upper() not in (b"HSET", b"HMSET") or len(command) < 4 or len(command) % 2:
+        return False
+    row = _row_owner(command[1])
+    return row is not None and not any(f in QUEUE_ROW_FIELDS for f in command[2::2])
 
 
 def _counted(into: tuple[tuple[tuple[bytes, str], int], ...], which: tuple[bytes, str],

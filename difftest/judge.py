@@ -166,7 +166,7 @@ def _accounted(state: JudgeState, observation: Observation, ledger: Ledger,
     native_after, lua_after = observation.native_after, observation.lua_after
     late = resolved.is_end  # the Lua host's split claim decided on its earlier paused? read (D1)
     epochs = None if resolved.via_scripts else state.before_epochs
-    accounts, found = follow(ledger.accounts, ledger.held, resolved, before, observation.native_reply, native_after,
+    accounts, found = follow(ledger.accounts, ledger.followed, resolved, before, observation.native_reply, native_after,
                              observation.now_ms, exempt=epochs, run_id=observation.run_id,
                              decided_late=late and resolved.via_scripts)  # fmt: skip
     owed = [f"native: {f}" for f in found]
@@ -184,7 +184,7 @@ def _accounted(state: JudgeState, observation: Observation, ledger: Ledger,
         lua_accounts = accounts
         owed += [f"lua: {f}" for f in found]
     else:
-        lua_accounts, lua_found = follow(lua_ledger.accounts, lua_ledger.held, resolved, before,
+        lua_accounts, lua_found = follow(lua_ledger.accounts, lua_ledger.followed, resolved, before,
                                          observation.lua_reply, lua_after, observation.now_ms,
                                          decided_late=late)  # fmt: skip
         owed += [f"lua: {f}" for f in lua_found]

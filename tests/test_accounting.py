@@ -47,9 +47,10 @@ def _run(steps: tuple[Resolved, ...], outcomes: list[tuple[Reply, Snapshot]], le
          **options: object) -> tuple[Accounts, list[str]]:  # fmt: skip
     """Every step followed with its reply and keyspace after; the findings of all of them."""
     ledger = ledger or Ledger()
+    held = options.pop("held", ledger.followed)
     accounts, found, before = EMPTY, [], {}  # type: ignore[var-annotated]
     for resolved, (reply, after) in zip(steps, outcomes, strict=True):
-        accounts, more = follow(accounts, ledger.held, resolved, before, reply, after, 1000, **options)  # type: ignore[arg-type]
+        accounts, more = follow(accounts, held, resolved, before, reply, after, 1000, **options)  # type: ignore[arg-type]
         found += more
         before = after
     return accounts, found
@@ -174,7 +175,11 @@ def test_an_excluded_job_or_queue_is_never_judged() -> None:
     delayed = _keys({"delayed": {"j": 1005}}, {"j": {"state": "delayed"}})
     lost = [(1, delayed), (1, _keys({}, {"j": {"state": "pending"}}))]
     assert _names(_run(steps, lost)[1]) == {"lost"}
-    for raw in ((b"HSET", b"emq:{q}:job:j", b"x", b"1"), (b"ZADD", b"emq:{q}:pending", b"1", b"x"), (b"FLUSHALL",)):
+    for raw in (
+        (b"HSET", b"emq:{q}:job:j", b"stalled", b"x"),
+        (b"ZADD", b"emq:{q}:pending", b"1", b"x"),
+        (b"FLUSHALL",),
+    ):
         assert _run(steps, lost, Ledger().taint(raw))[1] == [], raw
 
 
@@ -187,3 +192,14 @@ def test_every_finding_is_named_and_described() -> None:
 def test_a_claim_that_took_nothing_follows_nothing(reply: Reply) -> None:
     steps = _steps({"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]})
     assert _run(steps, [(reply, {})]) == (EMPTY, [])
+
+
+def test_another_writers_own_field_on_a_row_keeps_the_job_followed() -> None:
+    steps = _steps(_call("ENQUEUE", "j", "p", 5), _call("PROMOTE", 10))
+    lost = [(1, _keys({"delayed": {"j": 1005}}, {"j": {"state": "delayed"}})), (1, _keys({}, {"j": {}}))]
+    mild = Ledger().taint((b"HSET", b"emq:{q}:job:j", b"owner", b"ops"))
+    assert not mild.held(b"q", b"j") and mild.followed(b"q", b"j")  # the invariants let it go, not the accounting
+    assert _names(_run(steps, lost, mild, held=mild.followed)[1]) == {"lost"}  # type: ignore[arg-type]
+    for raw in ((b"HSET", b"emq:{q}:job:j", b"attempts", b"9"), (b"HSET", b"emq:{q}:job:j", b"owner", b"o", b"state",
+                b"x"), (b"EXPIRE", b"emq:{q}:job:j", b"10"), (b"DEL", b"emq:{q}:job:j")):  # fmt: skip
+        assert not Ledger().taint(raw).followed(b"q", b"j"), raw
