@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from difftest.commands import SETS, STALLED, Layout, Verb
+from difftest.commands import ATTEMPTS, SETS, STALLED, Layout, Verb, parse_key
 from difftest.replies import ErrorReply, Refused, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Epochs, Snapshot
@@ -35,6 +35,7 @@ FINDINGS = {
     "stalled": "a sweep recovers or dead-letters a counted expired lease without stalled + 1",
 }
 LIFE_KEPT = 12  # the last events of a job's life kept as evidence
+UNKNOWN = -1  # a live lease whose token another writer's `attempts` made unknown: any token may hold it
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,11 @@ class Life:
     events: tuple[str, ...] = ()
 
     def then(self, event: str, stage: str | None = None, *, token: int | None = None,
-             lease: int | bool | None = False) -> Life:  # fmt: skip
-        """This life after `event` (lease False: unchanged)."""
+             lease: int | bool | None = False, reset: bool = False) -> Life:  # fmt: skip
+        """This life after `event` (lease False: unchanged; token: the highest, unless `reset`)."""
         return Life(
             self.stage if stage is None else stage,
-            self.token if token is None else token,
+            self.token if token is None else (token if reset else max(self.token, token)),
             self.lease if lease is False else lease,
             (*self.events[-(LIFE_KEPT - 1) :], event),
         )
@@ -141,6 +142,8 @@ def follow(
     epoch is not the run_id is exempt, D7: recovered without a stall); None for the scripts.
     `decided_late`: the claim decided on a `paused?` read made earlier (the Lua host's split claim,
     D1), so pause is not held against it."""
+    if resolved.is_raw:
+        return rewritten(accounts, resolved.step.command, resolved.index), []  # type: ignore[union-attr]
     guarded, transition = resolved.guarded, resolved.transition
     if guarded is None or transition is None or not resolved.sends_transition:
         return accounts, []
@@ -176,6 +179,10 @@ def follow(
         claimed, token = reply[0], _int(reply[2]) if len(reply) > 2 else None
         if isinstance(claimed, bytes):
             job = claimed
+            # the token as the row stores it: the scripts' reply carries it as a Lua number, which
+            # is not exact past 2^53 (contract row N5); HINCRBY's stored value is
+            stored = _int(_field(after, layout.row(job), ATTEMPTS))
+            token = stored if stored is not None else token
             if not decided_late and paused(before, layout):
                 find("pause", job, "was claimed while the queue is paused", followed(job))
             life = followed(job)
@@ -198,7 +205,7 @@ def follow(
         job, token = guarded.job, _int(guarded.args[1])
         life = followed(job)
         if life is not None:
-            if life.stage != "active" or life.lease is None or token != life.lease:
+            if life.stage != "active" or life.lease is None or (token != life.lease and life.lease != UNKNOWN):
                 live = f"the live lease's {life.lease}" if life.stage == "active" else f"no live lease ({life.stage})"
                 find("stale", job, f"{verb} with token {token} took effect, {live}", life)
             if verb is Verb.COMPLETE:
@@ -248,6 +255,28 @@ def follow(
     if not changed:
         return accounts, findings
     return Accounts({**lives, **changed}), findings
+
+
+def rewritten(accounts: Accounts, command: tuple[bytes, ...], index: int) -> Accounts:
+    """After a raw write: a followed job whose row's `attempts` another writer set or deleted has
+    no known tokens any more (the next claim starts them again, and its live lease is unknown until
+    then); any other write changes nothing here (what it excludes, the ledger's taints say)."""
+    verb = command[0].upper() if command else b""
+    if verb not in (b"HSET", b"HMSET", b"HDEL") or len(command) < 3:
+        return accounts
+    fields = command[2::2] if verb != b"HDEL" else command[2:]
+    if ATTEMPTS not in fields:
+        return accounts
+    name = parse_key(command[1])
+    if name is None or name.job is None:
+        return accounts
+    item = (name.queue, name.job)
+    life = accounts.lives.get(item)
+    if life is None:
+        return accounts
+    event = f"#{index} raw {verb.decode()} attempts"
+    lease = UNKNOWN if life.stage == "active" else None
+    return Accounts({**accounts.lives, item: life.then(event, token=-1, lease=lease, reset=True)})
 
 
 def _swept(life: Life, job: bytes, home: str, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,

@@ -12,7 +12,6 @@ from functools import lru_cache
 
 from difftest.accounting import EMPTY, Accounts
 from difftest.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
-from difftest.domains import QUEUE_ROW_FIELDS
 from difftest.replies import ErrorReply, Refused, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Snapshot
@@ -37,8 +36,8 @@ class Ledger:
     attempts: tuple[tuple[bytes, int], ...] = ()  # row -> the highest attempts seen, as pairs
     into: tuple[tuple[tuple[bytes, str], int], ...] = ()  # (queue, failed|completed) -> transitions
     tainted_ids: frozenset[tuple[bytes, bytes]] = frozenset()
-    # the tainted ids a raw write touched beyond other writers' own fields (the accounting follows
-    # a job whose row only gained or changed a field no transition reads: see _mild)
+    # the tainted ids a raw write touched beyond its row's fields (the accounting follows a job
+    # whose row only had fields written: see _mild)
     harsh_ids: frozenset[tuple[bytes, bytes]] = frozenset()
     tainted_queues: frozenset[bytes] = frozenset()
     tainted_metrics: frozenset[tuple[bytes, str]] = frozenset()
@@ -128,7 +127,7 @@ class Ledger:
 
     def followed(self, queue: bytes, job: bytes) -> bool:
         """Whether the accounting still follows the job: no raw write touched its queue's sets, nor
-        its row beyond fields no transition reads (difftest/accounting.py)."""
+        its row beyond writing fields (difftest/accounting.py)."""
         return not (self.everything_tainted or queue in self.tainted_queues or (queue, job) in self.harsh_ids)
 
     def held_as(self, other: Ledger) -> bool:
@@ -167,12 +166,15 @@ def _touched(command: tuple[bytes, ...]) -> tuple[frozenset[tuple[bytes, bytes]]
 
 
 def _mild(command: tuple[bytes, ...]) -> bool:
-    """An HSET of one row's fields that no transition reads or writes (another writer's own, as
-    production's clients add them): the job's life cannot change by it."""
-    if command[0].upper() not in (b"HSET", b"HMSET") or len(command) < 4 or len(command) % 2:
-        return False
-    row = _row_owner(command[1])
-    return row is not None and not any(f in QUEUE_ROW_FIELDS for f in command[2::2])
+    """Field writes to one row (HSET, HMSET, HDEL): the job stays in its sets, so the accounting
+    keeps following it (a write of `attempts` resets what it knows of the job's tokens: see
+    accounting.rewritten); a wrong-typed row answers WRONGTYPE and nothing changes."""
+    verb = command[0].upper()
+    if verb in (b"HSET", b"HMSET"):
+        shaped = len(command) >= 4 and len(command) % 2 == 0
+    else:
+        shaped = verb == b"HDEL" and len(command) >= 3
+    return shaped and _row_owner(command[1]) is not None
 
 
 def _counted(into: tuple[tuple[tuple[bytes, str], int], ...], which: tuple[bytes, str],

@@ -267,7 +267,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
                 broken = [*(broken or ()), *(f"lua: {v}" for v in found)]
             elif not held:
                 lua_ledger = lua_ledger.checked()
-        if resolved.sends_transition:
+        if resolved.sends_transition or resolved.is_raw:
             ledger, lua_ledger, owed = _accounted(state, observation, ledger, lua_ledger)
             if owed:
                 broken = [*(broken or ()), *owed]

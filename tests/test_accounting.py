@@ -176,7 +176,7 @@ def test_an_excluded_job_or_queue_is_never_judged() -> None:
     lost = [(1, delayed), (1, _keys({}, {"j": {"state": "pending"}}))]
     assert _names(_run(steps, lost)[1]) == {"lost"}
     for raw in (
-        (b"HSET", b"emq:{q}:job:j", b"stalled", b"x"),
+        (b"DEL", b"emq:{q}:job:j"),
         (b"ZADD", b"emq:{q}:pending", b"1", b"x"),
         (b"FLUSHALL",),
     ):
@@ -194,12 +194,25 @@ def test_a_claim_that_took_nothing_follows_nothing(reply: Reply) -> None:
     assert _run(steps, [(reply, {})]) == (EMPTY, [])
 
 
-def test_another_writers_own_field_on_a_row_keeps_the_job_followed() -> None:
+def test_a_field_write_on_a_row_keeps_the_job_followed_and_attempts_resets_its_tokens() -> None:
     steps = _steps(_call("ENQUEUE", "j", "p", 5), _call("PROMOTE", 10))
     lost = [(1, _keys({"delayed": {"j": 1005}}, {"j": {"state": "delayed"}})), (1, _keys({}, {"j": {}}))]
     mild = Ledger().taint((b"HSET", b"emq:{q}:job:j", b"owner", b"ops"))
     assert not mild.held(b"q", b"j") and mild.followed(b"q", b"j")  # the invariants let it go, not the accounting
-    assert _names(_run(steps, lost, mild, held=mild.followed)[1]) == {"lost"}  # type: ignore[arg-type]
-    for raw in ((b"HSET", b"emq:{q}:job:j", b"attempts", b"9"), (b"HSET", b"emq:{q}:job:j", b"owner", b"o", b"state",
-                b"x"), (b"EXPIRE", b"emq:{q}:job:j", b"10"), (b"DEL", b"emq:{q}:job:j")):  # fmt: skip
+    assert _names(_run(steps, lost, mild)[1]) == {"lost"}
+    for raw in ((b"EXPIRE", b"emq:{q}:job:j", b"10"), (b"DEL", b"emq:{q}:job:j"), (b"HINCRBY", b"emq:{q}:job:j",
+                b"attempts", b"1"), (b"ZREM", b"emq:{q}:active", b"j")):  # fmt: skip
         assert not Ledger().taint(raw).followed(b"q", b"j"), raw
+    # another writer lowers a held lease's attempts: the stale check and the token baseline start again
+    claim = {"op": "call", "verb": "CLAIM", "queue": Q, "args": [100]}
+    write = {"op": "raw", "command": ["HSET", "emq:{q}:job:j", "attempts", "0"]}
+    steps = _steps(_call("ENQUEUE", "j", "p", 0), claim, write, _call("EXTEND", "j", 0, 100),
+                   _call("FAIL", "j", 0, "e", 5, 0), _call("PROMOTE", 5), claim)  # fmt: skip
+    lowered = _keys({"active": {"j": 1100}}, {"j": {"state": "active", "attempts": 0}})
+    delayed = _keys({"delayed": {"j": 1000}}, {"j": {"state": "delayed", "attempts": 0}})
+    pending = _keys({"pending": {"j": 1000}}, {"j": {"state": "pending", "attempts": 0}})
+    outcomes = [(1, ENQUEUED), (CLAIM_REPLY, CLAIMED), (3, lowered), (1, lowered), (b"retry", delayed),
+                (1, pending), (CLAIM_REPLY, CLAIMED)]  # fmt: skip
+    accounts, found = _run(steps, outcomes, Ledger().taint(tuple(b.encode() for b in write["command"])))  # type: ignore[union-attr]
+    assert found == []
+    assert accounts.lives[(b"q", b"j")].token == 1 and "#2 raw HSET attempts" in accounts.lives[(b"q", b"j")].story()
