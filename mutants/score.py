@@ -51,7 +51,7 @@ class Outcome:
     artifact: str = ""  # the killing history's directory (in a run's report: relative to the report's directory)
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
     restarts: bool = True  # whether the campaign's histories could restart and crash the servers
-    caught_by: str = ""  # caught: "accounting", "invariants" (both: "accounting, invariants") or "differential"
+    caught_by: str = ""  # caught: accounting, invariants (or both), model or differential (see caught_by)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +61,9 @@ class Outcome:
         """The record back (fields this version does not know are dropped)."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in record.items() if k in known})
+
+
+_PREDICTED = tuple(f"{rule} applies but " for rule in ("D1", "D7", "D8"))  # the rows whose outcome model.py predicts
 
 
 def caught_by(reason: str) -> str:
@@ -75,6 +78,10 @@ def caught_by(reason: str) -> str:
         *(["invariants"] if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS)
           else []),
     ]  # fmt: skip
+    if not found and reason.startswith(_PREDICTED):
+        # a rule whose outcome the spec's model predicts (difftest/model.py) held a side to it: the
+        # model caught it, not the comparison of the two sides
+        return "model"
     return ", ".join(found) or "differential"
 
 
