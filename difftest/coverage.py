@@ -66,6 +66,7 @@ REQUIRED: tuple[str, ...] = (
     *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
     *(f"contract:{rule}" for rule in RULES),
     *(f"invariant:{name}" for name in INVARIANTS),
+    *(f"accounting:{name}" for name in accounting.FINDINGS),  # the queue's accounting's checks (issue 29)
     *CLASS_LABELS,
     *CONDITION_LABELS,
     *NOTIFY_LABELS,
