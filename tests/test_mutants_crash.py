@@ -1,5 +1,6 @@
-"""A mutant only a restart or crash exposes: missed when the campaign's histories can neither
-restart nor crash the servers, caught when they can; and the report tells the two runs apart."""
+"""A mutant a restart or crash exposes: caught when the campaign's histories can restart and crash
+the servers; without them no history restarts, and since the production conditions (issue 27) the
+histories that call a replica expose it too; the report tells the two runs apart."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from difftest import history as hist
+from difftest.history import REPLICA, CallStep, Restart
 from mutants import catalogue as cat
 from mutants import report
-from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, run
-from mutants.score import CAUGHT, MISSED, Budget
+from mutants.run import EXIT_ALL_CAUGHT, run
+from mutants.score import CAUGHT, Budget
 
 # writes not propagated to the AOF: invisible until the servers reload it (restart or crash);
 # with restarts on it is caught within the first dozen histories of this seed (~10 s here)
@@ -27,7 +30,7 @@ def test_a_restart_mutant_is_missed_without_restarts_and_caught_with_them(tmp_pa
         directory = tmp_path / ("on" if restarts else "off")
         code, outcomes = run(directory, budget, only=[MUTANT], say=lambda _: None, jobs=2)
         by_id = {o.id: o for o in outcomes}
-        assert by_id["null-run"].status == MISSED and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
+        assert by_id["null-run"].status == report.CLEAN and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
         outcome = by_id[MUTANT]
         assert outcome.restarts is restarts  # the record says under which campaign it was scored
         verdicts[restarts] = outcome.status, code
@@ -39,5 +42,10 @@ def test_a_restart_mutant_is_missed_without_restarts_and_caught_with_them(tmp_pa
         assert ("restarts and crashes</dt><dd>on" in page) is restarts
         assert ("restarts and crashes</dt><dd>off (no restarts, no crashes)" in page) is not restarts
         if not restarts:
-            assert outcome.histories == 150  # the whole budget, no divergence
-    assert verdicts == {False: (MISSED, EXIT_SOME_MISSED), True: (CAUGHT, EXIT_ALL_CAUGHT)}
+            # writes kept from the AOF are kept from a replica's stream too: a history that calls a
+            # replica shows it with no restart (the switch is honoured: none restarts or crashes)
+            assert outcome.status == CAUGHT, outcome.reason
+            minimal = hist.load(directory / outcome.artifact / "history.jsonl")
+            assert not any(isinstance(step, Restart) for step in minimal.steps), hist.dumps(minimal)
+            assert any(isinstance(step, CallStep) and step.target == REPLICA for step in minimal.steps)
+    assert verdicts == {False: (CAUGHT, EXIT_ALL_CAUGHT), True: (CAUGHT, EXIT_ALL_CAUGHT)}

@@ -1,7 +1,8 @@
 """The catalogue's replication mutants need a restart to be seen (the servers reload their AOF) unless
 each server has a replica: with replicas on and restarts off, every one of them is caught, as a
 "propagation" divergence whose artifact `difftest replay` reproduces (it turns the replicas on, as
-recorded); with neither, none is within the smaller budget the contrast needs."""
+recorded); with neither, no history restarts, and what catches them is the histories that call a
+replica (a production condition since issue 27), which start replicas for themselves."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from difftest import history as hist
 from difftest.cli import EXIT_DIVERGENCE, main
+from difftest.history import REPLICA, CallStep, Restart
 from difftest.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
 from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, run
-from mutants.score import CAUGHT, MISSED, Budget
+from mutants.score import CAUGHT, Budget
 from mutants.workspace import DEFAULT_CACHE, prepare
 
 REPLICATION = [m for m in cat.load() if m.defect_class.startswith("replication")]
@@ -43,7 +46,7 @@ def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
     code, outcomes = run(tmp_path / "on", _budget(True, CAUGHT_WITHIN), only=ids, say=lambda _: None, jobs=2)
     by_id = {o.id: o for o in outcomes}
     # the null run agrees with replicas on too: a replica of a healthy pair never differs
-    assert by_id["null-run"].status == MISSED and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
+    assert by_id["null-run"].status == report.CLEAN and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
     for mutant in REPLICATION:
         outcome = by_id[mutant.id]
         assert outcome.status == CAUGHT, (mutant.id, outcome.reason)
@@ -64,8 +67,14 @@ def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
     document = json.loads((tmp_path / "on" / report.OUTCOMES).read_text())
     assert document["budget"]["replicas"] is True and document["budget"]["restarts"] is False
 
-    # neither replicas nor restarts: all of them missed
+    # neither --replicas nor restarts: only the histories that call a replica start replicas, and
+    # each mutant caught is caught there, never by a restart
     code, outcomes = run(tmp_path / "off", _budget(False, MISSED_IN), only=ids, say=lambda _: None, jobs=2)
     by_id = {o.id: o for o in outcomes}
-    assert {m.id: by_id[m.id].status for m in REPLICATION} == {m.id: MISSED for m in REPLICATION}
-    assert code == EXIT_SOME_MISSED
+    caught = [by_id[m.id] for m in REPLICATION if by_id[m.id].status == CAUGHT]
+    assert caught, {m.id: by_id[m.id].status for m in REPLICATION}
+    for outcome in caught:
+        minimal = hist.load(tmp_path / "off" / outcome.artifact / "history.jsonl")
+        assert not any(isinstance(step, Restart) for step in minimal.steps), hist.dumps(minimal)
+        assert any(isinstance(step, CallStep) and step.target == REPLICA for step in minimal.steps), outcome.id
+    assert code == (EXIT_ALL_CAUGHT if len(caught) == len(REPLICATION) else EXIT_SOME_MISSED)

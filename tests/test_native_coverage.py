@@ -83,7 +83,9 @@ def test_a_branch_only_restarts_reach_is_unreached_without_them_and_reached_with
     assert line not in _unreached(with_restarts, "src/epoch.rs")
     assert (tmp_path / "restarts" / native_coverage.JSON_FILE).is_file()
     assert not (tmp_path / "restarts" / native_coverage.RAW_DIR).exists()  # the servers' files, merged
-    assert with_restarts["profiles"]["written"] > without["profiles"]["written"] == 1
+    # without restarts: the native server's one process, and the replicas started for the histories
+    # that call one (their native replica loads the module too); restarts add a process each
+    assert with_restarts["profiles"]["written"] > without["profiles"]["written"] >= 1
     assert with_restarts["profiles"]["lost"] == 0  # crash steps' servers keep their counts (continuous mode)
     sweep = {f["file"]: f for f in with_restarts["files"]}["src/transitions/sweep.rs"]
     assert sweep["transition"] == "SWEEP" and 0 < sweep["lines"]["reached"] <= sweep["lines"]["total"]
