@@ -37,6 +37,7 @@ EXPECTED_RULES = {
     "d7_lua_stops_at_an_earlier_members_destination.jsonl": {"D7": 1},
     "n5_claim_attempts_past_2_53.jsonl": {"N5": 2},
     "d1_n5_stale_claim_past_2_53.jsonl": {"D1": 1},
+    "d7_metrics_write_only_dead_letter.jsonl": {"D7": 1},
 }
 
 
