@@ -24,8 +24,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
         fi
     fi
     say "installing ${need_apt[*]}"
-    ${as_root[@]+"${as_root[@]}"} apt-get update -qq
-    ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    ${as_root[@]+"${as_root[@]}"} apt-get -o DPkg::Lock::Timeout=600 update -qq
+    ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 # Python: a venv of our own (the system Python is externally managed).
