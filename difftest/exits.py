@@ -31,14 +31,14 @@ class Meaning(NamedTuple):
 MEANINGS: dict[int, Meaning] = {
     EXIT_OK: Meaning("the two executors agree under the parity contract", "all",
                      "every mutant caught (with --threshold-break: the score at or above it)"),
-    EXIT_DIVERGENCE: Meaning("a divergence: its artifact is under reports/", "run, merge, replay, scenario",
+    EXIT_DIVERGENCE: Meaning("a divergence: its artifact is under reports/", "run, merge, replay, scenario, fuzz",
                              "a mutant survived (missed, timed out, unviable or errored), or the score is below "
                              "--threshold-break; merge: shards missing or unfinished"),
     EXIT_SETUP: Meaning("bad set-up or input: one line on stderr says what and how to fix it", "all",
                         "bad input (an unknown mutant id, a bad --shard, --jobs or threshold, a bad variable; "
                         "merge: shards that do not fit together): one line on stderr, nothing written"),
     EXIT_COVERAGE: Meaning("--require-coverage and a behaviour label was not reached", "run, merge", None),
-    EXIT_VOID: Meaning("void: the budget ended before any history was compared (verdict void)", "run, merge",
+    EXIT_VOID: Meaning("void: the budget ended before any history was compared (verdict void)", "run, merge, fuzz",
                        "void: the null run found a divergence, the canary was not caught, or the unmodified "
                        "pair does not build"),
     EXIT_NOT_REPRODUCED: Meaning("replay of an artifact: its recorded divergence did not happen again "

@@ -1,0 +1,271 @@
+"""The command line's side of the fuzzing service: `difftest fuzz`, `fuzz status` and `fuzz --dashboard-only`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from difftest.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
+from difftest.problems import SetupProblem
+
+
+@contextlib.contextmanager
+def database_of(args: argparse.Namespace) -> Iterator[str]:
+    """--database (or $DIFFTEST_DATABASE) when it names a Valkey server; else this machine's own store
+    in --state (a valkey-server this command keeps there, or the one a running service keeps)."""
+    from difftest.exampledb import ENVIRONMENT, check_spec, is_server
+    from difftest.fuzz.service import local_store
+
+    spec = args.database or os.environ.get(ENVIRONMENT)
+    origin = "--database" if args.database else ENVIRONMENT
+    if spec:
+        check_spec(spec, origin)
+        if not is_server(spec):
+            raise SetupProblem(f"{origin} {spec}: difftest fuzz keeps its records in a Valkey database; give "
+                               "valkey://HOST:PORT[/DB], or leave it out for a store of this machine's own "
+                               "(in --state)")  # fmt: skip
+        yield spec
+        return
+    with local_store(args.state) as url:
+        yield url
+
+
+def command_fuzz(args: argparse.Namespace) -> int:
+    from difftest.fuzz.store import Store
+
+    if args.action == "status":
+        with database_of(args) as database:
+            store = Store(database)
+            store.check()
+            try:
+                print(status_text(store, args.reports))
+            finally:
+                store.close()
+        return EXIT_OK
+    if args.dashboard_only:
+        return _dashboard_only(args)
+    return _fuzz(args)
+
+
+def _dashboard_only(args: argparse.Namespace) -> int:
+    from difftest.fuzz.dashboard import start_dashboard
+    from difftest.fuzz.store import Store
+
+    with database_of(args) as database:
+        store = Store(database)
+        store.check()
+        store.close()
+        server = start_dashboard(database, args.dashboard or 0, args.reports)
+        print(f"fuzz: dashboard on http://127.0.0.1:{server.server_address[1]}/ (from {_shown(database)}); "
+              "Ctrl-C or SIGTERM stops it", flush=True)  # fmt: skip
+        stopped = threading.Event()
+        received: list[int] = []
+
+        def note(signum: int, _: object) -> None:
+            received.append(signum)
+            stopped.set()
+
+        previous = {number: signal.signal(number, note) for number in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while not stopped.wait(0.5):
+                pass
+        finally:
+            for number, before in previous.items():
+                signal.signal(number, before)
+            server.shutdown()
+            server.server_close()
+    print("fuzz: dashboard stopped", flush=True)
+    return EXIT_TERMINATED if received and received[0] == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+def _shown(database: str) -> str:
+    from difftest.exampledb import describe
+
+    return describe(database)
+
+
+def _fuzz(args: argparse.Namespace) -> int:
+    from difftest.cli import _check_module, _module_of, build_of
+    from difftest.fuzz.service import serve, service_name
+    from difftest.fuzz.worker import FuzzConfig
+
+    _module_of(args)
+    _check_module(args.module)
+    args.attach = None
+    build = build_of(args)  # findings replay on the plain build (the coverage build computes the same)
+    module = args.module
+    native = args.native_coverage or args.guidance
+    if native:
+        from difftest.native_coverage import build as coverage_build
+        from difftest.native_coverage import find_tools
+
+        if args.module_given:
+            raise SetupProblem("--native-coverage and --guidance build and load this checkout's module, "
+                               "instrumented: drop --module")  # fmt: skip
+        module = coverage_build(find_tools())
+    from difftest.servers.compiled import clock_library
+
+    clock_library()
+    if args.lua_scripts is not None:
+        from difftest.replay import check_scripts
+
+        check_scripts(args.lua_scripts)
+    run_dir = (args.reports / "fuzz" / f"service-{os.getpid()}").absolute()
+    with database_of(args) as database, _lua_lines(args.lua_coverage, run_dir) as lua:
+        config = FuzzConfig(database=database, module=module, reports=args.reports.absolute(), build=build,
+                            service=service_name(), workers=args.workers, lua_scripts=args.lua_scripts,
+                            seconds=args.seconds, histories=args.histories, restarts=not args.no_restarts,
+                            native_counters=native, lua_lines=lua, guidance=args.guidance,
+                            class_corpus=not args.no_class_corpus, seed=args.seed,
+                            profiles=(run_dir / "profiles") if native else None)  # fmt: skip
+        budget = "until stopped"
+        if args.seconds is not None:
+            budget = f"for {args.seconds:g} s"
+        elif args.histories is not None:
+            budget = f"for {args.histories:,} histories"
+        print(f"fuzz: service {config.service}, {args.workers} worker(s) {budget}; database {_shown(database)}; "
+              f"guidance {'on' if args.guidance else 'off'}; findings in {args.reports / 'fuzz' / 'findings'}",
+              flush=True)  # fmt: skip
+        started = time.monotonic()
+        try:
+            stopped_by, mine = serve(config, sys.stdout, None if args.no_dashboard else (args.dashboard or 0))
+        finally:
+            with contextlib.suppress(OSError):
+                for leftover in sorted(run_dir.rglob("*"), reverse=True):
+                    leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+                run_dir.rmdir()
+        from difftest.fuzz.store import Store
+
+        store = Store(database)
+        try:
+            print(status_text(store, args.reports), flush=True)
+        finally:
+            store.close()
+    elapsed = time.monotonic() - started
+    how = {int(signal.SIGTERM): "stopped by SIGTERM", int(signal.SIGINT): "stopped by Ctrl-C"}.get(
+        stopped_by, "budget spent"
+    )
+    met = mine["findings"] + mine["met_again"]
+    verdict = "divergence" if met else ("void" if not mine["histories"] else "agree")
+    print(f"fuzz: {verdict}: {how} after {elapsed:,.0f} s; this service compared {mine['histories']:,} histories "
+          f"({mine['steps']:,} steps), found {mine['findings']} new finding(s), met known ones {mine['met_again']} "
+          f"time(s); {mine['replaced']} worker(s) replaced", flush=True)  # fmt: skip
+    if stopped_by:
+        return EXIT_TERMINATED if stopped_by == signal.SIGTERM else EXIT_INTERRUPTED
+    if met:
+        return EXIT_DIVERGENCE
+    return EXIT_VOID if not mine["histories"] else EXIT_OK
+
+
+@contextlib.contextmanager
+def _lua_lines(on: bool, run_dir: Path) -> Iterator[bool]:
+    """--lua-coverage: the workers' Lua servers run the instrumented scripts (difftest/lua_coverage.py)."""
+    if not on:
+        yield False
+        return
+    from difftest.lua_coverage import measuring
+
+    with measuring(run_dir):
+        yield True
+
+
+def status_text(store: Any, reports: Path | None) -> str:
+    """What the dashboard shows, for a terminal."""
+    from difftest.fuzz.dashboard import status_document
+
+    document = status_document(store, reports)
+    totals, coverage = document["totals"], document["coverage"]
+    lines = [f"fuzz status ({document['format']}, database {document['database']}, "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(document['at']))})",
+             f"  histories {totals.get('histories', 0):,}, steps {totals.get('steps', 0):,}, "
+             f"{document['histories_per_min']:,} histories/min over the last minute",
+             f"  reached: {len(coverage['labels'])} behaviour labels, {coverage['native']:,} native counters"
+             + (f" of {coverage['native_total']:,}" if coverage.get("native_total") else "")
+             + f", {coverage['lua']:,} Lua lines; corpus {document['corpus']:,} histories",
+             f"  findings {len(document['findings'])} (met again {totals.get('met_again', 0):,} times), "
+             f"pending {document['pending']}"]  # fmt: skip
+    for finding in document["findings"]:
+        lines.append(f"  FINDING {finding.get('signature')} ({finding.get('described', '')}): "
+                     f"{finding.get('reason', '')}; {finding.get('steps', '?')} steps, met {finding.get('seen', 1)} "
+                     "time(s)")  # fmt: skip
+        lines.append(f"    reproduce: {finding.get('reproduce_here') or finding.get('reproduce', '(being recorded)')}")
+    live = {k: v for k, v in document["workers"].items() if v["alive"]}
+    lines.append(f"  workers: {len(live)} live of {len(document['workers'])} known")
+    host = socket.gethostname()
+    for name, record in document["workers"].items():
+        if record["alive"] or record.get("host") == host:
+            lines.append(f"    {name}: {record['state'] if record['alive'] else 'stopped'}; "
+                         f"{record.get('histories', 0):,} histories, {record.get('findings', 0)} finding(s), "
+                         f"heard {record['age_s']:.0f} s ago")  # fmt: skip
+    return "\n".join(lines)
+
+
+def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_type: Any, seconds_type: Any,
+                  default_workers: int) -> None:  # fmt: skip
+    from difftest.fuzz.service import STATE_DIR
+
+    fuzz.add_argument("action", nargs="?", choices=("status",),
+                      help="status: print the service's figures (what the dashboard shows) and exit")  # fmt: skip
+    fuzz.add_argument("--database", metavar="URL", default=None,
+                      help="the shared Valkey database (valkey://HOST:PORT[/DB]) that every service of the fuzzing "
+                      "service joins: its records and Hypothesis's example database (default: $DIFFTEST_DATABASE, "
+                      "else a store of this machine's own in --state)")  # fmt: skip
+    fuzz.add_argument(
+        "--state",
+        type=Path,
+        default=STATE_DIR,
+        help=f"without --database: where this machine's store keeps its data (default {STATE_DIR})",
+    )
+    fuzz.add_argument(
+        "--workers",
+        type=workers_type,
+        default=default_workers,
+        help="worker processes, each with its own server pair (default: one per core)",
+    )
+    fuzz.add_argument("--seconds", type=seconds_type, default=None, help="stop after this long (default: never)")
+    fuzz.add_argument("--histories", type=histories_type, default=None,
+                      help="stop after this service generated this many histories (default: never)")  # fmt: skip
+    fuzz.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the batches' seeds derive from it (default: random); findings replay by artifact",
+    )
+    fuzz.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    fuzz.add_argument("--native-coverage", action="store_true",
+                      help="run the coverage build of the module and read its counters after every history "
+                      "(the dashboard's native counters)")  # fmt: skip
+    fuzz.add_argument(
+        "--lua-coverage", action="store_true", help="run instrumented Lua scripts and read the lines each history ran"
+    )
+    fuzz.add_argument("--guidance", action=argparse.BooleanOptionalAction, default=False,
+                      help="steer generation toward histories that reach more native counters, Lua lines and "
+                      "contract rows (Hypothesis's target()); implies --native-coverage (default: off, see "
+                      "docs/fuzz.md for the measurements)")  # fmt: skip
+    fuzz.add_argument(
+        "--no-class-corpus",
+        action="store_true",
+        help="do not replay the class corpus first (one short history per behaviour label)",
+    )
+    fuzz.add_argument(
+        "--dashboard",
+        type=int,
+        metavar="PORT",
+        default=None,
+        help="the dashboard's port on 127.0.0.1 (default: a free one, printed)",
+    )
+    fuzz.add_argument("--no-dashboard", action="store_true", help="serve no dashboard")
+    fuzz.add_argument(
+        "--dashboard-only",
+        action="store_true",
+        help="only serve the dashboard of the shared database (no workers), until stopped",
+    )

@@ -1,0 +1,270 @@
+"""The fuzzing service's supervisor: its worker processes, their replacement, draining, and what it prints.
+
+`serve` starts one worker process per core (each with its own server pair), replaces one that dies
+(its pending failures handed to the others first), samples the store's totals into the time series,
+prints each new finding with its reproduce line as it is recorded, and, on SIGTERM or SIGINT (or
+when a budget ends), asks every worker to drain, waits for them, and leaves nothing behind: no
+worker, no server, no directory in /dev/shm. A store of its own (no --database) is a valkey-server
+kept in a state directory, which a second service on the same machine joins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any, TextIO
+
+from difftest.fuzz.store import Store
+from difftest.fuzz.worker import FuzzConfig, finding_directory, run_worker, worker_id
+
+SAMPLE_S = 5.0  # the store's totals and coverage sampled into the series this often
+PRINT_S = 30.0  # a progress line this often
+DRAIN_S = 120.0  # after asking the workers to drain: how long they may take before SIGKILL
+STATE_DIR = Path(".hypothesis") / "difftest-fuzz"  # the local store's data, without --database
+STORE_URL = "store.url"
+COUNTS = ("histories", "steps", "findings", "met_again")  # a worker record's counts
+
+
+@contextlib.contextmanager
+def local_store(state: Path) -> Iterator[str]:
+    """A store of this machine's own: the valkey-server this process keeps in `state` (its data in an
+    append-only file there, so a later service resumes from it), or, while another service holds it,
+    that one's (its URL in state/store.url)."""
+    from difftest.servers.local import ServerGroup
+
+    state = state.absolute()
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "lock").open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            url = (state / STORE_URL).read_text().strip() if (state / STORE_URL).is_file() else ""
+            if not url:
+                from difftest.problems import SetupProblem
+
+                raise SetupProblem(f"{state} is held by a service that has not started its store yet: try again, "
+                                   "or pass --database") from None  # fmt: skip
+            yield url
+            return
+        group = ServerGroup(root=state)
+        try:
+            server = group.add("store", tcp_port=0)
+            url = f"valkey://127.0.0.1:{server.tcp_port}/0"
+            (state / STORE_URL).write_text(url + "\n")
+            yield url
+        finally:
+            with contextlib.suppress(OSError):
+                (state / STORE_URL).unlink()
+            group.close()  # the server stops; its data stays in state/store
+
+
+@dataclass
+class Service:
+    config: FuzzConfig
+    out: TextIO = sys.stdout
+    context: Any = field(default_factory=lambda: get_context("spawn"))
+    processes: dict[int, BaseProcess] = field(default_factory=dict)
+    replaced: int = 0
+    signalled: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    shown: set[str] = field(default_factory=set)  # findings already printed
+    retired: dict[str, int] = field(default_factory=dict)  # the counts of workers that died and were replaced
+
+    def __post_init__(self) -> None:
+        self.shared = self.context.Value("q", 0)
+        self.store = Store(self.config.database)
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def start(self, slot: int) -> None:
+        process = self.context.Process(target=run_worker, name=f"difftest-fuzz-{slot}",
+                                       args=(self.config, slot, self.shared, os.getpid()))  # fmt: skip
+        process.start()
+        self.processes[slot] = process
+
+    def budget_spent(self) -> bool:
+        config = self.config
+        if config.seconds is not None and time.monotonic() - self.started >= config.seconds:
+            return True
+        return config.histories is not None and int(self.shared.value) >= config.histories
+
+    def replace_dead(self) -> None:
+        from difftest.campaign import sweep_leftovers
+
+        for slot, process in list(self.processes.items()):
+            if process.exitcode is None:
+                continue
+            process.join()
+            if process.exitcode != 0:
+                sweep_leftovers()  # a killed worker's server directory (its servers died with it)
+            if self.budget_spent() or self.signalled:
+                continue
+            if process.exitcode == 0 and self.config.histories is not None:
+                continue  # it ran out of the budget
+            who = worker_id(self.config, slot)
+            for key, value in (self.store.workers().get(who) or {}).items():
+                if key in COUNTS:
+                    self.retired[key] = self.retired.get(key, 0) + int(value)
+            handed = self.store.orphan(who)
+            self.replaced += 1
+            self.say(f"fuzz: worker {slot} ended (exit code {process.exitcode}); started again"
+                     + (f", its {handed} unrecorded failure(s) handed on" if handed else ""))  # fmt: skip
+            self.start(slot)
+
+    def announce_findings(self) -> None:
+        """Each finding once: printed with its reproduce line, its artifact written here if another
+        machine found it (the reproduce line then names this machine's copy)."""
+        for finding in self.store.findings():
+            name = finding.get("signature")
+            if not name or name in self.shown or "history" not in finding:
+                continue
+            self.shown.add(name)
+            artifact = local_artifact(self.config.reports, finding)
+            self.say(f"FINDING {name} ({finding.get('described', '')}): {finding.get('reason', '')}")
+            self.say(f"artifact: {artifact} (reproduce: {reproduce_line(finding, artifact)})")
+
+    def loop(self, on_sample: Callable[[dict[str, Any]], None] | None) -> None:
+        last_sample = last_print = 0.0
+        while not self.signalled and not self.budget_spent():
+            sentinels = [p.sentinel for p in self.processes.values() if p.exitcode is None]
+            wait(sentinels, timeout=1.0)
+            if self.signalled:
+                break
+            self.replace_dead()
+            if self.config.histories is not None and all(p.exitcode is not None for p in self.processes.values()):
+                break
+            now = time.monotonic()
+            if now - last_sample >= SAMPLE_S:
+                last_sample = now
+                point = self.store.sample(self.config.service)
+                if on_sample is not None:
+                    on_sample(point)
+                self.announce_findings()
+                if now - last_print >= PRINT_S:
+                    last_print = now
+                    self.say(progress_line(point, now - self.started))
+
+    def drain(self) -> list[int]:
+        """Every worker asked to finish its history and end; those still running after DRAIN_S killed
+        (their pending failures handed on, their servers' directories removed). Returns the killed slots."""
+        from difftest.campaign import sweep_leftovers
+
+        for process in self.processes.values():
+            if process.exitcode is None and process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + DRAIN_S
+        while any(p.exitcode is None for p in self.processes.values()) and time.monotonic() < deadline:
+            wait([p.sentinel for p in self.processes.values() if p.exitcode is None], timeout=0.5)
+        killed = [slot for slot, p in self.processes.items() if p.exitcode is None]
+        for slot in killed:
+            self.processes[slot].kill()
+            self.store.orphan(worker_id(self.config, slot))
+        for process in self.processes.values():
+            process.join()
+        sweep_leftovers()  # what a killed worker left in /dev/shm
+        return killed
+
+
+def local_artifact(reports: Path, finding: dict[str, Any]) -> Path:
+    """The finding's artifact on this machine: where it was saved, else a copy written from the store."""
+    from difftest.files import write_atomically
+
+    recorded = Path(str(finding.get("artifact", "")))
+    if recorded.is_dir() and (recorded / "history.jsonl").is_file() and finding.get("host") == socket.gethostname():
+        return recorded
+    directory = reports / "fuzz" / "findings" / str(finding["signature"])
+    if (directory / "history.jsonl").is_file():
+        return directory
+    directory = finding_directory(reports, str(finding["signature"]))
+    directory.mkdir(parents=True)
+    import json
+
+    write_atomically(directory / "report.json", json.dumps(finding.get("report", {}), indent=2) + "\n")
+    write_atomically(directory / "report.txt", str(finding.get("report_txt", "")))
+    write_atomically(directory / "history.jsonl", str(finding["history"]))  # last: its presence marks it whole
+    return directory
+
+
+def reproduce_line(finding: dict[str, Any], artifact: Path) -> str:
+    from difftest.build import replay_command
+
+    replicas = bool((finding.get("report") or {}).get("replicas"))
+    return replay_command(artifact, finding.get("build") or {}, replicas)
+
+
+def progress_line(point: dict[str, Any], elapsed: float) -> str:
+    return (f"fuzz: {elapsed:,.0f} s, {point['histories']:,} histories, {point['steps']:,} steps, "
+            f"{point['labels']} labels, {point['native']:,} native counters, {point['lua']} Lua lines, "
+            f"{point['findings']} finding(s), {point['workers']} worker(s)")  # fmt: skip
+
+
+def service_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = None) -> tuple[int, dict[str, Any]]:
+    """Run the service until a budget ends or SIGTERM/SIGINT; returns the signal that stopped it (0:
+    a budget) and what this service's workers did (histories, findings, met_again)."""
+    from difftest.campaign import sweep_leftovers
+
+    store = Store(config.database)
+    store.check()
+    sweep_leftovers()
+    handed = store.orphan_stale(config.service)
+    service = Service(config, out)
+    if handed:
+        service.say(f"fuzz: {handed} failure(s) a stopped service left unrecorded will be recorded first")
+    server = None
+    if dashboard is not None:
+        from difftest.fuzz.dashboard import start_dashboard
+
+        server = start_dashboard(config.database, dashboard)
+        service.say(f"fuzz: dashboard on http://127.0.0.1:{server.server_address[1]}/")
+    for finding in store.findings():  # known before this service started: not printed again
+        service.shown.add(str(finding.get("signature")))
+
+    def note(signum: int, _: object) -> None:
+        service.signalled.append(signum)
+
+    previous = {number: signal.signal(number, note) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for slot in range(config.workers):
+            service.start(slot)
+        service.loop(None)
+    finally:
+        killed = service.drain()
+        if killed:
+            service.say(f"fuzz: worker(s) {', '.join(map(str, killed))} did not drain in {DRAIN_S:.0f} s: killed")
+        with contextlib.suppress(Exception):
+            service.store.sample(config.service)
+            service.announce_findings()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        for number, before in previous.items():
+            signal.signal(number, before)
+    mine = {key: service.retired.get(key, 0) for key in COUNTS}
+    for name, record in store.workers().items():
+        if name.startswith(config.service + ":"):
+            for key in COUNTS:
+                mine[key] += int(record.get(key, 0))
+    mine["replaced"] = service.replaced
+    store.close()
+    service.store.close()
+    return (service.signalled[0] if service.signalled else 0), mine
+
+
+__all__ = ["FuzzConfig", "local_store", "replace", "serve", "service_name"]

@@ -1,0 +1,284 @@
+"""The fuzzing service's records in a Valkey database that every worker and machine shares.
+
+Beside Hypothesis's example database (its keys start `hypothesis-example:`), the service keeps its
+own records under `difftest-fuzz:`, with a format version that a service of another version refuses:
+
+| key | what it holds |
+| --- | --- |
+| `format` | `difftest-fuzz 1` |
+| `totals` (hash) | histories, steps, findings met (again) and shrinks, summed over every worker |
+| `workers` (hash) | per worker id (host:service pid:slot): JSON of what it does now and its counts |
+| `series` (list) | time points of the totals and the coverage (what the dashboard charts) |
+| `labels` / `labels-first` (hashes) | each behaviour label's count / when it was first reached |
+| `native` (string) | a bitmap: the native module's coverage counters any history made non-zero |
+| `lua` (set) | `script:line` of every Lua line any history ran |
+| `findings` (set), `finding:<signature>` (hash) | each finding: its minimal history, report and reproduce line |
+| `raw` (hash) | the signature of an unshrunk failure -> its finding (known ones are not shrunk again) |
+| `pending` (hash), `orphans` (list) | failures found but not yet recorded whole; a dead worker's, for others to take |
+| `corpus` (hash) | histories that reached something new (a label, native counters, Lua lines), by their hash |
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from difftest.exampledb import _client, describe
+from difftest.problems import SetupProblem
+
+FORMAT = "difftest-fuzz"
+VERSION = 1
+PREFIX = "difftest-fuzz:"
+MAX_SERIES = 20_000  # time points kept (one per few seconds per service: days of them)
+STALE_S = 120.0  # a worker whose record has not moved for this long, and is not ours, is taken for dead
+
+
+def _json(raw: bytes | str | None) -> Any:
+    return json.loads(raw) if raw else None
+
+
+class Store:
+    """The records, through one client (one per process: connections do not cross processes)."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.client: Any = _client(spec)  # redis-py's replies are bytes; its stubs say bytes | str
+
+    def key(self, name: str) -> str:
+        return PREFIX + name
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ---- the format ----------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """One line (SetupProblem) unless the database answers and holds records of this version
+        (or none yet: then they start here)."""
+        from redis.exceptions import RedisError
+
+        stamp = f"{FORMAT} {VERSION}"
+        try:
+            self.client.set(self.key("format"), stamp, nx=True)
+            found = self.client.get(self.key("format"))
+        except RedisError as problem:
+            detail = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
+            raise SetupProblem(f"fuzzing database {describe(self.spec)} does not answer ({detail}): start that "
+                               "server, or pass another --database") from None  # fmt: skip
+        text = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
+        if text != stamp:
+            raise SetupProblem(f"fuzzing database {describe(self.spec)} holds records of format {text!r}, this "
+                               f"difftest writes {stamp!r}: use another database (or /DB number)")  # fmt: skip
+
+    # ---- counts and workers ----------------------------------------------------------------------------
+
+    def beat(self, worker: str, record: dict[str, Any], histories: int = 0, steps: int = 0) -> None:
+        """A worker's record now (what it does, its counts), and what it compared since its last beat."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.key("workers"), worker, json.dumps({**record, "beat": time.time()}))
+        if histories:
+            pipe.hincrby(self.key("totals"), "histories", histories)
+        if steps:
+            pipe.hincrby(self.key("totals"), "steps", steps)
+        pipe.execute()
+
+    def count(self, field: str, by: int = 1) -> None:
+        self.client.hincrby(self.key("totals"), field, by)
+
+    def forget_worker(self, worker: str) -> None:
+        self.client.hdel(self.key("workers"), worker)
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        raw = self.client.hgetall(self.key("workers"))
+        return {k.decode(): _json(v) for k, v in sorted(raw.items())}
+
+    def totals(self) -> dict[str, int]:
+        raw = self.client.hgetall(self.key("totals"))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    # ---- coverage ----------------------------------------------------------------------------------------
+
+    def add_labels(self, labels: Counter[str]) -> list[str]:
+        """Count the labels; returns those no history had reached before."""
+        if not labels:
+            return []
+        now = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        names = sorted(labels)
+        for name in names:
+            pipe.hsetnx(self.key("labels-first"), name, now)
+        for name in names:
+            pipe.hincrby(self.key("labels"), name, labels[name])
+        done = pipe.execute()
+        return [name for name, new in zip(names, done[: len(names)], strict=True) if new]
+
+    def add_native(self, bitmap: bytes) -> int:
+        """OR a worker's bitmap of reached counters into the service's; returns how many counters were new."""
+        if not any(bitmap):
+            return 0
+        scratch = self.key(f"native-scratch:{id(self)}:{time.monotonic_ns()}")
+        pipe = self.client.pipeline(transaction=True)
+        pipe.bitcount(self.key("native"))
+        pipe.set(scratch, bitmap)
+        pipe.bitop("OR", self.key("native"), self.key("native"), scratch)
+        pipe.delete(scratch)
+        pipe.bitcount(self.key("native"))
+        done = pipe.execute()
+        return int(done[4]) - int(done[0])
+
+    def native_bitmap(self) -> bytes:
+        return bytes(self.client.get(self.key("native")) or b"")
+
+    def set_native_total(self, total: int) -> None:
+        self.client.hset(self.key("meta"), "native_counters", total)
+
+    def add_lua(self, lines: Iterable[str]) -> int:
+        """Lua lines (`script:line`) run; returns how many no history had run before."""
+        members = sorted(set(lines))
+        return int(self.client.sadd(self.key("lua"), *members)) if members else 0
+
+    def coverage(self) -> dict[str, Any]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(self.key("labels"))
+        pipe.hgetall(self.key("labels-first"))
+        pipe.bitcount(self.key("native"))
+        pipe.scard(self.key("lua"))
+        pipe.hgetall(self.key("meta"))
+        labels, first, native, lua, meta = pipe.execute()
+        return {"labels": {k.decode(): int(v) for k, v in labels.items()},
+                "labels_first": {k.decode(): float(v) for k, v in first.items()},
+                "native": int(native), "lua": int(lua),
+                "native_total": int(meta.get(b"native_counters", 0) or 0)}  # fmt: skip
+
+    # ---- the time series ---------------------------------------------------------------------------------
+
+    def sample(self, service: str) -> dict[str, Any]:
+        """A time point of the totals and the coverage, appended to the series; returns it."""
+        totals, coverage = self.totals(), self.coverage()
+        point = {"t": round(time.time(), 3), "service": service, "histories": totals.get("histories", 0),
+                 "steps": totals.get("steps", 0), "labels": len(coverage["labels"]), "native": coverage["native"],
+                 "lua": coverage["lua"], "findings": int(self.client.scard(self.key("findings"))),
+                 "workers": len(self.live_workers())}  # fmt: skip
+        pipe = self.client.pipeline(transaction=False)
+        pipe.rpush(self.key("series"), json.dumps(point))
+        pipe.ltrim(self.key("series"), -MAX_SERIES, -1)
+        pipe.execute()
+        return point
+
+    def series(self) -> list[dict[str, Any]]:
+        points = [_json(raw) for raw in self.client.lrange(self.key("series"), 0, -1)]
+        return sorted(points, key=lambda p: p["t"])
+
+    def live_workers(self) -> dict[str, dict[str, Any]]:
+        now = time.time()
+        return {w: r for w, r in self.workers().items() if r.get("state") != "stopped" and now - r["beat"] < STALE_S}
+
+    # ---- findings ----------------------------------------------------------------------------------------
+
+    def known_raw(self, raw: str) -> str | None:
+        found = self.client.hget(self.key("raw"), raw)
+        return found.decode() if found else None
+
+    def note_raw(self, raw: str, signature: str) -> None:
+        self.client.hset(self.key("raw"), raw, signature)
+
+    def claim(self, signature: str, worker: str) -> bool:
+        """True for the first worker to record this signature (it then writes the finding)."""
+        won = bool(self.client.hsetnx(self.key(f"finding:{signature}"), "claimed_by", worker))
+        if won:
+            self.client.sadd(self.key("findings"), signature)
+        return won
+
+    def record(self, signature: str, fields: dict[str, Any]) -> None:
+        flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
+        self.client.hset(self.key(f"finding:{signature}"), mapping=flat)
+
+    def seen_again(self, signature: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(self.key(f"finding:{signature}"), "seen", 1)
+        pipe.hincrby(self.key("totals"), "met_again", 1)
+        pipe.execute()
+
+    def finding(self, signature: str) -> dict[str, Any]:
+        raw = self.client.hgetall(self.key(f"finding:{signature}"))
+        out: dict[str, Any] = {}
+        for k, v in raw.items():
+            name, text = k.decode(), v.decode()
+            out[name] = text if name in TEXT_FIELDS else _json(text)
+        return out
+
+    def findings(self) -> list[dict[str, Any]]:
+        names = sorted(m.decode() for m in self.client.smembers(self.key("findings")))
+        found = [self.finding(name) for name in names]
+        return sorted(found, key=lambda f: f.get("found_at") or 0)
+
+    # ---- failures not yet recorded whole -----------------------------------------------------------------
+
+    def pend(self, worker: str, history: str, build: dict[str, Any]) -> str:
+        """A failing history, kept before its shrink starts; returns its field (to unpend when recorded)."""
+        field = f"{worker}:{time.time_ns()}"
+        self.client.hset(self.key("pending"), field, json.dumps({"history": history, "build": build,
+                                                                   "worker": worker, "at": time.time()}))  # fmt: skip
+        return field
+
+    def unpend(self, field: str) -> None:
+        self.client.hdel(self.key("pending"), field)
+
+    def orphan(self, worker: str) -> int:
+        """A dead worker's pending failures handed to whoever takes them next; returns how many."""
+        moved = 0
+        for field, raw in self.client.hgetall(self.key("pending")).items():
+            name = field.decode()
+            if name.startswith(worker + ":"):
+                self.client.rpush(self.key("orphans"), raw)
+                self.client.hdel(self.key("pending"), field)
+                moved += 1
+        return moved
+
+    def orphan_stale(self, own: str) -> int:
+        """Failures pending for workers of other services that stopped beating (their machine died)."""
+        workers, moved, now = self.workers(), 0, time.time()
+        owners = {field.decode().rsplit(":", 1)[0] for field in self.client.hkeys(self.key("pending"))}
+        for owner in owners:
+            record = workers.get(owner)
+            if owner.startswith(own + ":"):
+                continue
+            if record is None or now - record.get("beat", 0) > STALE_S:
+                moved += self.orphan(owner)
+        return moved
+
+    def take_orphan(self) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = _json(self.client.lpop(self.key("orphans")))
+        return found
+
+    def pending(self) -> int:
+        return int(self.client.hlen(self.key("pending"))) + int(self.client.llen(self.key("orphans")))
+
+    # ---- the corpus ---------------------------------------------------------------------------------------
+
+    def add_corpus(self, digest: str, entry: dict[str, Any]) -> bool:
+        return bool(self.client.hsetnx(self.key("corpus"), digest, json.dumps(entry)))
+
+    def corpus(self) -> list[dict[str, Any]]:
+        entries = [_json(v) for v in self.client.hvals(self.key("corpus"))]
+        return sorted(entries, key=lambda e: e.get("at", 0))
+
+    def corpus_size(self) -> int:
+        return int(self.client.hlen(self.key("corpus")))
+
+    # ---- everything, for the dashboard and `difftest fuzz status` ----------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        coverage = self.coverage()
+        return {"format": f"{FORMAT} {VERSION}", "database": describe(self.spec), "at": time.time(),
+                "totals": self.totals(), "workers": self.workers(), "series": self.series(),
+                "coverage": coverage, "findings": self.findings(), "corpus": self.corpus_size(),
+                "pending": self.pending()}  # fmt: skip
+
+
+# a finding's fields kept as text (the others are JSON)
+TEXT_FIELDS = frozenset({"claimed_by", "history", "report_txt", "reproduce", "artifact", "signature", "reason",
+                         "found_by", "host", "described"})  # fmt: skip

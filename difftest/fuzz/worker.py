@@ -1,0 +1,411 @@
+"""One fuzzing worker: its own server pair, Hypothesis batches until told to stop, every history recorded.
+
+After each history the worker tells the store what it compared and reached (behaviour labels, and
+with the coverage build the native counters and Lua lines); a history that reached something no
+history had reached before goes to the corpus. A failing history is kept in the store (`pending`)
+before its shrink starts, so a worker that dies mid-shrink loses nothing: its pending failures are
+handed to another worker, which replays and minimises them. A failure whose unshrunk signature is
+already known is counted and not shrunk again (Hypothesis moves on to other histories), so a
+service meets one defect many times and records it once.
+
+SIGTERM (and SIGINT) ask a worker to drain: it finishes the history under way, records it and ends;
+a shrink under way stops at the smallest failure so far, which is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from difftest import coverage
+from difftest.fuzz import signature as signatures
+from difftest.fuzz.store import Store
+
+BATCH = 20  # histories per Hypothesis run: short enough that draining and budgets act soon
+BEAT_S = 0.5  # a worker's record and the totals are written at most this often (and at every change of state)
+LUA_MARK = b"difftest-lua-coverage"
+
+
+@dataclass(frozen=True)
+class FuzzConfig:
+    """A service's settings (the same for each of its workers)."""
+
+    database: str
+    module: Path  # the module the servers load (the coverage build when measuring native counters)
+    reports: Path  # artifacts go to reports/fuzz/findings/<signature>/
+    build: dict[str, Any]  # what findings record as found on (their replay runs on it)
+    service: str  # host:pid of the service
+    workers: int = 1
+    lua_scripts: Path | None = None
+    seconds: float | None = None
+    histories: int | None = None  # this service's budget of generated histories
+    restarts: bool = True
+    max_steps: int = 40
+    batch: int = BATCH
+    shrink_tries: int = 300
+    shrink_seconds: float = 120.0
+    native_counters: bool = False  # the servers run the coverage build: read its counters
+    lua_lines: bool = False  # the Lua servers run instrumented scripts: read their lines
+    guidance: bool = False  # steer Hypothesis toward histories that reach more (target())
+    class_corpus: bool = True  # the first worker replays the class corpus first
+    pin: bool = True
+    seed: int | None = None  # the first batch's seed (the bench: same seeds guided and not); None: random
+    profiles: Path | None = None  # where the workers' raw profiles go (each its own subdirectory)
+
+
+class _Drain(KeyboardInterrupt):
+    """Raised between histories once the worker is asked to stop: Hypothesis lets it through and saves nothing."""
+
+
+class _Failed(AssertionError):
+    pass
+
+
+class _ShrinkDone(KeyboardInterrupt):
+    """The shrink budget is spent (or the worker drains): the smallest failure so far is the result."""
+
+
+_draining = False
+
+
+def _ask_to_drain(signum: int, _: object) -> None:
+    global _draining
+    _draining = True
+
+
+def worker_id(config: FuzzConfig, slot: int) -> str:
+    return f"{config.service}:{slot}"
+
+
+@dataclass
+class Worker:
+    config: FuzzConfig
+    slot: int
+    store: Store
+    replayer: Any
+    shared: Any  # the service's shared counter of generated histories (its budget), or None
+    counters: Any = None  # difftest.fuzz.counters.Counters with the coverage build
+    lua_log: Path | None = None
+    lua_offset: int = 0
+    lua_seen: set[str] = field(default_factory=set)
+    histories: int = 0
+    steps: int = 0
+    findings: int = 0
+    met_again: int = 0
+    state: str = "starting"
+    batch_seed: int = 0
+    started: float = field(default_factory=time.time)
+    unsent: list[int] = field(default_factory=lambda: [0, 0])  # histories, steps not yet in the totals
+    last_beat: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return worker_id(self.config, self.slot)
+
+    # ---- what each history reached -----------------------------------------------------------------
+
+    def beat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_beat < BEAT_S:
+            return
+        self.last_beat = now
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "service": self.config.service,
+                  "slot": self.slot, "state": self.state, "histories": self.histories, "steps": self.steps,
+                  "findings": self.findings, "met_again": self.met_again, "started": self.started,
+                  "seed": self.batch_seed}  # fmt: skip
+        self.store.beat(self.id, record, *self.unsent)
+        self.unsent = [0, 0]
+
+    def reached(self, history: Any, result: Any, generated: bool) -> float:
+        """Record one compared history; returns its guidance score (what it reached)."""
+        labels = coverage.labels(result)
+        new_labels = self.store.add_labels(labels)
+        score = float(sum(1 for label in labels if label.startswith(("contract:", "sweep:"))))
+        new: dict[str, Any] = {}
+        if new_labels:
+            new["labels"] = new_labels
+        if self.counters is not None:
+            moved, first = self.counters.look()
+            score += len(moved)
+            if first:
+                fresh = self.store.add_native(self.counters.bitmap())
+                if fresh:
+                    new["native"] = fresh
+        if self.lua_log is not None:
+            lines = self._lua_lines()
+            score += len(lines)
+            unseen = lines - self.lua_seen
+            if unseen:
+                self.lua_seen |= unseen
+                fresh = self.store.add_lua(unseen)
+                if fresh:
+                    new["lua"] = fresh
+        if new:
+            self._keep(history, new)
+        if generated:
+            self.histories += 1
+            self.unsent[0] += 1
+            if self.shared is not None:
+                with self.shared.get_lock():
+                    self.shared.value += 1
+        self.steps += len(history.steps)
+        self.unsent[1] += len(history.steps)
+        self.beat()
+        return score
+
+    def _lua_lines(self) -> set[str]:
+        """The Lua lines run since the last look, from the Lua server's log (`script:line`)."""
+        from difftest.lua_coverage import parse_log
+
+        assert self.lua_log is not None
+        try:
+            with self.lua_log.open("rb") as log:
+                log.seek(self.lua_offset)
+                text = log.read()
+        except OSError:
+            return set()
+        cut = text.rfind(b"\n") + 1  # a line half-written is read next time
+        self.lua_offset += cut
+        return {f"{verb}:{line}" for verb, line in parse_log(text[:cut])}
+
+    def _keep(self, history: Any, new: dict[str, Any]) -> None:
+        from difftest.history import dumps
+
+        text = dumps(history)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        self.store.add_corpus(digest, {"history": text, "reached": new, "at": time.time(), "by": self.id})
+
+    def budget_left(self) -> bool:
+        if self.shared is None or self.config.histories is None:
+            return True
+        return int(self.shared.value) < self.config.histories
+
+    # ---- failures ----------------------------------------------------------------------------------------
+
+    def record_failure(self, result: Any, raw: str, pending: str | None) -> str:
+        """A shrunk failure recorded (a new finding, or one met again); returns its signature."""
+        from difftest.artifacts import save_divergence
+        from difftest.build import replay_command
+
+        name = signatures.signature(result)
+        parts = signatures.parts(result)
+        if self.store.claim(name, self.id):
+            directory = finding_directory(self.config.reports, name)
+            save_divergence(result, directory, self.config.build)
+            divergence = result.divergence
+            self.store.record(name, {
+                "signature": name, "parts": parts, "described": signatures.describe(parts),
+                "reason": divergence.reason, "step": divergence.index, "steps": len(result.history.steps),
+                "found_at": time.time(), "found_by": self.id, "host": socket.gethostname(), "seen": 1,
+                "history": (directory / "history.jsonl").read_text(),
+                "report_txt": (directory / "report.txt").read_text(),
+                "report": json.loads((directory / "report.json").read_text()),
+                "artifact": str(directory), "build": self.config.build,
+                "reproduce": replay_command(directory, self.config.build, result.replicas),
+            })  # fmt: skip
+            self.findings += 1
+            self.store.count("findings")
+        else:
+            self.store.seen_again(name)
+            self.met_again += 1
+        self.store.note_raw(raw, name)
+        self.store.note_raw(name, name)
+        if pending is not None:
+            self.store.unpend(pending)
+        return name
+
+    def adopt_orphans(self) -> None:
+        """Failures a dead worker found but did not record: replayed, minimised and recorded here."""
+        from difftest.campaign import _last_pass
+        from difftest.history import loads
+
+        while (orphan := self.store.take_orphan()) is not None:
+            self.state = "recording a dead worker's failure"
+            self.beat(force=True)
+            pending = self.store.pend(self.id, orphan["history"], orphan.get("build", {}))
+            result = self.replayer.replay(loads(orphan["history"]))
+            if result.divergence is None:
+                self.store.unpend(pending)  # it does not fail on this build: nothing to record
+                continue
+            raw = signatures.signature(result)
+            self.record_failure(_last_pass(self.replayer, result), raw, pending)
+
+
+def finding_directory(reports: Path, name: str) -> Path:
+    """reports/fuzz/findings/<signature> (another name beside it if that one is taken by an older run)."""
+    directory = reports / "fuzz" / "findings" / name
+    suffix = 0
+    while directory.exists():
+        suffix += 1
+        directory = reports / "fuzz" / "findings" / f"{name}-{suffix}"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
+    """One Hypothesis run of the worker's batch size (the explicit histories first)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings, target
+
+    from difftest.campaign import _last_pass
+    from difftest.exampledb import open_database
+    from difftest.history import dumps
+    from difftest.replay import ReferenceLost
+    from strategies.corpus import CORPUS_NOTE
+    from strategies.histories import HistoryShape
+    from strategies.machine import run_machine
+
+    config = worker.config
+    shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
+                         replica_calls=True)  # fmt: skip
+    known: dict[str, Any] = {}  # failing replays by the history's repr, in the order found
+    shrink: dict[str, Any] = {}  # the first failure's raw signature, pending field and limits
+    machine_settings = settings(max_examples=config.batch, deadline=None, database=open_database(config.database),
+                                stateful_step_count=config.max_steps, suppress_health_check=list(HealthCheck),
+                                report_multiple_bugs=False, print_blob=False,
+                                phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+                                verbosity=Verbosity.quiet)  # fmt: skip
+
+    def on_history(history: Any, in_test: bool = True) -> None:
+        key = repr(history)
+        result = known.get(key)
+        if result is None:
+            if known:  # shrinking
+                if _draining or shrink["tries"] >= config.shrink_tries or time.monotonic() > shrink["deadline"]:
+                    raise _ShrinkDone
+                shrink["tries"] += 1
+            elif _draining or not worker.budget_left():
+                raise _Drain
+            try:
+                result = worker.replayer.replay(history)
+            except ReferenceLost:
+                raise
+            if not known:
+                score = worker.reached(history, result, in_test and not history.note.startswith(CORPUS_NOTE))
+                if in_test and config.guidance:
+                    target(score, label="reached")
+            if result.divergence is not None:
+                if not known:
+                    raw = signatures.signature(result)
+                    seen = worker.store.known_raw(raw)
+                    if seen is not None:  # a known defect, met again: counted, not shrunk again
+                        worker.store.seen_again(seen)
+                        worker.met_again += 1
+                        return
+                    worker.state = "shrinking a failure"
+                    worker.beat(force=True)
+                    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + config.shrink_seconds,
+                                  pending=worker.store.pend(worker.id, dumps(history), config.build))  # fmt: skip
+                known[key] = result
+        if result.divergence is not None:
+            raise _Failed(result.divergence.reason)
+
+    try:
+        for history in explicit:
+            on_history(history, in_test=False)
+        run_machine(shape, on_history, machine_settings, seed=seed)
+    except (_Failed, _ShrinkDone):
+        if not known:
+            raise
+        smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
+        minimal = smallest if _draining else _last_pass(worker.replayer, smallest)
+        worker.record_failure(minimal, shrink["raw"], shrink["pending"])
+
+
+def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
+    """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
+    from difftest.campaign import _bind_to_parent, _mark_owner, quiet_swallowed_interrupts
+    from difftest.replay import Replayer
+    from difftest.servers.local import ServerGroup, pin_to_core
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ask_to_drain)
+    if not _bind_to_parent(parent):
+        return
+    if config.pin:
+        pin_to_core(slot)
+    profiles = None
+    if config.profiles is not None:  # this worker's servers write their raw profiles here, and only they
+        profiles = config.profiles / f"worker-{slot}"
+        profiles.mkdir(parents=True, exist_ok=True)
+        os.environ["LLVM_PROFILE_FILE"] = str(profiles / "native-%p%c.profraw")
+    store = Store(config.database)
+    worker: Worker | None = None
+    group: Any = None
+    try:
+        with quiet_swallowed_interrupts():
+            group = ServerGroup()
+            _mark_owner(group)
+            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
+                worker = Worker(config, slot, store, replayer, shared)
+                if profiles is not None:
+                    from difftest.fuzz.counters import Counters
+
+                    worker.counters = Counters(profiles)
+                if config.lua_lines:
+                    worker.lua_log = Path(replayer.lua_server.logfile)
+                worker.adopt_orphans()
+                explicit = _first_histories(config, slot, store)
+                rng = random.Random(config.seed if config.seed is not None else None)
+                number = 0
+                while not _draining and worker.budget_left():
+                    worker.batch_seed = (config.seed + 1000 * slot + number if config.seed is not None
+                                         else rng.randrange(2**63))  # fmt: skip
+                    worker.state = f"batch {number + 1} (seed {worker.batch_seed})"
+                    worker.beat(force=True)
+                    try:
+                        _batch(worker, worker.batch_seed, explicit)
+                    except _Drain:
+                        break
+                    explicit = []
+                    number += 1
+                    if config.seconds is not None and time.time() - worker.started >= config.seconds:
+                        break
+    finally:
+        if worker is not None:
+            worker.state = "stopped"
+            with contextlib.suppress(Exception):
+                worker.beat(force=True)
+            if worker.counters is not None:
+                with contextlib.suppress(Exception):
+                    worker.counters.look()
+                    worker.store.add_native(worker.counters.bitmap())
+        if group is not None:
+            group.close()
+        if profiles is not None:
+            shutil.rmtree(profiles, ignore_errors=True)
+        store.close()
+
+
+def _first_histories(config: FuzzConfig, slot: int, store: Store) -> list[Any]:
+    """What a worker replays before generating: its share of the service's corpus, and for the
+    first worker the class corpus (one short history per behaviour label)."""
+    from difftest.history import HistoryError, loads
+
+    histories = []
+    for number, entry in enumerate(store.corpus()):
+        if number % config.workers == slot:
+            with contextlib.suppress(HistoryError, KeyError):
+                histories.append(loads(entry["history"]))
+    if slot == 0 and config.class_corpus:
+        from strategies.corpus import class_corpus
+
+        histories += class_corpus(True)
+    return histories
+
+
+def drained() -> bool:
+    return _draining
+
+
+__all__ = ["BATCH", "Counter", "FuzzConfig", "run_worker"]
