@@ -304,15 +304,21 @@ class Replayer:
         state = JudgeState()
         walks = _Walks()
         runs = segments(resolve(history.steps), alone_from)
-        last: list[Resolved] = []
+        # --replicas compares from the first step on; a history's own replicas (it calls one) from its
+        # first call to a replica on, so that a verdict at a step depends on no later step: an
+        # artifact, the history up to its divergence, replays to the same verdict alone
+        comparing = self.replicas is not None
         for segment in runs:
-            if segment[0].on_replica and replicas is not None and last:
-                # both replicas caught up first (a re-sync's writes reach the Lua replica after the check
-                # that closed their segment), so the call reads what its primary holds
+            if segment[0].on_replica and replicas is not None:
+                # both replicas caught up and compared first, the history's first step too (a replica
+                # kept linked since an earlier history still applies that history's stream and the
+                # reset's FLUSHALL; a re-sync's writes reach the Lua replica after the check that closed
+                # their segment), so the call reads what its primary holds; one behind is the call's
+                # divergence: it would read it
+                comparing = True
                 behind = replicas.check()
                 if behind is not None:
-                    return self._propagated(result, state, last, behind, started)
-            last = segment
+                    return self._propagated(result, state, segment, behind, started, sent=False)
             mark = self._boundary(segment[0], mark)
             native_out: list[StepOutcome] = []
             try:
@@ -334,7 +340,7 @@ class Replayer:
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
             propagation = None
-            if replicas is not None and can_write(segment):
+            if replicas is not None and comparing and can_write(segment):
                 propagation = replicas.check()
                 mark = _lap(stages, "replicas", mark)
             now_ms = self.group.clock.now_ms
@@ -413,11 +419,17 @@ class Replayer:
         return mark
 
     def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
-                    started: float) -> ReplayResult:  # fmt: skip
+                    started: float, sent: bool = True) -> ReplayResult:  # fmt: skip
         """A replica that does not hold its primary's keyspace, found at the end of the segment: a
-        divergence of its own kind at the segment's last step."""
-        last, record = segment[-1], result.records[-1]
-        result.divergence = Divergence(last.index, last.step, found.reason, record.lua_reply, record.native_reply,
+        divergence of its own kind at the segment's last step. `sent` False: found before the
+        segment (a call to a replica) was sent, the divergence is the call's, which sent nothing."""
+        last = segment[-1]
+        if sent:
+            record = result.records[-1]
+            lua_reply, native_reply = record.lua_reply, record.native_reply
+        else:
+            lua_reply = native_reply = NotSent("not sent: the replica it reads did not hold its primary's keyspace")
+        result.divergence = Divergence(last.index, last.step, found.reason, lua_reply, native_reply,
                                        state.before, state.before, state.before, dict(state.before_epochs),
                                        PROPAGATION, found)  # fmt: skip
         result.elapsed_s = time.perf_counter() - started
@@ -493,7 +505,9 @@ class Replayer:
         """The replicas the history keeps up: --replicas', else, for a history that calls a replica,
         a replica beside each server started for it (kept for the next such history, stopped at the
         first that calls none: they cost a check after every segment that writes); each side told
-        where its replica is."""
+        where its replica is. A replica kept from an earlier history holds what a fresh one would once
+        it has caught up with the reset's FLUSHALL, which the check before the history's first call
+        to a replica waits for (replay): no verdict depends on the earlier history."""
         assert self.lua is not None and self.native is not None
         calls_replica = any(isinstance(step, CallStep) and step.target is not None for step in history.steps)
         active = self.replicas

@@ -3,7 +3,9 @@ both executors (docs/contract-decisions.md, "The memory limit", "A read-only rep
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,9 +13,14 @@ import valkey
 import valkey.exceptions
 
 from difftest import history as hist
+from difftest.artifacts import save_divergence
 from difftest.calls import Call
-from difftest.replay import Replayer
-from difftest.replicas import Replicas, primary_options
+from difftest.campaign import _last_pass
+from difftest.cli import EXIT_DIVERGENCE, main
+from difftest.history import REPLICA as TO_REPLICA
+from difftest.history import CallStep
+from difftest.replay import Replayer, ReplayResult
+from difftest.replicas import KIND, Replicas, primary_options
 from difftest.replies import ErrorReply, NotSent, Simple
 from difftest.servers.local import EmbeddedServer, ServerGroup
 from difftest.sides import LuaSide, NativeSide, Side
@@ -230,6 +237,95 @@ def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_keeps_onl
         assert again.divergence is None and native.running and lua.pid == lua_pid
         servers = replayer.call_replicas.servers
     assert not any(server.running for server in servers)
+
+
+# a raw write neither server's replica gets (the script keeps its effects off the replication stream;
+# a raw step goes to both servers): each replica then misses a key its primary holds, the Lua one
+# compared first. A propagation divergence without a defect in either executor.
+UNPROPAGATED = json.dumps(
+    {"op": "raw", "command": ["EVAL", "server.set_repl(server.REPL_NONE) server.call('SET', 'x', 'y')", "0"]}
+)
+X_MISSING = f"{KIND}: the lua server's replica differs from its primary: x (missing on the replica)"
+# the replica called only after the write it misses
+CALLED_AFTER = _history(f"""
+{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}}
+{UNPROPAGATED}
+{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}}
+{{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "target": "replica"}}
+{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j3", "p", 0]}}
+""")
+# the replica called first (as the generator draws it), the write it misses among later ones
+CALLED_FIRST = _history(f"""
+{{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "target": "replica"}}
+{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}}
+{UNPROPAGATED}
+{{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}}
+{{"op": "advance", "ms": 5}}
+{{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}}
+{{"op": "call", "verb": "PAUSE", "queue": "q", "args": [], "target": "replica"}}
+""")
+
+
+def _verdict(result: ReplayResult) -> tuple[int, str, str, str | None] | None:
+    found = result.divergence
+    if found is None:
+        return None
+    rule = result.records[-1].verdict.rule if result.records and result.records[-1].index == found.index else None
+    return found.index, found.kind, found.reason, rule
+
+
+def _replays_alone(artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    code = main(["replay", str(artifact), "--reports", str(tmp_path / "replays")])
+    out = capsys.readouterr().out
+    assert code == EXIT_DIVERGENCE and "reproduced: yes, the same step and reason" in out, out
+
+
+def test_a_replica_behind_before_the_historys_first_call_to_it_is_that_calls_divergence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a history's own replicas are compared from its first call to one on: a verdict at a step then
+    # depends on no later step, so the artifact (the history up to its divergence) keeps the call that
+    # brought the replicas, and replays alone to the same verdict (compared at the raw write's
+    # segment, the divergence was at step 2 and its artifact, with no call to a replica, passed)
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(CALLED_AFTER)
+    assert _verdict(result) == (3, KIND, X_MISSING, None)
+    assert result.divergence is not None and isinstance(result.divergence.lua_reply, NotSent)  # never sent
+    assert [r.index for r in result.records] == [0, 1, 2]
+    artifact = save_divergence(result, tmp_path / "behind")
+    assert hist.load(artifact / "history.jsonl").steps == CALLED_AFTER.steps[:4]
+    _replays_alone(artifact, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("history", [CALLED_FIRST, CALLED_AFTER], ids=["called-first", "called-after"])
+def test_a_propagation_divergence_found_with_the_lua_replica_carried_over_reproduces_alone(
+    history: hist.History, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Replayer(DEFAULT_MODULE) as replayer:
+        assert replayer.replay(REPLICA).divergence is None  # replicas started
+        assert replayer.call_replicas is not None
+        lua = replayer.call_replicas.pairs[0].replica
+        lua_pid = lua.pid
+        # calls none: the Lua replica stays linked and takes this history's writes, then the reset's FLUSHALL
+        plain = replayer.replay(_history('{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j9", "p", 0]}\n'
+                                         + UNPROPAGATED))  # fmt: skip
+        assert plain.divergence is None and lua.pid == lua_pid
+        carried = replayer.replay(history)
+        assert lua.pid == lua_pid  # the same replica process, carried over
+        assert _verdict(carried) == (3, KIND, X_MISSING, None)
+        # the campaign's own last pass, on the same replayer (its replicas carried over from try to try)
+        minimal = _last_pass(replayer, carried)
+        shrunk = _verdict(minimal)
+        assert shrunk is not None and shrunk[1:] == (KIND, X_MISSING, None)
+        assert len(minimal.history.steps) < len(history.steps)
+        artifact = save_divergence(minimal, tmp_path / "carried")
+    saved = hist.load(artifact / "history.jsonl")
+    assert any(isinstance(step, CallStep) and step.target == TO_REPLICA for step in saved.steps), hist.dumps(saved)
+    with Replayer(DEFAULT_MODULE) as fresh:  # alone: fresh servers, fresh replicas
+        assert _verdict(fresh.replay(saved)) == shrunk
+        assert _verdict(fresh.replay(history)) == _verdict(carried)
+    _replays_alone(artifact, tmp_path, capsys)
 
 
 # a bad key the script would meet only after its first write (D3, D9): refused at that write, neither
