@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from difftest import history as hist
-from difftest.history import Restart
+from difftest.history import REPLICA, CallStep, Restart
+from difftest.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
 from mutants.run import EXIT_ALL_CAUGHT, run
@@ -48,4 +49,6 @@ def test_a_restart_mutant_is_missed_without_restarts_and_caught_with_them(tmp_pa
             assert outcome.status == CAUGHT, outcome.reason
             minimal = hist.load(directory / outcome.artifact / "history.jsonl")
             assert not any(isinstance(step, Restart) for step in minimal.steps), hist.dumps(minimal)
+            if outcome.reason.startswith(KIND):  # seen by a replica: one the history called
+                assert any(isinstance(step, CallStep) and step.target == REPLICA for step in minimal.steps)
     assert verdicts == {False: (CAUGHT, EXIT_ALL_CAUGHT), True: (CAUGHT, EXIT_ALL_CAUGHT)}

@@ -13,7 +13,7 @@ import pytest
 
 from difftest import history as hist
 from difftest.cli import EXIT_DIVERGENCE, main
-from difftest.history import Restart
+from difftest.history import REPLICA, CallStep, Restart
 from difftest.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
@@ -76,4 +76,7 @@ def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
     for outcome in caught:
         minimal = hist.load(tmp_path / "off" / outcome.artifact / "history.jsonl")
         assert not any(isinstance(step, Restart) for step in minimal.steps), hist.dumps(minimal)
+        if outcome.reason.startswith(KIND):  # seen by a replica: one the history called (the shrink's
+            # time cap can end on another effect of the defect, so the kind is asked first)
+            assert any(isinstance(step, CallStep) and step.target == REPLICA for step in minimal.steps), outcome.id
     assert code == (EXIT_ALL_CAUGHT if len(caught) == len(REPLICATION) else EXIT_SOME_MISSED)
