@@ -62,6 +62,7 @@ class FuzzConfig:
     pin: bool = True
     seed: int | None = None  # the first batch's seed (the bench: same seeds guided and not); None: random
     profiles: Path | None = None  # where the workers' raw profiles go (each its own subdirectory)
+    stop_on_finding: bool = False  # drain once this worker recorded a new finding (bench/bench_guidance.py)
 
 
 class _Drain(KeyboardInterrupt):
@@ -108,6 +109,8 @@ class Worker:
     started: float = field(default_factory=time.time)
     unsent: list[int] = field(default_factory=lambda: [0, 0])  # histories, steps not yet in the totals
     last_beat: float = 0.0
+    failed_after: int = 0  # the worker's generated histories when the failure being shrunk was met
+    total_sent: bool = False  # the module's number of counters told to the store
 
     @property
     def id(self) -> str:
@@ -137,6 +140,9 @@ class Worker:
             new["labels"] = new_labels
         if self.counters is not None:
             moved, first = self.counters.look()
+            if self.counters.total and not self.total_sent:
+                self.store.set_native_total(self.counters.total)
+                self.total_sent = True
             score += len(moved)
             if first:
                 fresh = self.store.add_native(self.counters.bitmap())
@@ -198,6 +204,7 @@ class Worker:
         from difftest.artifacts import save_divergence
         from difftest.build import replay_command
 
+        global _draining
         name = signatures.signature(result)
         parts = signatures.parts(result)
         if self.store.claim(name, self.id):
@@ -208,6 +215,7 @@ class Worker:
                 "signature": name, "parts": parts, "described": signatures.describe(parts),
                 "reason": divergence.reason, "step": divergence.index, "steps": len(result.history.steps),
                 "found_at": time.time(), "found_by": self.id, "host": socket.gethostname(), "seen": 1,
+                "found_after": self.failed_after,
                 "history": (directory / "history.jsonl").read_text(),
                 "report_txt": (directory / "report.txt").read_text(),
                 "report": json.loads((directory / "report.json").read_text()),
@@ -216,6 +224,8 @@ class Worker:
             })  # fmt: skip
             self.findings += 1
             self.store.count("findings")
+            if self.config.stop_on_finding:
+                _draining = True
         else:
             self.store.seen_again(name)
             self.met_again += 1
@@ -302,6 +312,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                         worker.store.seen_again(seen)
                         worker.met_again += 1
                         return
+                    worker.failed_after = worker.histories
                     worker.state = "shrinking a failure"
                     worker.beat(force=True)
                     shrink.update(raw=raw, tries=0, deadline=time.monotonic() + config.shrink_seconds,
