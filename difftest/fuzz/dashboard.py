@@ -105,6 +105,7 @@ pre{background:#f6f6f6;padding:6px;max-height:220px;overflow:auto;margin:4px 0}
 code{background:#f0f0f0;padding:1px 3px}
 .finding{border-left:4px solid #c62828;padding:4px 10px;margin:8px 0;background:#fff6f6}
 svg{background:#fafafa;border:1px solid #eee}
+.chart{display:inline-block;margin-right:12px}
 </style></head>
 <body>
 <h1>difftest fuzz</h1>
@@ -119,24 +120,28 @@ svg{background:#fafafa;border:1px solid #eee}
 let updates = 0;
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const fmt = (n) => Number(n).toLocaleString("en-US");
-function chart(points, series, width, height) {
+function chart(points, name, colour, pick, width, height) {
+  // one series on its own axes: its value at the left edge's top, the run's first and last time below
   if (points.length < 2) return '<p class="note">(not enough points yet)</p>';
-  const t0 = points[0].t, t1 = points[points.length - 1].t || t0 + 1;
-  let out = `<svg width="${width}" height="${height}" role="img">`;
-  let legend = [];
-  for (const [name, colour, pick] of series) {
-    const values = points.map(pick);
-    const top = Math.max(1, ...values);
-    const path = points.map((p, i) => {
-      const x = 40 + (width - 50) * (p.t - t0) / Math.max(1, t1 - t0);
-      const y = height - 20 - (height - 30) * values[i] / top;
-      return `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`;
-    }).join(" ");
-    out += `<path d="${path}" fill="none" stroke="${colour}" stroke-width="2"/>`;
-    legend.push(`<span style="color:${colour}">■</span> ${esc(name)} (now ${fmt(values[values.length - 1])})`);
-  }
-  out += `<text x="40" y="${height - 4}" font-size="11">${fmt(Math.round(t1 - t0))} s</text></svg>`;
-  return out + `<div class="note">${legend.join(" &nbsp; ")}</div>`;
+  const t0 = points[0].t, t1 = Math.max(points[points.length - 1].t, t0 + 1);
+  const values = points.map(pick);
+  const top = Math.max(1, ...values);
+  const path = points.map((p, i) => {
+    const x = 60 + (width - 70) * (p.t - t0) / (t1 - t0);
+    const y = height - 20 - (height - 30) * values[i] / top;
+    return `${i ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)}`;
+  }).join(" ");
+  const clock = (t) => new Date(t * 1000).toISOString().slice(11, 19);
+  return `<div class="chart"><svg width="${width}" height="${height}" role="img" aria-label="${esc(name)}">
+    <line x1="60" y1="10" x2="60" y2="${height - 20}" stroke="#bbb"/>
+    <line x1="60" y1="${height - 20}" x2="${width - 10}" y2="${height - 20}" stroke="#bbb"/>
+    <text x="55" y="16" font-size="11" text-anchor="end">${fmt(Math.round(top))}</text>
+    <text x="55" y="${height - 20}" font-size="11" text-anchor="end">0</text>
+    <text x="60" y="${height - 4}" font-size="11">${clock(t0)}</text>
+    <text x="${width - 10}" y="${height - 4}" font-size="11" text-anchor="end">${clock(t1)} UTC</text>
+    <path d="${path}" fill="none" stroke="${colour}" stroke-width="2"/></svg>
+    <div class="note"><span style="color:${colour}">■</span> ${esc(name)}:
+    now ${fmt(Math.round(values[values.length - 1]))}</div></div>`;
 }
 function rates(points) {
   const out = [];
@@ -152,16 +157,19 @@ function render(s) {
   const live = Object.values(s.workers).filter((w) => w.alive).length;
   document.getElementById("meta").textContent =
     `${s.format}; database ${s.database}; updated ${new Date(s.at * 1000).toISOString()}; updates: ${updates}`;
+  const native = cov.native_total ? `${fmt(cov.native)} of ${fmt(cov.native_total)}` : cov.native;
   const figures = [["histories", totals.histories || 0], ["steps", totals.steps || 0],
     ["histories/min", s.histories_per_min], ["findings", s.findings.length], ["met again", totals.met_again || 0],
-    ["labels", Object.keys(cov.labels || {}).length], ["native counters", cov.native],
+    ["labels", Object.keys(cov.labels || {}).length], ["native counters", native],
     ["Lua lines", cov.lua], ["corpus", s.corpus], ["pending", s.pending], ["live workers", live]];
   document.getElementById("figures").innerHTML = figures.map(([k, v]) =>
-    `<div class="figure"><b data-figure="${esc(k)}">${fmt(v)}</b>${esc(k)}</div>`).join("");
-  const perMinute = [["histories/min", "#1f66c1", (p) => p.rate]];
-  document.getElementById("throughput").innerHTML = chart(rates(s.series), perMinute, 720, 140);
-  document.getElementById("reached").innerHTML = chart(s.series, [["behaviour labels", "#2e7d32", (p) => p.labels],
-    ["native counters", "#1f66c1", (p) => p.native], ["Lua lines", "#00897b", (p) => p.lua]], 720, 160);
+    `<div class="figure"><b data-figure="${esc(k)}">${typeof v === "string" ? esc(v) : fmt(v)}</b>${esc(k)}</div>`)
+    .join("");
+  document.getElementById("throughput").innerHTML = chart(rates(s.series), "histories/min", "#1f66c1",
+    (p) => p.rate, 720, 140);
+  document.getElementById("reached").innerHTML = [["behaviour labels", "#2e7d32", (p) => p.labels],
+    ["native counters", "#1f66c1", (p) => p.native], ["Lua lines", "#00897b", (p) => p.lua]]
+    .map(([name, colour, pick]) => chart(s.series, name, colour, pick, 360, 130)).join("");
   document.getElementById("findings").innerHTML = s.findings.length ? s.findings.map((f) => `<div class="finding">
     <b>${esc(f.signature)}</b> ${esc(f.described || "")}<br>${esc(f.reason || "")}<br>
     <span class="note">found ${f.found_at ? new Date(f.found_at * 1000).toISOString() : "?"}

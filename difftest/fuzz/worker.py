@@ -294,6 +294,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                 if _draining or shrink["tries"] >= config.shrink_tries or time.monotonic() > shrink["deadline"]:
                     raise _ShrinkDone
                 shrink["tries"] += 1
+                worker.beat()  # heard while it shrinks: a long shrink is not taken for a dead worker
             elif _draining or not worker.budget_left():
                 raise _Drain
             try:
