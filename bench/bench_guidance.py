@@ -4,7 +4,8 @@ unguided, same seeds and budgets, on the catalogue's mutants and on the unmodifi
 Both sides run the same service code (`difftest/fuzz/`, one worker, a private store flushed before
 each run, a fresh Hypothesis example database each run, no class corpus) on the coverage build of
 the module with the instrumented Lua scripts, so they pay the same costs; the only difference is
-whether each history's score goes to Hypothesis's `target()`.
+whether each history's score goes to Hypothesis's `target()`. A run stops at its first finding,
+recorded without Hypothesis's shrink (its last pass of step deletion only).
 
 - **Histories to a kill**: for each mutant and seed, the generated histories until the first
   divergence (the failing one counted), up to --budget (a mutant not killed by then counts as the
@@ -53,7 +54,8 @@ def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, guide
     config = FuzzConfig(database=store_url, module=module, reports=run_dir, build=builds.record(module, scripts),
                         service=f"bench:{os.getpid()}", workers=1, lua_scripts=scripts, seconds=seconds,
                         histories=budget, native_counters=True, lua_lines=True, guidance=guided, class_corpus=False,
-                        seed=seed, profiles=run_dir / "profiles", stop_on_finding=True, pin=False)  # fmt: skip
+                        seed=seed, profiles=run_dir / "profiles", stop_on_finding=True, pin=False,
+                        shrink_tries=0)  # fmt: skip
     started = time.monotonic()
     with measuring(run_dir), open(os.devnull, "w") as quiet:
         serve(config, quiet)

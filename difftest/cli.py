@@ -1096,9 +1096,14 @@ def _lost_connection(problem: Exception) -> bool:
 
 
 def command_fuzz(args: argparse.Namespace) -> int:
-    """`difftest fuzz [status]`: the fuzzing service (difftest/fuzz/)."""
+    """`difftest fuzz [status]`: the fuzzing service (difftest/fuzz/), its module checked here first."""
     from difftest.fuzz.command import command_fuzz as fuzz
 
+    if args.action is None and not args.dashboard_only:
+        _module_of(args)
+        _check_module(args.module)
+        args.attach = None
+        args.build = build_of(args)  # findings replay on the plain build (the coverage build computes the same)
     return fuzz(args)
 
 

@@ -94,14 +94,10 @@ def _shown(database: str) -> str:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    from difftest.cli import _check_module, _module_of, build_of
     from difftest.fuzz.service import serve, service_name
     from difftest.fuzz.worker import FuzzConfig
 
-    _module_of(args)
-    _check_module(args.module)
-    args.attach = None
-    build = build_of(args)  # findings replay on the plain build (the coverage build computes the same)
+    build = args.build  # the command line checked the module and recorded the build (difftest/cli.py)
     module = args.module
     native = args.native_coverage or args.guidance
     if native:
