@@ -210,3 +210,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     reports = ["--reports", str(tmp_path / "r")]
     assert main(["fuzz", "--database", str(tmp_path / "dir"), *reports]) == EXIT_SETUP
     assert main(["fuzz", "status", "--database", "valkey://127.0.0.1:1/0", *reports]) == EXIT_SETUP
+
+
+def test_ctrl_c_to_the_whole_process_group_drains_and_leaves_nothing(database: str, tmp_path: Path) -> None:
+    from difftest.exits import EXIT_INTERRUPTED
+
+    fuzz = Fuzz(tmp_path, "interrupted", "--database", database, "--workers", "1", "--no-class-corpus")
+    store = Store(database)
+    try:
+        footprint = Footprint()
+
+        def comparing() -> bool:
+            footprint.add(fuzz.pid)
+            return any(r["histories"] > 0 for r in store.live_workers().values()) and len(footprint.servers) >= 2
+
+        until("the worker comparing", comparing, fuzz)
+        os.killpg(fuzz.pid, signal.SIGINT)  # a terminal's Ctrl-C: the servers are signalled too
+        assert fuzz.wait() == EXIT_INTERRUPTED, fuzz.text()
+        assert await_gone(footprint) == ([], []), "processes or /dev/shm entries of the service left"
+        assert "stopped by Ctrl-C" in fuzz.text() and "Traceback" not in fuzz.text()
+        assert all(r["state"] == "stopped" for r in store.workers().values())
+    finally:
+        fuzz.kill()
+        store.close()

@@ -33,6 +33,7 @@ PRINT_S = 30.0  # a progress line this often
 DRAIN_S = 120.0  # after asking the workers to drain: how long they may take before SIGKILL
 STATE_DIR = Path(".hypothesis") / "difftest-fuzz"  # the local store's data, without --database
 STORE_URL = "store.url"
+QUICK_DEATH_S, QUICK_DEATHS = 20.0, 3  # a worker that dies this soon after its start, this often in a row: an error
 COUNTS = ("histories", "steps", "findings", "met_again")  # a worker record's counts
 
 
@@ -80,6 +81,8 @@ class Service:
     started: float = field(default_factory=time.monotonic)
     shown: set[str] = field(default_factory=set)  # findings already printed
     retired: dict[str, int] = field(default_factory=dict)  # the counts of workers that died and were replaced
+    begun: dict[int, float] = field(default_factory=dict)  # when each slot's worker was last started
+    quick_deaths: dict[int, int] = field(default_factory=dict)  # its deaths in a row soon after a start
 
     def __post_init__(self) -> None:
         self.shared = self.context.Value("q", 0)
@@ -93,6 +96,7 @@ class Service:
                                        args=(self.config, slot, self.shared, os.getpid()))  # fmt: skip
         process.start()
         self.processes[slot] = process
+        self.begun[slot] = time.monotonic()
 
     def budget_spent(self) -> bool:
         config = self.config
@@ -113,6 +117,11 @@ class Service:
                 continue
             if process.exitcode == 0 and self.config.histories is not None:
                 continue  # it ran out of the budget
+            quick = time.monotonic() - self.begun.get(slot, 0.0) < QUICK_DEATH_S
+            self.quick_deaths[slot] = self.quick_deaths.get(slot, 0) + 1 if quick else 0
+            if self.quick_deaths[slot] >= QUICK_DEATHS:
+                raise RuntimeError(f"worker {slot} ended {QUICK_DEATHS} times in a row soon after its start (last "
+                                   f"exit code {process.exitcode}): see its output above")  # fmt: skip
             who = worker_id(self.config, slot)
             for key, value in (self.store.workers().get(who) or {}).items():
                 if key in COUNTS:

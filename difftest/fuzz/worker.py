@@ -22,6 +22,7 @@ import random
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -383,6 +384,13 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
                     number += 1
                     if config.seconds is not None and time.time() - worker.started >= config.seconds:
                         break
+    except Exception as problem:
+        if not _draining:
+            raise
+        # Ctrl-C reaches the servers too (the terminal's whole process group): the history under way
+        # lost its servers; nothing of it is recorded, and the worker ends as drained
+        print(f"difftest fuzz: worker {slot}: the history under way was cut short while draining "
+              f"({type(problem).__name__})", file=sys.stderr, flush=True)  # fmt: skip
     finally:
         if worker is not None:
             worker.state = "stopped"
