@@ -18,6 +18,7 @@ from difftest.model import (
     claim,
     hash_fields,
     kind_of,
+    lua_number,
     next_counter,
     select,
     sweep,
@@ -104,6 +105,13 @@ class Verdict:
     kind: str  # match, allowed, divergence
     rule: str | None = None
     reason: str = ""
+    # a divergence's finding: "" when the executors differ (the pair), SPEC when they agree with each
+    # other and not with the spec's model (difftest/model.py): a shared defect, or a defect of the model
+    finding: str = field(default="", compare=False)
+    # the step the spec's model did not predict: the kind (model.UNJUDGED_KINDS); "" when it did
+    unjudged: str = field(default="", compare=False)
+    # what the spec's model predicted at a divergence (a model.Prediction), for its report
+    prediction: object = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -422,15 +430,6 @@ def rule_d2(view: StepView) -> RuleResult:
         f"lua should answer empty and write nothing, answered {view.lua_reply!r}",
     )
     return _both(lua_ok, _native_refused(view, problem))
-
-
-LUA_EXACT_INTEGERS = 2**53  # a Lua number (a double) holds every integer up to this, and not all beyond
-
-
-def lua_number(count: int) -> int:
-    """A count as the retired scripts reply it: through a Lua number, so past 2^53 the double nearest
-    it (N5; docs/contract-decisions.md, "Lua number precision")."""
-    return count if abs(count) <= LUA_EXACT_INTEGERS else int(float(count))
 
 
 def _as_the_script_replies(expected: Outcome) -> Outcome:
