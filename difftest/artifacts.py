@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest import history as hist
+from difftest import model
 from difftest.calls import Call
 from difftest.events import show
 from difftest.files import write_atomically
@@ -38,6 +39,33 @@ def key_diff(left: Snapshot, right: Snapshot) -> list[dict[str, Any]]:
     for key, (lua, native) in diff(left, right).items():
         rows.append({"key": key.decode("utf-8", errors="backslashreplace"), "lua": _show(lua), "native": _show(native)})
     return rows
+
+
+def expected_text(expected: model.Expected) -> str:
+    """What the spec's model expects of one side, in words."""
+    if not expected.reply_judged:
+        said = "its reply not judged (the harness's step)"
+    elif expected.errors:
+        said = f"an error: {' or '.join(expected.errors)}"
+    else:
+        said = f"reply {expected.reply!r}"
+    unjudged = "; its keyspace not judged (the scripts' writes before their error)"
+    return said + (unjudged if expected.after is None else "")
+
+
+def spec_view(divergence: Divergence) -> dict[str, Any] | None:
+    """What the spec's model said each side does at the divergence's step, and the keys where each
+    side's keyspace departs from it (None: the model did not predict the step)."""
+    prediction = divergence.prediction
+    if not isinstance(prediction, model.Prediction):
+        return None
+    view: dict[str, Any] = {}
+    for side, expected, after in (("lua", prediction.lua, divergence.lua_after),
+                                  ("native", prediction.native, divergence.native_after)):  # fmt: skip
+        keys = [] if expected.after is None else key_diff(expected.after, after)
+        view[side] = {"expects": expected_text(expected), "keys": [{"key": r["key"], "spec": r["lua"],
+                                                                     side: r["native"]} for r in keys]}  # fmt: skip
+    return view
 
 
 def by_hand(history: History) -> list[str]:
@@ -78,7 +106,8 @@ def by_hand(history: History) -> list[str]:
 
 def _render(divergence: Divergence, history: History, reproduce: str, build: dict[str, Any]) -> str:
     step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
-    kind = {"propagation": "PROPAGATION DIVERGENCE", "events": "EVENTS DIVERGENCE"}.get(divergence.kind, "DIVERGENCE")
+    kind = {"propagation": "PROPAGATION DIVERGENCE", "events": "EVENTS DIVERGENCE",
+            "spec": "SPEC DIVERGENCE"}.get(divergence.kind, "DIVERGENCE")  # fmt: skip
     out = [
         f"{kind} at step {divergence.index}: {step_json}",
         f"reason: {divergence.reason}",
@@ -86,6 +115,17 @@ def _render(divergence: Divergence, history: History, reproduce: str, build: dic
         f"native reply: {divergence.native_reply!r}",
         "",
     ]
+    if divergence.kind == "spec":
+        out += ["the executors agree with each other and not with the spec's model (difftest/model.py): a defect",
+                "both share, or, on unmodified executors, a defect of the model or of the spec itself", ""]  # fmt: skip
+    view = spec_view(divergence)
+    if view is not None:
+        out.append("what the spec's model says at this step:")
+        for side in ("lua", "native"):
+            out.append(f"  {side}: {view[side]['expects']}")
+            out += [f"    {r['key']}\n      spec:   {r['spec']}\n      {side}:{' ' * (7 - len(side))}{r[side]}"
+                    for r in view[side]["keys"]]  # fmt: skip
+        out.append("")
     found = divergence.propagation
     if found is not None:  # a replica that does not hold its primary's keyspace (difftest/replicas.py)
         out += [f"checked at the end of the segment this step closes: keys that differ between the {found.side} "
@@ -151,6 +191,9 @@ def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any]
         BUILD_FIELD: build,
         "replicas": result.replicas,
     }
+    view = spec_view(divergence)
+    if view is not None:
+        report["model"] = view
     if divergence.kind == "events":
         report["lua_events"] = show(divergence.lua_events)
         report["native_events"] = show(divergence.native_events)
@@ -199,6 +242,10 @@ def brief(divergence: Divergence) -> dict[str, Any]:
         "keys": _cut_rows(keys),
         "keys_differing": len(keys),
     }
+    view = spec_view(divergence)
+    if view is not None:  # what the spec's model said each side does, and where each departs from it
+        entry["model"] = {side: {"expects": _cut(v["expects"]), "keys": _cut_rows(v["keys"])}
+                          for side, v in view.items()}  # fmt: skip
     found = divergence.propagation
     if found is not None:
         rows = [{"key": r["key"], "primary": r["lua"], "replica": r["native"]}

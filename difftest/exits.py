@@ -7,7 +7,7 @@ import sys
 from typing import NamedTuple, NoReturn
 
 EXIT_OK = 0  # the executors agree (and, with --require-coverage, every label was reached)
-EXIT_DIVERGENCE = 1  # a divergence: its artifact is under reports/ (mutants: a mutant survived)
+EXIT_DIVERGENCE = 1  # a divergence (of the executors, or of an executor and the spec): its artifact is under reports/
 EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to fix it
 EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
 EXIT_VOID = 4  # nothing valid was tested: the budget compared no history (mutants: the self-checks failed)
@@ -31,7 +31,8 @@ class Meaning(NamedTuple):
 MEANINGS: dict[int, Meaning] = {
     EXIT_OK: Meaning("the two executors agree under the parity contract", "all",
                      "every mutant caught (with --threshold-break: the score at or above it)"),
-    EXIT_DIVERGENCE: Meaning("a divergence: its artifact is under reports/", "run, merge, replay, scenario, fuzz",
+    EXIT_DIVERGENCE: Meaning("a divergence (the executors, or an executor and the spec's model): its artifact is "
+                             "under reports/", "run, merge, replay, scenario, fuzz",
                              "a mutant survived (missed, timed out, unviable or errored), or the score is below "
                              "--threshold-break; merge: shards missing or unfinished"),
     EXIT_SETUP: Meaning("bad set-up or input: one line on stderr says what and how to fix it", "all",

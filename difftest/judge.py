@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from difftest import model
 from difftest.accounting import follow
 from difftest.commands import Rows, Stamp
 from difftest.contract import (
@@ -25,8 +26,8 @@ from difftest.contract import (
     same_keyspace,
     verdict_of,
 )
-from difftest.invariants import Ledger, violations
-from difftest.replies import ErrorReply, NotSent, Reply
+from difftest.invariants import INVARIANTS, Ledger, violations
+from difftest.replies import Died, ErrorReply, NotSent, Reply
 from difftest.resolve import Resolved
 from difftest.snapshot import Epochs, Snapshot, diff
 
@@ -67,6 +68,7 @@ class JudgeState:
     exposure: Exposure = field(default_factory=Exposure)
     ledger: Ledger = field(default_factory=Ledger)  # the native side's
     lua_ledger: Ledger = field(default_factory=Ledger)
+    limited: bool = False  # the memory limit is on (a `memory` step set it): the model's first-write gate
 
 
 def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
@@ -191,6 +193,105 @@ def _accounted(state: JudgeState, observation: Observation, ledger: Ledger,
     return ledger.accounted(accounts), lua_ledger.accounted(lua_accounts), owed
 
 
+# -- the spec's model as a third voter ------------------------------------------------------------
+
+SPEC = "spec"  # a divergence's finding: the executors agree with each other, not with the spec's model
+NATIVE_WRONG = "the module differs from the spec and from the scripts"
+LUA_WRONG = "the scripts differ from the spec and from the module"
+BOTH_WRONG = "both executors differ from the spec, and from each other"
+SHARED = "shared defect: both executors differ from the spec in the same way"
+NATIVE_OFF_SPEC = "the module differs from the spec"  # (the contract allowed the pair: a row's outcome)
+LUA_OFF_SPEC = "the scripts differ from the spec"
+BOTH_OFF_SPEC = "both executors differ from the spec, each its own way"
+VOTERS = ("model", "accounting", "invariants", "pair")  # who can find a divergence at a step
+# the spec's model on (the default); off only where bench/bench_replay.py --model measures its cost
+# against the same histories without it (a step then counts as unjudged, kind "off")
+MODEL_ON = True
+
+
+def spec_prediction(state: JudgeState, observation: Observation, paused_read: Reply,
+                    limited: bool) -> model.Prediction | str:  # fmt: skip
+    """What the spec's model says each executor does at the step, or the kind of step it does not
+    predict (model.UNJUDGED_KINDS). `paused_read`: a split claim's end, the Lua host's read at its begin."""
+    resolved, before = observation.resolved, state.before
+    if isinstance(observation.native_reply, Died):
+        return "died"
+    if resolved.is_raw:
+        return model.raw_prediction(resolved.step.command, before, observation.now_ms, limited)  # type: ignore[union-attr]
+    if resolved.is_advance:
+        return model.advanced(before, resolved.step.ms)  # type: ignore[union-attr]
+    transition, call = resolved.transition, resolved.call
+    if transition is None or call is None:
+        return model.unchanged(before)  # a restart, a condition switched, MULTI, EXEC
+    guarded = resolved.guarded
+    facts = model.CallFacts(
+        transition.verb,
+        None if guarded is None else guarded.layout,
+        () if guarded is None else guarded.args,
+        resolved.refusal,
+        tuple(call.rest[: transition.numkeys]) if len(call.rest) >= transition.numkeys else (),
+        observation.denied,
+        "begin" if resolved.is_begin else "end" if resolved.is_end else "call",
+        paused_read,
+        resolved.via_scripts,
+        model.REPLICA if resolved.on_replica else model.MEMORY if limited else None,
+    )
+    return model.predict(facts, before, state.before_epochs, observation.now_ms, observation.run_id)
+
+
+def spec_departures(prediction: model.Prediction, observation: Observation) -> tuple[str | None, str | None]:
+    """How each executor departs from the spec's prediction (lua, native): None where it does not."""
+    lua = model.departure(prediction.lua, observation.lua_reply, observation.lua_after)
+    if (
+        prediction.native is prediction.lua
+        and observation.native_reply == observation.lua_reply
+        and (observation.native_after is observation.lua_after)
+    ):
+        return lua, lua  # (the scripts on both servers, alike: one check)
+    return lua, model.departure(prediction.native, observation.native_reply, observation.native_after)
+
+
+def _spec_parts(lua: str | None, native: str | None) -> list[str]:
+    return [*([f"model: native: {native}"] if native else []), *([f"model: lua: {lua}"] if lua else [])]
+
+
+def _blamed(verdict: Verdict, lua: str | None, native: str | None, prediction: object) -> Verdict:
+    """A divergence of the pair, with which side the spec's model says is wrong."""
+    if not (lua or native):
+        return replace(verdict, prediction=prediction)  # the model allows both outcomes: the pair alone
+    headline = NATIVE_WRONG if not lua else LUA_WRONG if not native else BOTH_WRONG
+    reason = "; ".join([f"{headline}: pair: {verdict.reason}", *_spec_parts(lua, native)])
+    return Verdict("divergence", verdict.rule, reason, prediction=prediction)
+
+
+def _spec_headline(verdict: Verdict, lua: str | None, native: str | None, observation: Observation) -> str:
+    """Where the pair agrees (or a contract row allowed its difference) and the model does not."""
+    if lua and native:
+        # the same departure from each side's own prediction, or the same reply and keyspace
+        alike = lua == native or (
+            replies_equal(observation.lua_reply, observation.native_reply)
+            and same_keyspace(observation.lua_after, observation.native_after)
+        )
+        return SHARED if alike else BOTH_OFF_SPEC
+    headline = NATIVE_OFF_SPEC if native else LUA_OFF_SPEC
+    return f"{headline} (the contract's {verdict.rule} allowed the pair)" if verdict.rule else headline
+
+
+def voters_of(reason: str) -> list[str]:
+    """Which voters a divergence's reason names: the spec's model ("model: ..."), the queue's
+    accounting ("<side>: accounting:..."), the healthy-queue invariants ("<side>: <invariant>: ..."),
+    the comparison of the pair ("pair: ...", or a reason none of the others wrote)."""
+    found = [
+        *(["model"] if "model: " in reason else []),
+        *(["accounting"] if "accounting:" in reason else []),
+        *(["invariants"] if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS)
+          else []),
+    ]  # fmt: skip
+    if "pair: " in reason or not found:
+        found.append("pair")
+    return found
+
+
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
     """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
     state is returned as it was (the history stops there)."""
@@ -200,6 +301,9 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         exposure = _exposure(exposure, resolved)  # (no other step exposes anything)
     paused_reads = state.paused_reads
     paused_read: Reply = None
+    limited = state.limited
+    if resolved.is_memory:
+        limited = bool(resolved.step.limit)  # type: ignore[union-attr]
     if resolved.is_begin:
         paused_reads = (*paused_reads, (resolved.index, observation.lua_reply))
     elif resolved.is_end:
@@ -234,8 +338,15 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
                         lua_reply, native_reply, lua_after, native_after, paused_read,
                         observation.denied, observation.native_epochs, epochs)  # fmt: skip
         verdict = verdict_of(view)
-        if not verdict.ok:
-            return state, verdict
+    # the spec's model, held to each side (a step it does not predict is the pair's alone)
+    prediction = spec_prediction(state, observation, paused_read, limited) if MODEL_ON else "off"
+    if isinstance(prediction, str):
+        lua_off = native_off = None
+        verdict = replace(verdict, unjudged=prediction)
+    else:
+        lua_off, native_off = spec_departures(prediction, observation)
+    if not verdict.ok:
+        return state, _blamed(verdict, lua_off, native_off, prediction)
     rule = RULES[verdict.rule] if verdict.rule else None
     scripts_half_way = resolved.via_scripts and _scripts_stopped_half_way(before, observation)
     # the Lua side is checked only where it differs, and not where its script stopped half-way:
@@ -252,12 +363,12 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         ledger, lua_ledger = state.ledger, state.lua_ledger
     # each side held to the invariants (a ledger after a full check that found nothing is settled;
     # `held`: nothing moved since the last check)
-    broken: list[str] | None = None
+    broken: list[str] | None = _spec_parts(lua_off, native_off) if (lua_off or native_off) else None
     if not partial:
         held = native_after is before and ledger.settled
         found = violations(ledger, resolved, before, native_reply, native_after, held)
         if found:
-            broken = [f"native: {v}" for v in found]
+            broken = [*(broken or ()), *(f"native: {v}" for v in found)]
         elif not held:
             ledger = ledger.checked()
         if lua_after is not native_after and not _lua_stopped_half_way(before, observation):
@@ -272,7 +383,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
             if owed:
                 broken = [*(broken or ()), *owed]
     if broken:
-        return state, Verdict("divergence", verdict.rule, "; ".join(broken))
+        if lua_off or native_off:
+            headline = _spec_headline(verdict, lua_off, native_off, observation)
+            reason = f"{headline}: {'; '.join(broken)}"
+            return state, Verdict("divergence", verdict.rule, reason, finding=SPEC, prediction=prediction)
+        return state, Verdict("divergence", verdict.rule, "; ".join(broken), prediction=prediction)
     if rule is not None and rule.resync:
         lua_ledger = ledger  # the Lua server takes the native's ground
     native_epochs = observation.native_epochs
@@ -284,9 +399,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         and exposure is state.exposure
         and ledger is state.ledger
         and lua_ledger is state.lua_ledger
+        and limited is state.limited
     ):
         return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
-    return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger), verdict
+    return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
+                      limited), verdict  # fmt: skip
 
 
 def judge_all(observations: Iterable[Observation], state: JudgeState | None = None) -> list[Verdict]:
@@ -301,4 +418,15 @@ def judge_all(observations: Iterable[Observation], state: JudgeState | None = No
     return verdicts
 
 
-__all__ = ["Exposure", "JudgeState", "Observation", "expected_epochs", "judge", "judge_all"]
+__all__ = [
+    "SPEC",
+    "VOTERS",
+    "Exposure",
+    "JudgeState",
+    "Observation",
+    "expected_epochs",
+    "judge",
+    "judge_all",
+    "spec_prediction",
+    "voters_of",
+]

@@ -94,6 +94,9 @@ class Divergence:
     # EVENTS: the keyspace notifications each server fired at the step differ (difftest/events.py)
     lua_events: Events = ()
     native_events: Events = ()
+    # what the spec's model predicted each side does at the step (a model.Prediction; None: it did
+    # not predict it); the kind is SPEC when the executors agree with each other and not with it
+    prediction: object = None
 
 
 @dataclass
@@ -359,7 +362,8 @@ class Replayer:
                 if not verdict.ok:
                     result.divergence = Divergence(
                         resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
-                        state.before, lua_after, native_after, epochs,
+                        state.before, lua_after, native_after, epochs, verdict.finding or "divergence",
+                        prediction=verdict.prediction,
                     )  # fmt: skip
                     result.elapsed_s = time.perf_counter() - started
                     return result

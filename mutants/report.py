@@ -486,7 +486,7 @@ def html_page(document: dict[str, Any]) -> str:
         shown, shown_class = status, status
         if record["id"] == NULL_RUN:  # for the null run, no divergence is the pass
             shown, shown_class = (CLEAN, CAUGHT) if status == CLEAN else (f"FAILED ({status})", MISSED)
-        elif caught and record.get("caught_by"):  # which oracle: a shared mutant's is never the differential
+        elif caught and record.get("caught_by"):  # which voters: a shared mutant's is never the pair
             shown = f"caught ({record['caught_by']})"
         link = ""
         if caught and record.get("artifact"):

@@ -51,7 +51,7 @@ class Outcome:
     artifact: str = ""  # the killing history's directory (in a run's report: relative to the report's directory)
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
     restarts: bool = True  # whether the campaign's histories could restart and crash the servers
-    caught_by: str = ""  # caught: accounting, invariants (or both), model or differential (see caught_by)
+    caught_by: str = ""  # caught: the voters that found it, of model, accounting, invariants, pair (caught_by)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,26 +63,13 @@ class Outcome:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
-_PREDICTED = tuple(f"{rule} applies but " for rule in ("D1", "D7", "D8"))  # the rows whose outcome model.py predicts
-
-
 def caught_by(reason: str) -> str:
-    """Which oracle a divergence's reason comes from: the queue's accounting, the healthy-queue
-    invariants (each side's, named "native: <invariant>:" or "lua: <invariant>:"), or else the
-    differential comparison of the two executors. A shared defect must be caught by one of the
-    first two: both executors agree on it."""
-    from difftest.invariants import INVARIANTS
+    """Which voters a divergence's reason names (difftest/judge.py, `voters_of`): the spec's model,
+    the queue's accounting, the healthy-queue invariants, the comparison of the pair. A shared defect
+    must be caught by one of the first three: both executors agree on it."""
+    from difftest.judge import voters_of
 
-    found = [
-        *(["accounting"] if "accounting:" in reason else []),
-        *(["invariants"] if any(f"{side}: {name}:" in reason for side in ("native", "lua") for name in INVARIANTS)
-          else []),
-    ]  # fmt: skip
-    if not found and reason.startswith(_PREDICTED):
-        # a rule whose outcome the spec's model predicts (difftest/model.py) held a side to it: the
-        # model caught it, not the comparison of the two sides
-        return "model"
-    return ", ".join(found) or "differential"
+    return ", ".join(voters_of(reason))
 
 
 def _explain(exc: BaseException) -> str:
