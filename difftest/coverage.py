@@ -133,7 +133,44 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(notify_labels(result))
     reached.update(condition_labels(result))
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
+    reached.update(model_labels(result))
     return reached
+
+
+MODEL_JUDGED = "model:judged"
+MODEL_UNJUDGED = "model:unjudged:"  # + the kind (difftest/model.py, UNJUDGED_KINDS)
+
+
+def model_labels(result: ReplayResult) -> Counter[str]:
+    """Each replayed step, counted as judged by the spec's model (`model:judged`) or as the kind of
+    step it does not predict (`model:unjudged:<kind>`): the campaign reports the share judged."""
+    reached: Counter[str] = Counter()
+    for record in result.records:
+        unjudged = record.verdict.unjudged
+        reached[MODEL_UNJUDGED + unjudged if unjudged else MODEL_JUDGED] += 1
+    return reached
+
+
+def model_share(labels: Counter[str]) -> dict[str, object]:
+    """The summary's `model` entry: the steps the spec's model judged, of all it was shown, and the
+    others by kind (the goal: at least 99% of the default mix)."""
+    judged = labels.get(MODEL_JUDGED, 0)
+    unjudged = {k[len(MODEL_UNJUDGED) :]: v for k, v in sorted(labels.items()) if k.startswith(MODEL_UNJUDGED) and v}
+    steps = judged + sum(unjudged.values())
+    return {"judged_steps": judged, "steps": steps, "share": round(judged / steps, 6) if steps else None,
+            "unjudged": unjudged}  # fmt: skip
+
+
+def model_line(labels: Counter[str]) -> str:
+    """The model-judged share in words, for the terminal and the page."""
+    share = model_share(labels)
+    if not share["steps"]:
+        return "no step judged"
+    unjudged = share["unjudged"]
+    assert isinstance(unjudged, dict)
+    others = ", ".join(f"{kind} {count:,}" for kind, count in unjudged.items())
+    return (f"{share['share']:.2%} ({share['judged_steps']:,} of {share['steps']:,} steps)"
+            + (f"; not predicted: {others}" if others else ""))  # fmt: skip
 
 
 def notify_labels(result: ReplayResult) -> Counter[str]:

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 from rich.table import Table
 
+from difftest import coverage
 from difftest.campaign import Progress
 from difftest.problems import SetupProblem
 
@@ -138,6 +139,7 @@ def summary_table(result: CampaignResult, seed: int, database: str) -> Table:
         ("time", f"{result.elapsed_s:.1f} s"),
         ("steps/s", f"{rate(result.steps, result.elapsed_s):,.0f}"),
         ("divergences", f"[bold red]{failures}[/]" if failures else "0"),
+        ("judged by the spec's model", coverage.model_line(result.labels)),
         ("example database", database),
     ]
     if result.interrupted:

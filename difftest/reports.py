@@ -53,6 +53,8 @@ def coverage_fields(labels: Counter[str]) -> dict[str, Any]:
         "coverage": {label: labels[label] for label in coverage.REQUIRED},
         "coverage_missing": coverage.missing(labels),
         "also_reached": {k: v for k, v in sorted(labels.items()) if k not in coverage.REQUIRED},
+        # the steps the spec's model judged (the rest the pair alone): difftest/model.py
+        "model": coverage.model_share(labels),
     }
 
 
