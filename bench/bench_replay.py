@@ -14,6 +14,11 @@ replay). The servers' CPU counts each zygote's reaped children (every server sta
 history replayed on a pair without replicas and at once on a pair with them, and the ratio of the
 two replay rates in steps/s (generation excluded: it is the same for both).
 
+`--model` adds the cost of the spec's model (difftest/model.py, held to each executor at every
+step): per mix, each history replayed with the model off and at once with it on, on the same pair
+(in alternating order), and the ratio of the two replay rates, with the judge stage's µs per step
+each way.
+
 `--generators` names the generators measured side by side: `machine` (the state machine,
 strategies/machine.py, what campaigns run) and `seeds` (the earlier generator that decodes lists of
 integer seeds, strategies/histories.py), each over the same mixes in the same run.
@@ -22,7 +27,7 @@ integer seeds, strategies/histories.py), each over the same mixes in the same ru
 them): one worker against two, and the docker backend against local when a Docker engine answers.
 
 Usage: python bench/bench_replay.py [--examples N] [--pin] [--generators machine seeds] [--replicas]
-                                   [--campaigns N] [--json PATH]
+                                   [--model] [--campaigns N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -83,6 +88,19 @@ class ReplicaCost:
     campaign_ratio: float  # the same with generation counted in, as `difftest run`'s compared steps/s
     replica_us_per_step: float  # of which the replica checks themselves (the rest: their servers' starts)
     divergences: int  # with replicas (a propagation divergence counts here)
+
+
+@dataclass
+class ModelCost:
+    mix: str
+    steps: int
+    off_steps_per_s: float
+    on_steps_per_s: float
+    ratio: float  # on / off, replays alone: 0.9 means the model costs 10% of the replay rate
+    judge_off_us_per_step: float  # the judge stage (the model's work is in it)
+    judge_on_us_per_step: float
+    judged_share: float  # of the steps replayed with it on, the share the model judged
+    divergences: int  # with the model on
 
 
 @dataclass
@@ -206,6 +224,54 @@ def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer)
                        counts["divergences"])  # fmt: skip
 
 
+def model_cost(mix: str, examples: int, replayer: Replayer) -> ModelCost:
+    """The same histories replayed with the spec's model off and on, on one pair, in alternating
+    order (so the machine's noise and any warm-up fall on both alike)."""
+    from difftest import judge
+    from difftest.coverage import MODEL_JUDGED, model_labels
+
+    shape = MIXES[mix]
+    spent = {False: 0.0, True: 0.0}
+    judged = dict.fromkeys((False, True), 0.0)
+    counts = {"steps": 0, "divergences": 0, "histories": 0, "judged": 0, "shown": 0}
+
+    def body(history: History) -> None:
+        counts["steps"] += len(history.steps)
+        counts["histories"] += 1
+        order = (False, True) if counts["histories"] % 2 else (True, False)
+        for on in order:
+            judge.MODEL_ON = on
+            stage = replayer.stages.get("judge", 0.0)
+            started = time.perf_counter()
+            result = replayer.replay(history)
+            spent[on] += time.perf_counter() - started
+            judged[on] += replayer.stages.get("judge", 0.0) - stage
+            if on:
+                labels = model_labels(result)
+                counts["judged"] += labels[MODEL_JUDGED]
+                counts["shown"] += sum(labels.values())
+                counts["divergences"] += result.divergence is not None
+
+    try:
+        each_history("machine", shape, examples, body)
+    finally:
+        judge.MODEL_ON = True
+    steps = counts["steps"]
+    off, on = steps / spent[False], steps / spent[True]
+    return ModelCost(mix, steps, off, on, on / off, round(judged[False] / steps * 1e6, 1),
+                     round(judged[True] / steps * 1e6, 1), counts["judged"] / max(counts["shown"], 1),
+                     counts["divergences"])  # fmt: skip
+
+
+def print_model_costs(costs: list[ModelCost]) -> None:
+    print(f"\n{'model':<12} {'steps':>7} {'off steps/s':>12} {'on steps/s':>11} {'ratio':>6} "
+          f"{'judge µs off':>13} {'judge µs on':>12} {'judged':>8} {'div':>4}")  # fmt: skip
+    for c in costs:
+        print(f"{c.mix:<12} {c.steps:>7} {c.off_steps_per_s:>12.0f} {c.on_steps_per_s:>11.0f} {c.ratio:>6.2f} "
+              f"{c.judge_off_us_per_step:>13.1f} {c.judge_on_us_per_step:>12.1f} {c.judged_share:>8.2%} "
+              f"{c.divergences:>4}")  # fmt: skip
+
+
 def print_replica_costs(costs: list[ReplicaCost]) -> None:
     print(f"\n{'replicas':<12} {'steps':>7} {'replay steps/s':>15} {'with replicas':>14} {'ratio':>6} "
           f"{'with generation':>16} {'check µs/step':>14} {'div':>4}")  # fmt: skip
@@ -288,6 +354,8 @@ def main() -> None:
     parser.add_argument("--mixes", nargs="*", default=list(MIXES), choices=list(MIXES), help="which mixes")
     parser.add_argument("--replicas", action="store_true",
                         help="also measure the cost of a replica beside each server, per mix (a ratio)")  # fmt: skip
+    parser.add_argument("--model", action="store_true",
+                        help="also measure the cost of the spec's model, per mix (a ratio: on / off)")  # fmt: skip
     parser.add_argument("--campaigns", type=int, default=0, metavar="N",
                         help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
     parser.add_argument("--generators", nargs="*", default=["machine"], choices=GENERATORS,
@@ -309,6 +377,11 @@ def main() -> None:
         with Replayer(DEFAULT_MODULE) as plain, Replayer(DEFAULT_MODULE, replicas=True) as replicated:
             costs = [replica_cost(mix, args.examples, plain, replicated) for mix in args.mixes]
         print_replica_costs(costs)
+    model_costs: list[ModelCost] = []
+    if args.mixes and args.model:
+        with Replayer(DEFAULT_MODULE) as replayer:
+            model_costs = [model_cost(mix, args.examples, replayer) for mix in args.mixes]
+        print_model_costs(model_costs)
     runs: list[Campaign] = []
     if args.campaigns:
         os.sched_setaffinity(0, cores)  # else two workers would share the one pinned core
@@ -319,7 +392,7 @@ def main() -> None:
         print_campaigns(runs)
     if args.json:
         document = {"mixes": [asdict(f) for f in figures], "replicas": [asdict(c) for c in costs],
-                    "campaigns": [asdict(r) for r in runs]}  # fmt: skip
+                    "model": [asdict(c) for c in model_costs], "campaigns": [asdict(r) for r in runs]}  # fmt: skip
         args.json.write_text(json.dumps(document, indent=2) + "\n")
 
 
