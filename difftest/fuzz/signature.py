@@ -4,6 +4,10 @@ Two minimal histories of one defect end at the same kind of step (the operation 
 the same contract rule (or none), with the same keys differing once queue names and job ids are set
 aside; the signature is a short hash of those, plus the kind of the divergence and, when no key
 differs (an invariant or the accounting caught it on both sides), the reason with its values blanked.
+Where the spec's model predicted the step, the keys are those where a side departs from it: a defect
+of the scripts is one finding whether the pair met it (the scripts against the module) or both
+servers ran the scripts (an upgrade's Lua-era worker: a shared defect, kind `spec`, counted as a
+divergence here).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from difftest import model
 from difftest.commands import parse_key
 from difftest.history import step_to_json
 from difftest.replay import ReplayResult
@@ -38,12 +43,25 @@ def parts(result: ReplayResult) -> dict[str, Any]:
     rule = None
     if divergence.index < len(result.records):
         rule = result.records[divergence.index].verdict.rule
-    keys = sorted({key_shape(key) for key in diff(divergence.lua_after, divergence.native_after)})
-    found: dict[str, Any] = {"kind": divergence.kind, "op": shape.get("op"), "verb": shape.get("verb", ""),
+    keys = sorted({key_shape(key) for key in _departing(divergence)})
+    kind = "divergence" if divergence.kind == "spec" else divergence.kind
+    found: dict[str, Any] = {"kind": kind, "op": shape.get("op"), "verb": shape.get("verb", ""),
                              "rule": rule, "keys": keys}  # fmt: skip
     if not keys:
         found["reason"] = _VALUES.sub("_", divergence.reason)[:200]
     return found
+
+
+def _departing(divergence: Any) -> list[bytes]:
+    """The keys where a side departs from the spec's model, where it predicted both sides' keyspaces
+    and one departs; else the keys where the two sides differ."""
+    prediction = divergence.prediction
+    if isinstance(prediction, model.Prediction):
+        sides = ((prediction.lua, divergence.lua_after), (prediction.native, divergence.native_after))
+        found = {key for expected, after in sides if expected.after is not None for key in diff(expected.after, after)}
+        if found:
+            return sorted(found)
+    return list(diff(divergence.lua_after, divergence.native_after))
 
 
 def signature(result: ReplayResult) -> str:
