@@ -16,6 +16,7 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from difftest.files import write_atomically
+from mutants import breakdown
 from mutants.catalogue import BOTH, EXECUTOR_DIRS, REPO, Mutant, load
 from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE
 
@@ -103,24 +104,27 @@ def passes(document: dict[str, Any]) -> bool:
 
 
 def summarise(document: dict[str, Any]) -> dict[str, Any]:
-    """Fills the document's summary (counts by status), score and gate (`passed`) from its records."""
+    """Fills the document's summary (counts by status), score, scores per transition, file and class,
+    and gate (`passed`) from its records."""
     records = scored(document)
     document["summary"] = dict(Counter(r["status"] for r in records))
     document["score"] = score(records)
+    document["scores"] = breakdown.scores(records)
     document["passed"] = passes(document)
     return document
 
 
 def subset(universe: list[str], chosen: list[str], only: list[str] | None,
-           shard: tuple[int, int] | None) -> dict[str, Any] | None:  # fmt: skip
+           shard: tuple[int, int] | None, in_diff: str | None = None) -> dict[str, Any] | None:  # fmt: skip
     """What a run that scores part of the catalogue records (None for the whole of it): how many of
-    how many, chosen how, and the ids left out (in catalogue order)."""
+    how many, chosen how (--only, --shard, --in-diff REF), and the ids left out (in catalogue order)."""
     ran = set(chosen)
     left_out = [i for i in universe if i not in ran]
     if not left_out:
         return None
     return {"ran": len(chosen), "of": len(universe), "only": sorted(only) if only else None,
-            "shard": None if shard is None else f"{shard[0]}/{shard[1]}", "left_out": left_out}  # fmt: skip
+            "shard": None if shard is None else f"{shard[0]}/{shard[1]}", "in_diff": in_diff,
+            "left_out": left_out}  # fmt: skip
 
 
 def subset_text(part: dict[str, Any]) -> str:
@@ -132,6 +136,8 @@ def subset_text(part: dict[str, Any]) -> str:
         how.append("--only " + " ".join(only[:6]) + more)
     if part.get("shard"):
         how.append(f"--shard {part['shard']}")
+    if part.get("in_diff"):
+        how.append(f"--in-diff {part['in_diff']}: the mutants on lines changed against it")
     if not how:
         how.append("shards missing from the merge")
     return f"subset: {part['ran']} of {part['of']} mutants ({', '.join(how)})"
@@ -255,7 +261,7 @@ def _stryker_entry(files: dict[str, dict[str, Any]], record: dict[str, Any], mut
         location = patch_location(patch, texts)
     if location is None:
         return
-    name = str((source / location.path).relative_to(REPO))
+    name = f"{breakdown.SOURCE_NAMES[executor]}/{location.path}"  # wherever the sources were read from
     entry = files.setdefault(name, {"language": LANGUAGES[executor], "source": texts.get(location.path, ""),
                                     "mutants": []})  # fmt: skip
     status = STRYKER_STATUS.get(record["status"], "RuntimeError")
@@ -335,6 +341,14 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 .warn { color: #9a5b00; } .subset { font-weight: bold; color: #9a5b00; }
 details.left-out { max-width: 70em; } details.left-out code { margin-right: .6em; display: inline-block; }
 dl { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; } dt { font-weight: bold; }
+.scores { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.scores table { width: auto; max-width: 100%; } .scores td.key { overflow-wrap: anywhere; max-width: 26em; }
+.up { color: #16621a; } .down { color: #a11; }
+.survivor { border: 1px solid #ddd; border-left: 4px solid #c9302c; padding: .2em .8em; margin: .8em 0; }
+.survivor h3 { font-size: 1em; margin: .4em 0; } .survivor p { margin: .3em 0; overflow-wrap: anywhere; }
+pre.diff { background: #f7f7f7; padding: .5em; overflow-x: auto; max-width: 100%; font-size: 12px; }
+pre.diff span { display: inline-block; width: 100%; } pre.diff .add { background: #dff5dd; }
+pre.diff .del { background: #fbdcdc; } pre.diff .hunk { color: #6a5acd; }
 """
 
 
@@ -447,6 +461,101 @@ def _thresholds_text(document: dict[str, Any]) -> str:
     return text + f": {'passed' if document.get('passed', passes(document)) else 'FAILED'}"
 
 
+def _change_html(change: dict[str, Any] | None) -> str:
+    """A score's change since the last run: +2.5 in green, -10.0 in red, new or gone in words."""
+    if not change:
+        return ""
+    if change.get("before") is None and change.get("now") is not None:
+        return "new"
+    if change.get("now") is None:
+        return "gone" if change.get("before") is not None else ""
+    value = change.get("change")
+    if value is None:
+        return ""
+    return f'<span class="{"up" if value > 0 else "down" if value < 0 else ""}">{value:+.1f}</span>'
+
+
+def _since_html(document: dict[str, Any]) -> str:
+    delta = document.get("since")
+    if not delta:
+        return ""
+    last = delta.get("last")
+    if last is None:
+        return _esc(f"the first run of this scope and budget in {delta.get('history')}")
+    score_change = delta.get("score") or {}
+    breaking = (last.get("thresholds") or {}).get("break")
+    return (f"score {_esc(breakdown.percent_text(score_change.get('before')))} &rarr; "
+            f"{_esc(breakdown.percent_text(score_change.get('now')))} ({_change_html(score_change) or 'n/a'}) since "
+            f"{_esc(last.get('at'))} ({_esc(last.get('report'))}, commit {_esc(str(last.get('commit') or '?')[:12])}: "
+            f"{'passed' if last.get('passed') else 'FAILED'}, break "
+            f"{'none' if breaking is None else _esc(f'{breaking:g} %')})")  # fmt: skip
+
+
+def _scores_html(document: dict[str, Any]) -> str:
+    """A table per dimension (transition, source file, defect class): caught / viable, the score
+    coloured by the thresholds, its change since the last run, the mutants not caught."""
+    thresholds = Thresholds.from_json(document.get("thresholds"))
+    since = document.get("since") or {}
+    changes = since.get("changes") or {}
+    unchanged = "=" if since.get("last") else ""  # compared with a last run, and the same score
+    tables = []
+    for dimension, entries in (document.get("scores") or breakdown.scores(scored(document))).items():
+        rows = []
+        for key, entry in entries.items():
+            percent = entry.get("percent")
+            colour = "bad" if percent is None or percent < thresholds.low else "ok" if percent >= thresholds.high \
+                else "warn"  # fmt: skip
+            missing = ", ".join(entry.get("not_caught", []))
+            rows.append(f'<tr><td class="key">{_esc(key)}</td><td class="num">{entry["caught"]} / {entry["viable"]}'
+                        f'</td><td class="num {colour}">{_esc(breakdown.percent_text(percent))}</td>'
+                        f'<td class="num">{_change_html((changes.get(dimension) or {}).get(key)) or unchanged}</td>'
+                        f'<td class="key">{_esc(missing)}</td></tr>')  # fmt: skip
+        for key, change in (changes.get(dimension) or {}).items():
+            if key not in entries:
+                rows.append(f'<tr><td class="key">{_esc(key)}</td><td></td><td></td><td class="num">'
+                            f"{_change_html(change)}</td><td></td></tr>")  # fmt: skip
+        header = (f'<table class="by-{_esc(dimension)}"><tr><th>{_esc(dimension)}</th><th>caught / viable</th>'
+                  "<th>score</th><th>since last</th><th>not caught</th></tr>")  # fmt: skip
+        tables.append(header + "".join(rows) + "</table>")
+    return '<div class="scores">' + "".join(tables) + "</div>"
+
+
+def _diff_html(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        kind = ("hunk" if line.startswith("@@") else "" if line.startswith(("+++", "---")) else "add"
+                if line.startswith("+") else "del" if line.startswith("-") else "")  # fmt: skip
+        lines.append(f'<span class="{kind}">{_esc(line)}</span>' if kind else _esc(line))
+    return '<pre class="diff">' + "\n".join(lines) + "</pre>"
+
+
+def _survivors_html(document: dict[str, Any]) -> str:
+    """Each mutant not caught: where it is, how far its campaign went and what of its transition it
+    reached (its exposure), and its patch as a unified diff."""
+    found = breakdown.survivors(scored(document))
+    if not found:
+        return "<p>None: every viable mutant was caught.</p>"
+    parts = []
+    for record in found:
+        reached = record.get("exposure") or {}
+        missing = breakdown.unreached(record)
+        reused = f" &middot; reused from {_esc(record['reused_from'])}" if record.get("reused_from") else ""
+        labels = ", ".join(f"{_esc(k)} ({v})" for k, v in reached.items()) or "none"
+        parts.append(
+            f'<div class="survivor" id="survivor-{_esc(record["id"])}"><h3>{_esc(record["id"])} &middot; '
+            f'{_esc(record["status"])}{reused}</h3>'
+            f"<p>{_esc(record.get('executor', ''))}, {_esc(record.get('transition', ''))}, "
+            f"{_esc(record.get('defect_class', ''))}; at {_esc(breakdown.where_text(record))}</p>"
+            f"<p>exposure: {_esc(record.get('histories', 0))} histories, {_esc(record.get('steps', 0))} steps; "
+            f"labels of {_esc(record.get('transition', ''))} reached: {labels}</p>"
+            + (f"<p>not reached: {_esc(', '.join(missing))}</p>" if missing else "")
+            + (f"<p>{_esc(str(record.get('reason', ''))[:500])}</p>" if record.get("reason") else "")
+            + (_diff_html(str(record["diff"])) if record.get("diff") else "<p>(no diff recorded)</p>")
+            + "</div>"
+        )  # fmt: skip
+    return "".join(parts)
+
+
 def html_page(document: dict[str, Any]) -> str:
     """The self-contained page (inline CSS, no scripts, no external assets); links are relative."""
     document = upgraded(document)
@@ -475,6 +584,12 @@ def html_page(document: dict[str, Any]) -> str:
         head.insert(1, ("subset", f'<span class="subset">{_esc(subset_text(part))}</span>'
                         f'<details class="left-out"><summary>left out: {len(part.get("left_out", []))} mutants'
                         f"</summary>{left_out}</details>"))  # fmt: skip
+    if document.get("since"):
+        head.insert(3, ("since the last run", _since_html(document)))
+    reused = sum(1 for r in scored(document) if r.get("reused_from"))
+    if document.get("incremental") or reused:
+        head.append(("incremental", _esc(f"{reused} of {len(scored(document))} mutants reused (nothing they depend "
+                                         "on changed since their recorded outcome), the rest scored")))  # fmt: skip
     if shard:
         head.append(("shard", _esc(f"{shard['index']}/{shard['count']}")))
     if shards:
@@ -488,6 +603,8 @@ def html_page(document: dict[str, Any]) -> str:
             shown, shown_class = (CLEAN, CAUGHT) if status == CLEAN else (f"FAILED ({status})", MISSED)
         elif caught and record.get("caught_by"):  # which voters: a shared mutant's is never the pair
             shown = f"caught ({record['caught_by']})"
+        if record.get("reused_from"):
+            shown += " reused"
         link = ""
         if caught and record.get("artifact"):
             target = f"{record['artifact'].rstrip('/')}/report.txt"
@@ -515,6 +632,11 @@ def html_page(document: dict[str, Any]) -> str:
         "<h1>difftest mutation report</h1>",
         "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in head) + "</dl>",
         "<h2>Outcomes</h2>", _score_bar(scored(document)),
+        "<h2>Scores by transition, source file and defect class</h2>",
+        "<p>A mutant counts under each transition it names and each file its patches change; the change is "
+        "since the last run of the same scope and budget in the score history.</p>",
+        _scores_html(document),
+        "<h2>Not caught</h2>", _survivors_html(document),
         "<h2>Histories to kill</h2>",
         f"<p>Log scale; the dashed line is the budget ({_esc(budget.get('examples', ''))} histories). "
         "A mutant that was not caught reaches the line in its outcome's colour.</p>",
@@ -600,8 +722,9 @@ def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
     # run's, or those of a shard not given)
     universe = {i for _, d in documents for i in [*d.get("chosen", []), *((d.get("subset") or {}).get("left_out", []))]}
     only = sorted({i for _, d in documents for i in (d.get("subset") or {}).get("only") or []})
+    in_diff = next(((d.get("subset") or {}).get("in_diff") for _, d in documents if d.get("subset")), None)
     merged["subset"] = subset(sorted(universe, key=lambda i: (order.get(i, len(order)), i)), merged["chosen"],
-                              only or None, None)  # fmt: skip
+                              only or None, None, in_diff)  # fmt: skip
     summarise(merged)
     if void:
         merged["verdict"] = VOID

@@ -9,6 +9,7 @@ from typing import Any
 
 from difftest.campaign import CampaignConfig, run_campaign
 from difftest.problems import ScriptDoesNotCompile
+from mutants.catalogue import TRANSITIONS
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
 
@@ -52,6 +53,15 @@ class Outcome:
     reached: dict[str, int] = field(default_factory=dict)  # contract:* labels the campaign reached
     restarts: bool = True  # whether the campaign's histories could restart and crash the servers
     caught_by: str = ""  # caught: the voters that found it, of model, accounting, invariants, pair (caught_by)
+    # the labels the campaign reached that name a transition (reply:CLAIM:claimed, condition:resp3:claim),
+    # counted; the runner keeps those of the mutant's own transitions (its exposure, mutants/breakdown.py)
+    exposure: dict[str, int] = field(default_factory=dict)
+    # set by the runner (mutants/breakdown.py, mutants/incremental.py), not by the campaign:
+    locations: list[dict[str, Any]] = field(default_factory=list)  # each change block: file, start, end
+    diff: str = ""  # a survivor's patch (its patches, for a shared mutant), shown inline by the report
+    digests: dict[str, str] = field(default_factory=dict)  # what the outcome depends on: patched, instrument, budget
+    reused_from: str = ""  # --incremental: the report this outcome was scored in (relative), when reused
+    why_scored: str = ""  # --incremental: why it was scored again (new, the patched file changed, ...)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +71,16 @@ class Outcome:
         """The record back (fields this version does not know are dropped)."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in record.items() if k in known})
+
+
+def label_transitions(label: str) -> set[str]:
+    """The transitions a coverage label names (reply:CLAIM:claimed, condition:resp3:claim: CLAIM)."""
+    parts = {part.upper() for part in label.split(":")}
+    return {verb for verb in TRANSITIONS if verb in parts}
+
+
+def names_a_transition(label: str) -> bool:
+    return bool(label_transitions(label))
 
 
 def caught_by(reason: str) -> str:
@@ -109,8 +129,9 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
         reason = _explain(exc)
         return Outcome("", "", ERROR, campaign_s=time.perf_counter() - started, reason=reason, restarts=budget.restarts)
     reached = {k: v for k, v in sorted(result.labels.items()) if k.startswith("contract:")}
+    exposure = {k: v for k, v in sorted(result.labels.items()) if v and names_a_transition(k)}
     outcome = Outcome("", "", MISSED, campaign_s=result.elapsed_s, histories=result.histories,
-                      steps=result.steps, reached=reached, restarts=budget.restarts)  # fmt: skip
+                      steps=result.steps, reached=reached, restarts=budget.restarts, exposure=exposure)  # fmt: skip
     if result.interrupted:
         outcome.status, outcome.reason = ERROR, "interrupted"
     elif result.failures:

@@ -294,7 +294,15 @@ def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
     document = _document(STATUSES)
     for record in document["outcomes"]:
         record.update(reason=reason, needs=["restarts", "corruption"], minimal_steps=12)
+    # a survivor's diff with a line far wider than the page, and a long file name in the scores' tables
+    long_line = "+" + "local x = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now) " * 8
+    for record in report.scored(document):
+        record.update(diff=f"--- a/x.lua\n+++ b/x.lua\n@@ -1 +1 @@\n-old\n{long_line}\n",
+                      locations=[{"file": "executors/native/src/" + "deeply/nested/" * 12 + "file.rs", "start": 1,
+                                  "end": 1}])  # fmt: skip
     report.write_all(tmp_path, document)
+    written = (tmp_path / report.HTML).read_text()
+    assert "deeply/nested" in written and html.escape(long_line[:40]) in written
     # the page has no script: a copy with one that writes what it measures into the DOM
     probe = tmp_path / "probe.html"
     measure = (
