@@ -36,7 +36,8 @@ MEANINGS: dict[int, Meaning] = {
                              "a mutant survived (missed, timed out, unviable or errored), or the score is below "
                              "--threshold-break; merge: shards missing or unfinished"),
     EXIT_SETUP: Meaning("bad set-up or input: one line on stderr says what and how to fix it", "all",
-                        "bad input (an unknown mutant id, a bad --shard, --jobs or threshold, a bad variable; "
+                        "bad input (an unknown mutant id, a bad --shard, --jobs or threshold, an --in-diff ref git "
+                        "does not know, a bad variable; "
                         "merge: shards that do not fit together): one line on stderr, nothing written"),
     EXIT_COVERAGE: Meaning("--require-coverage and a behaviour label was not reached", "run, merge", None),
     EXIT_VOID: Meaning("void: the budget ended before any history was compared (verdict void)", "run, merge, fuzz",

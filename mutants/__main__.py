@@ -1,5 +1,6 @@
-"""`python -m mutants [--only ID ...] [--jobs N] [--shard K/N] [--examples N] [--seed S] [--reports DIR]`:
-score the catalogue; `python -m mutants merge OUT DIR [DIR ...]`: join shard reports into one."""
+"""`python -m mutants [--only ID ...] [--jobs N] [--shard K/N] [--in-diff REF] [--incremental] [--examples N]
+[--seed S] [--reports DIR]`: score the catalogue; `python -m mutants merge OUT DIR [DIR ...]`: join shard
+reports into one."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from mutants.child import default_jobs
 from mutants.report import DEFAULT_THRESHOLDS, Thresholds
 from mutants.run import merge, run
 from mutants.score import Budget
+from mutants.trend import FILE_NAME, default_file
 from mutants.workspace import DEFAULT_CACHE
 
 CODES = "exit codes:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in MUTANTS_EXITS.items())
@@ -85,6 +87,23 @@ def _thresholds(parser: argparse.ArgumentParser, merged: bool = False) -> None:
                         + ("the shards' own" if merged else "none") + ")")  # fmt: skip
 
 
+def _release(parser: argparse.ArgumentParser, where: str) -> None:
+    """The score history and the survivors as GitHub annotations: a run's and a merge's."""
+    parser.add_argument("--score-history", metavar="FILE", default=None,
+                        help=f"the JSON-lines file each finished run appends its scores to, and whose last run of "
+                        f"the same scope and budget the report compares with; none: not recorded (default: "
+                        f"{FILE_NAME} beside {where})")  # fmt: skip
+    parser.add_argument("--github-annotations", action="store_true",
+                        help="print each mutant not caught as a GitHub workflow command "
+                        "(::error file=...,line=...::)")  # fmt: skip
+
+
+def _history(args: argparse.Namespace, reports: Path) -> Path | None:
+    if args.score_history is None:
+        return default_file(reports)
+    return None if args.score_history.strip().lower() == "none" else Path(args.score_history)
+
+
 def _chosen_thresholds(args: argparse.Namespace, recorded: Thresholds | None = None) -> Thresholds:
     """The flags over what was recorded (a merge: the shards' own) over the defaults; one line if low > high."""
     base = recorded or DEFAULT_THRESHOLDS
@@ -125,11 +144,13 @@ def _merge_main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path, help="the merged report's directory")
     parser.add_argument("shards", type=Path, nargs="+", metavar="DIR", help="each shard's report directory")
     _thresholds(parser, merged=True)
+    _release(parser, "OUT")
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
     code = merge(args.out, args.shards, say=_say, complain=_complain,
-                 thresholds=lambda recorded: _chosen_thresholds(args, recorded))  # fmt: skip
+                 thresholds=lambda recorded: _chosen_thresholds(args, recorded), history=_history(args, args.out),
+                 annotate=args.github_annotations)  # fmt: skip
     if code != EXIT_SETUP:
         print(f"report: {args.out / 'report.html'}")
     return code
@@ -174,6 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="ID", help="these mutants only (null run and canary still run)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="campaigns at once (default: the cores)")
     parser.add_argument("--shard", type=_shard, metavar="K/N", help="the K-th of N shards (round-robin over ids)")
+    parser.add_argument("--in-diff", metavar="REF", default=None,
+                        help="only the mutants on lines that `git diff REF` adds or changes (a bad REF: "
+                        "exit 2)")  # fmt: skip
+    parser.add_argument("--incremental", action="store_true",
+                        help="keep the recorded outcome of each mutant whose patched files, instrument (difftest's "
+                        "sources, the executor it is compared with) and budget are unchanged (marked reused); "
+                        "off by default, as in Stryker: a plain run scores every mutant")  # fmt: skip
     parser.add_argument("--examples", type=int, default=defaults.examples, help="histories per campaign")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per campaign")
@@ -182,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", action="store_true",
                         help="a replica beside each server, compared with it after every segment")  # fmt: skip
     _thresholds(parser)
+    _release(parser, "--reports")
     parser.add_argument("--reports", type=Path, default=None, help="default: reports/mutants-<time>")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = _parse(parser, argv)
@@ -196,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         code, _ = run(reports, budget, args.only, args.cache, say=_say, jobs=args.jobs, shard=args.shard,
-                      thresholds=_chosen_thresholds(args))  # fmt: skip
-        print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
+                             thresholds=_chosen_thresholds(args), history=_history(args, reports),
+                             reuse=args.incremental, in_diff=args.in_diff,
+                             annotate=args.github_annotations)  # fmt: skip
+        if (reports / "outcomes.json").is_file():  # not when --in-diff left nothing to score
+            print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
         return code
 
     previous = signal.signal(signal.SIGTERM, _terminate)

@@ -14,7 +14,7 @@ from typing import Any
 
 from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
 from difftest.problems import SetupProblem
-from mutants import report
+from mutants import breakdown, incremental, report, trend
 from mutants.catalogue import EXECUTOR_DIRS, Mutant, load
 from mutants.child import Task, default_jobs, run_tasks
 from mutants.report import CLEAN, DEFAULT_THRESHOLDS, NULL_RUN, Thresholds
@@ -58,10 +58,11 @@ def select_shard(mutants: list[Mutant], index: int, count: int) -> list[Mutant]:
 
 
 def choose(
-    catalogue: list[Mutant], only: Iterable[str] | None, shard: tuple[int, int] | None
+    catalogue: list[Mutant], only: Iterable[str] | None, shard: tuple[int, int] | None, in_diff: str | None = None
 ) -> tuple[list[Mutant], dict[str, Any] | None]:
     """The mutants a run scores (not the canary: it always runs), and what it records when they are a
-    subset of the catalogue (report.subset). Bad input (an unknown id, a bad shard) raises SetupProblem."""
+    subset of the catalogue (report.subset): `only` these ids, this `shard`, those on lines changed
+    against the git ref `in_diff`. Bad input (an unknown id, a bad shard, a bad ref) raises SetupProblem."""
     chosen = [m for m in catalogue if not m.canary]
     universe = [m.id for m in chosen]
     wanted = None if only is None else sorted(set(only))
@@ -76,16 +77,26 @@ def choose(
             chosen = select_shard(chosen, *shard)
         except ValueError as exc:
             raise SetupProblem(f"--shard {shard[0]}/{shard[1]}: {exc}") from None
-    return chosen, report.subset(universe, [m.id for m in chosen], wanted, shard)
+    if in_diff is not None:
+        chosen = incremental.select_in_diff(chosen, in_diff)
+    return chosen, report.subset(universe, [m.id for m in chosen], wanted, shard, in_diff)
 
 
 def _preparer(
-    mutant: Mutant | None, base: Baseline, reports: Path, budget: Budget, cache: Path, built: dict[str, float]
+    mutant: Mutant | None,
+    base: Baseline,
+    reports: Path,
+    budget: Budget,
+    cache: Path,
+    built: dict[str, float],
+    reused: Outcome | None = None,
 ) -> Callable[[], Task | Outcome]:
     """What builds one task (in the builder thread): the mutant applied and built (its build time
-    in `built`), or the null run; an Outcome when there is nothing to run (unviable)."""
+    in `built`), or the null run; an Outcome when there is nothing to run (unviable, or reused)."""
 
     def make() -> Task | Outcome:
+        if reused is not None:
+            return reused
         if mutant is None:
             return Task(NULL_RUN, "both", base.module, base.lua_scripts, reports / NULL_RUN, budget)
         artifacts: dict[str, Path] = {"native": base.module, "lua": base.lua_scripts}
@@ -107,6 +118,16 @@ def _preparer(
     return make
 
 
+def _reused(directory: Path, record: dict[str, Any]) -> Outcome:
+    """An earlier record kept as this run's outcome: its artifact made absolute (the runner makes it
+    relative to the new report), `reused_from` the report it was scored in (absolute here too)."""
+    outcome = Outcome.from_json(record)
+    outcome.artifact = str((directory / record["artifact"]).resolve()) if record.get("artifact") else ""
+    outcome.reused_from = str((directory / str(record.get("reused_from") or ".")).resolve())
+    outcome.why_scored = ""
+    return outcome
+
+
 def run(
     reports: Path,
     budget: Budget | None = None,
@@ -116,20 +137,46 @@ def run(
     jobs: int | None = None,
     shard: tuple[int, int] | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
+    history: Path | None = None,
+    reuse: bool = False,
+    in_diff: str | None = None,
+    annotate: bool = False,
 ) -> tuple[int, list[Outcome]]:
-    """Null run, canary, then the chosen mutants (all by default, or shard k of n of them), each
-    campaign in its own process, `jobs` at a time (default: one per core); writes the report
-    (outcomes.json, mutation-report.json, junit.xml, report.html) under `reports`. Bad input (an
-    unknown id, a bad shard) raises SetupProblem before anything is written."""
+    """Null run, canary, then the chosen mutants (all by default, or shard k of n of them, or those on
+    lines changed against the git ref `in_diff`), each campaign in its own process, `jobs` at a time
+    (default: one per core); writes the report (outcomes.json, mutation-report.json, junit.xml,
+    report.html) under `reports`, and appends the run's scores to the score `history` (a JSON-lines
+    file; None: not recorded), comparing them with the last run of the same scope and budget there.
+    `reuse` (--incremental): a mutant whose digests (patched files, instrument, budget) equal those of
+    an earlier conclusive outcome (in `reports`' own outcomes.json or a report the history names)
+    keeps it, marked reused. `annotate`: the survivors as GitHub workflow commands. Bad input (an
+    unknown id, a bad shard, a bad ref) raises SetupProblem before anything is written."""
     budget = budget or Budget()
     jobs = jobs or default_jobs()
     started = time.perf_counter()
     catalogue = load()
-    chosen, part = choose(catalogue, only, shard)
+    chosen, part = choose(catalogue, only, shard, in_diff)
+    if in_diff is not None and not chosen:
+        say(f"--in-diff {in_diff}: no mutant lies on a line changed against it; nothing scored, no report written")
+        return EXIT_ALL_CAUGHT, []
     if part is not None:  # a subset's score is not the catalogue's: said here, in the report and the last line
         left = part["left_out"]
         say(f"{report.subset_text(part)}; left out: {', '.join(left[:8])}"
             f"{f' and {len(left) - 8} more (all in outcomes.json)' if len(left) > 8 else ''}")  # fmt: skip
+    digests = incremental.Digests(budget)
+    recorded = {m.id: digests.of(m) for m in chosen}
+    kept: dict[str, Outcome] = {}
+    why: dict[str, str] = {}
+    if reuse:
+        earlier = incremental.Earlier.load(reports, history)
+        for mutant in chosen:
+            found = earlier.reusable(mutant.id, recorded[mutant.id])
+            if found is not None:
+                kept[mutant.id] = _reused(*found)
+            else:
+                why[mutant.id] = earlier.why(mutant.id, recorded[mutant.id])
+        say(f"incremental: {len(kept)} of {len(chosen)} mutants unchanged since a recorded outcome (reused), "
+            f"{len(chosen) - len(kept)} to score")  # fmt: skip
     reports.mkdir(parents=True, exist_ok=True)
     canaries = [m for m in catalogue if m.canary]
     order: list[Mutant | None] = [None, *canaries, *chosen]  # None: the null run
@@ -141,7 +188,7 @@ def run(
             "verdict": verdict, "budget": asdict(budget), "wall_s": round(time.perf_counter() - started, 1),
             "jobs": jobs, "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
             "chosen": [m.id for m in chosen], "subset": part, "thresholds": thresholds.as_json(),
-            "outcomes": [o.as_json() for o in outcomes],
+            "incremental": reuse, "outcomes": [o.as_json() for o in outcomes],
         }  # fmt: skip
 
     base, problem = baseline(cache)
@@ -150,7 +197,8 @@ def run(
         report.write_all(reports, document(report.VOID), catalogue)
         return EXIT_VOID, []
     built: dict[str, float] = {}
-    preparers = [_preparer(m, base, reports, budget, cache, built) for m in order]
+    preparers = [_preparer(m, base, reports, budget, cache, built, None if m is None else kept.get(m.id))
+                 for m in order]  # fmt: skip
     void: list[str] = []
 
     def on_done(index: int, outcome: Outcome) -> bool:
@@ -167,12 +215,16 @@ def run(
             if outcome.status != CLEAN:
                 void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
         else:
-            outcome.build_s = built.get(mutant.id, 0.0)
-            outcome.defect_class, outcome.transition = mutant.defect_class, mutant.transition
-            outcome.needs = list(mutant.needs)
-            detail = outcome.reason[:100] if outcome.status != MISSED else ""
-            say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign {outcome.campaign_s:.1f} s, "
-                f"{outcome.histories} histories/{outcome.steps} steps {detail}")  # fmt: skip
+            _describe(outcome, mutant, recorded.get(mutant.id, {}), why.get(mutant.id, ""))
+            if outcome.reused_from:
+                outcome.reused_from = os.path.relpath(outcome.reused_from, reports.resolve())
+                say(f"{mutant.id}: {outcome.status} (reused from {outcome.reused_from}: nothing it depends on "
+                    f"changed), {outcome.histories} histories/{outcome.steps} steps")  # fmt: skip
+            else:
+                outcome.build_s = built.get(mutant.id, 0.0)
+                detail = outcome.reason[:100] if outcome.status != MISSED else ""
+                say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign {outcome.campaign_s:.1f} "
+                    f"s, {outcome.histories} histories/{outcome.steps} steps {detail}")  # fmt: skip
             if mutant.canary and outcome.status != CAUGHT:
                 void.append(f"the canary {mutant.id} was {outcome.status}")
         results[index] = outcome
@@ -198,13 +250,56 @@ def run(
     scored = [o for o in outcomes[1:] if not _is_canary(o)]
     all_caught = all(o.status == CAUGHT for o in scored)
     final = document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT)
-    report.write_all(reports, final, catalogue)
     counts = Counter(o.status for o in scored)
+    reused = sum(1 for o in scored if o.reused_from)
+    kept_text = f" ({reused} reused)" if reuse else ""
     say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {counts[UNVIABLE]} unviable, "
-        f"{len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE]} timeout/error of {len(scored)}; "
-        f"wall {time.perf_counter() - started:.0f} s, {jobs} jobs")  # fmt: skip
-    say(score_line(final))
+        f"{len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE]} timeout/error of {len(scored)}"
+        f"{kept_text}; wall {time.perf_counter() - started:.0f} s, {jobs} jobs")  # fmt: skip
+    conclude(reports, final, history, say, annotate, catalogue)
     return (EXIT_ALL_CAUGHT if final["passed"] else EXIT_SOME_MISSED), outcomes
+
+
+def _describe(outcome: Outcome, mutant: Mutant, digests: dict[str, str], why: str) -> None:
+    """What the runner knows of a mutant's outcome and the campaign does not: its metadata, where it
+    is, what it depends on, the labels of its transitions it reached, and a survivor's diff."""
+    outcome.defect_class, outcome.transition = mutant.defect_class, mutant.transition
+    outcome.needs = list(mutant.needs)
+    outcome.locations = breakdown.locations(mutant)
+    outcome.digests = digests
+    outcome.exposure = breakdown.exposure(outcome.exposure, mutant.transition)
+    outcome.diff = breakdown.diff(mutant) if outcome.status in breakdown.NOT_CAUGHT else ""
+    if not outcome.reused_from:
+        outcome.why_scored = why
+
+
+def conclude(
+    reports: Path,
+    final: dict[str, Any],
+    history: Path | None,
+    say: Callable[[str], None],
+    annotate: bool,
+    catalogue: list[Mutant] | None = None,
+) -> None:
+    """A finished run's (or merge's) end: the change since the last run of its scope and budget, the
+    report written, the run appended to the score history; the console's summary (scores per
+    transition, file and class, the survivors, the change), GitHub annotations, the score line last."""
+    report.summarise(final)
+    if history is not None:
+        final["since"] = trend.since(trend.previous(history, final), final, history)
+    report.write_all(reports, final, catalogue)
+    if history is not None:
+        trend.append(history, trend.entry(final, reports, history))
+    for line in breakdown.score_lines(final["scores"]):
+        say(line)
+    for record in breakdown.survivors(report.scored(final)):
+        say(breakdown.survivor_line(record))
+    for line in trend.since_lines(final.get("since")):
+        say(line)
+    if annotate:
+        for line in breakdown.github_annotations(report.scored(final)):
+            say(line)
+    say(score_line(final))
 
 
 def score_line(document: dict[str, Any]) -> str:
@@ -232,10 +327,13 @@ def merge(
     say: Callable[[str], None] = print,
     complain: Callable[[str], None] = _stderr,
     thresholds: Callable[[Thresholds], Thresholds] | None = None,
+    history: Path | None = None,
+    annotate: bool = False,
 ) -> int:
     """Joins shard reports into one under `out` (all four files); the exit code as for a run. Shards
     that do not fit are one line to `complain` (stderr) and EXIT_USAGE, nothing written; `thresholds`
-    turns the shards' recorded thresholds into the merge's (the command line's flags)."""
+    turns the shards' recorded thresholds into the merge's (the command line's flags). A finished
+    merge is appended to the score `history` as a run is; `annotate` prints its survivors for GitHub."""
     try:
         document = report.merge(out, shard_dirs)
     except report.MergeProblem as exc:
@@ -243,8 +341,13 @@ def merge(
         return EXIT_USAGE
     if thresholds is not None:
         document["thresholds"] = thresholds(Thresholds.from_json(document.get("thresholds"))).as_json()
-    report.write_all(out, document)
-    say(f"{score_line(document)}; {document['summary']}")
+    report.summarise(document)
+    if document["verdict"] in (report.ALL_CAUGHT, report.SOME_NOT_CAUGHT):
+        say(str(document["summary"]))
+        conclude(out, document, history, say, annotate)
+    else:
+        report.write_all(out, document)
+        say(f"{score_line(document)}; {document['summary']}")
     if document["verdict"] == report.VOID:
         return EXIT_VOID
     return EXIT_ALL_CAUGHT if document["passed"] else EXIT_SOME_MISSED
