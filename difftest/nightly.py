@@ -180,6 +180,15 @@ def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[
     breaking = (document.get("thresholds") or {}).get("break")
     if breaking is not None:
         lines.append(f"- break threshold {breaking} %: {'passed' if good else 'FAILED'}")
+    for dimension, entries in (document.get("scores") or {}).items():  # per transition, file, class
+        if entries:
+            lines.append(f"- by {dimension}: " + ", ".join(
+                f"{key} {e.get('caught')}/{e.get('viable')}" for key, e in entries.items()))  # fmt: skip
+    change = (document.get("since") or {}).get("score")
+    if change and change.get("change") is not None:
+        last = (document.get("since") or {}).get("last") or {}
+        lines.append(f"- since the last run ({last.get('at')}): {change['before']} % -> {change['now']} % "
+                     f"({change['change']:+.1f})")  # fmt: skip
     part = document.get("subset")
     if part:
         left_out = part.get("left_out") or []
