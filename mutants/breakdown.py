@@ -6,12 +6,12 @@ executor and a patch (hand-written or generated)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from mutants.catalogue import EXECUTOR_DIRS, REPO, TRANSITIONS, Mutant
-from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE, label_transitions
+from mutants.score import ERROR, MISSED, TIMEOUT, label_transitions
 
 # the executors' sources as the report names them (relative to the repository), wherever they were read from
 SOURCE_NAMES = {executor: str(directory.relative_to(REPO)) for executor, directory in EXECUTOR_DIRS.items()}
@@ -133,23 +133,23 @@ def _order(dimension: str, key: str) -> tuple[int, str]:
     return len(TRANSITIONS), key
 
 
-def scores(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per dimension, per key: caught / viable (percent), the mutants counted, and those not caught."""
-    found: dict[str, dict[str, dict[str, Any]]] = {d: {} for d in DIMENSIONS}
+def scores(
+    records: Iterable[dict[str, Any]], score: Callable[[list[dict[str, Any]]], dict[str, Any]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per dimension, per key: the `score` of its records (report.score: caught, viable, percent, the
+    run's own definition of viable), the mutants counted, and those not caught."""
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {d: {} for d in DIMENSIONS}
     for record in records:
         for dimension in DIMENSIONS:
             for key in keys(record, dimension):
-                entry = found[dimension].setdefault(key, {"caught": 0, "viable": 0, "mutants": 0, "not_caught": []})
-                entry["mutants"] += 1
-                entry["caught"] += record["status"] == CAUGHT
-                entry["viable"] += record["status"] != UNVIABLE
-                if record["status"] in NOT_CAUGHT:
-                    entry["not_caught"].append(record["id"])
-    for dimension, entries in found.items():
-        for entry in entries.values():
-            entry["percent"] = round(100.0 * entry["caught"] / entry["viable"], 1) if entry["viable"] else None
-        found[dimension] = {k: entries[k] for k in sorted(entries, key=lambda k: _order(dimension, k))}
-    return found
+                groups[dimension].setdefault(key, []).append(record)
+    return {
+        dimension: {
+            key: {**score(found), "mutants": len(found), "not_caught": [r["id"] for r in survivors(found)]}
+            for key, found in sorted(entries.items(), key=lambda item: _order(dimension, item[0]))
+        }
+        for dimension, entries in groups.items()
+    }
 
 
 def percent_text(percent: float | None) -> str:

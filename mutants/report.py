@@ -109,7 +109,7 @@ def summarise(document: dict[str, Any]) -> dict[str, Any]:
     records = scored(document)
     document["summary"] = dict(Counter(r["status"] for r in records))
     document["score"] = score(records)
-    document["scores"] = breakdown.scores(records)
+    document["scores"] = breakdown.scores(records, score)
     document["passed"] = passes(document)
     return document
 
@@ -499,7 +499,7 @@ def _scores_html(document: dict[str, Any]) -> str:
     changes = since.get("changes") or {}
     unchanged = "=" if since.get("last") else ""  # compared with a last run, and the same score
     tables = []
-    for dimension, entries in (document.get("scores") or breakdown.scores(scored(document))).items():
+    for dimension, entries in (document.get("scores") or breakdown.scores(scored(document), score)).items():
         rows = []
         for key, entry in entries.items():
             percent = entry.get("percent")
