@@ -25,6 +25,7 @@ REUSABLE = (CAUGHT, MISSED, UNVIABLE)
 # the runner's own code that decides an outcome (the report's code does not)
 RUNNER_FILES = ("score.py", "child.py", "workspace.py")
 INSTRUMENT_SUFFIXES = {".py", ".rs", ".toml", ".lock", ".lua"}
+LOOKBACK = 30  # the reports of the score history's last runs that --incremental reads
 
 
 def _sha(parts: list[bytes]) -> str:
@@ -123,8 +124,8 @@ class Earlier:
     def load(cls, reports: Path, history: Path | None) -> Earlier:
         found: list[tuple[Path, dict[str, Any]]] = []
         directories = [reports.resolve()]
-        if history is not None:
-            directories += [trend.report_dir(r, history) for r in reversed(trend.read(history))]
+        if history is not None:  # the newest reports only: an older outcome is reused through a newer one
+            directories += [trend.report_dir(r, history) for r in reversed(trend.read(history))][:LOOKBACK]
         for directory in dict.fromkeys(directories):
             path = directory / "outcomes.json"
             try:
