@@ -293,6 +293,15 @@ def verdict_of(summary: dict[str, Any]) -> str:
     return "divergence" if summary.get("divergences") else "agree"
 
 
+def _model_text(share: dict[str, Any] | None) -> str:
+    """The share of steps the spec's model judged (summary.json's `model`), in words."""
+    if not share or not share.get("steps"):
+        return "not recorded" if not share else "no step"
+    unjudged = ", ".join(f"{kind} {count:,}" for kind, count in (share.get("unjudged") or {}).items())
+    text = f"{share['judged_steps'] / share['steps']:.2%} ({share['judged_steps']:,} of {share['steps']:,} steps)"
+    return text + (f"; not predicted: {unjudged}" if unjudged else "")
+
+
 def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
     shard = summary.get("shard")
     facts = [
@@ -302,6 +311,7 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("steps compared", esc(f"{summary.get('steps', 0):,}")),
         ("wall time", esc(f"{summary.get('elapsed_s', 0)} s")),
         ("compared steps/s", esc(f"{summary.get('compared_steps_per_s', 0)}")),
+        ("judged by the spec's model", esc(_model_text(summary.get("model")))),
         ("workers", esc(summary.get("workers", 1))),
         ("restarts and crashes", "on" if summary.get("restarts", True) else "off"),
     ]

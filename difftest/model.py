@@ -836,15 +836,17 @@ def raw_write(command: tuple[bytes, ...], before: Snapshot, now_ms: int) -> Snap
                 fields[rest[i]] = rest[i + 1]
         after[key] = Entry("hash", fields, entry.pttl if entry is not None else -1)
     elif verb == b"HDEL":
-        if entry is None:
+        if entry is None or entry.kind != "hash" or not isinstance(entry.value, dict):
             return before
-        if entry.kind != "hash" or not isinstance(entry.value, dict) or b"lease_epoch" in rest:
-            return before if entry.kind != "hash" else "raw-command"
         fields = {f: v for f, v in entry.value.items() if f not in rest}
         if fields:
             after[key] = Entry("hash", fields, entry.pttl)
+        elif b"lease_epoch" in rest:
+            del after[key]  # every field gone, the epoch a row may hold too
+        elif len(fields) == len(entry.value):
+            return before  # none of them there (a hash of an epoch alone shows empty): nothing changes
         else:
-            del after[key]
+            return "raw-command"  # its last field gone: whether an epoch alone keeps it, one side may know
     elif verb == b"ZADD":
         if not rest or len(rest) % 2:
             return "raw-command"

@@ -190,6 +190,10 @@ def test_raw_writes_as_valkey_does_them() -> None:
     }
     assert model.raw_write((b"PEXPIREAT", row, b"100"), before, 100) == {L.pending: before[L.pending]}
     assert model.raw_write((b"SET", row, b"junk"), before, 0)[row] == Entry("string", b"junk", -1)  # type: ignore[index]
+    assert model.raw_write((b"HDEL", row, b"lease_epoch"), before, 0) == before  # set aside in every snapshot
+    assert model.raw_write((b"HDEL", row, b"payload", b"lease_epoch"), before, 0) == {L.pending: before[L.pending]}
+    epoch_only: Snapshot = {row: Entry("hash", {}, -1)}  # a row holding only lease_epoch (null run, seed 275953678)
+    assert model.raw_write((b"HDEL", row, b"stalled"), epoch_only, 0) is epoch_only
     assert model.raw_write((b"FLUSHALL",), before, 0) == "raw-command"
     assert [model.zset_score(s) for s in (b"+inf", b"-inf", b"1.5", b"-0", b"7", b"1_0", b"nan")] == [
         b"inf",
