@@ -1,11 +1,13 @@
-"""Coverage guidance measured: the fuzzing service guided (target() on what each history reached) and
-unguided, same seeds and budgets, on the catalogue's mutants and on the unmodified pair.
+"""Coverage guidance measured: the fuzzing service guided (target() on what each history reached, or on
+how rarely it was reached) and unguided, same seeds and budgets, on the catalogue's mutants and on
+the unmodified pair.
 
 Both sides run the same service code (`difftest/fuzz/`, one worker, a private store flushed before
 each run, a fresh Hypothesis example database each run, no class corpus) on the coverage build of
 the module with the instrumented Lua scripts, so they pay the same costs; the only difference is
-whether each history's score goes to Hypothesis's `target()`. A run stops at its first finding,
-recorded without Hypothesis's shrink (its last pass of step deletion only).
+whether (and which) score of each history goes to Hypothesis's `target()` (--modes: off, reach,
+rare). A run stops at its first finding, recorded without Hypothesis's shrink (its last pass of
+step deletion only).
 
 - **Histories to a kill**: for each mutant and seed, the generated histories until the first
   divergence (the failing one counted), up to --budget (a mutant not killed by then counts as the
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, guided: bool, budget: int | None,
+def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, mode: str, budget: int | None,
             seconds: float | None, work: Path) -> dict[str, Any]:  # fmt: skip
     """One single-worker service run on a flushed store; what it found and reached."""
     from difftest import build as builds
@@ -49,11 +51,11 @@ def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, guide
     store = Store(store_url)
     store.client.flushdb()
     store.check()
-    run_dir = work / f"run-{seed}-{'guided' if guided else 'unguided'}-{time.monotonic_ns()}"
+    run_dir = work / f"run-{seed}-{mode}-{time.monotonic_ns()}"
     run_dir.mkdir(parents=True)
     config = FuzzConfig(database=store_url, module=module, reports=run_dir, build=builds.record(module, scripts),
                         service=f"bench:{os.getpid()}", workers=1, lua_scripts=scripts, seconds=seconds,
-                        histories=budget, native_counters=True, lua_lines=True, guidance=guided, class_corpus=False,
+                        histories=budget, native_counters=True, lua_lines=True, guidance=mode, class_corpus=False,
                         seed=seed, profiles=run_dir / "profiles", stop_on_finding=True, pin=False,
                         shrink_tries=0)  # fmt: skip
     started = time.monotonic()
@@ -65,7 +67,7 @@ def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, guide
     totals = store.totals()
     coverage = store.coverage()
     store.close()
-    return {"seed": seed, "guided": guided, "elapsed_s": round(elapsed, 1), "histories": totals.get("histories", 0),
+    return {"seed": seed, "mode": mode, "elapsed_s": round(elapsed, 1), "histories": totals.get("histories", 0),
             "killed_after": min((int(f.get("found_after") or 0) for f in findings), default=None),
             "native": coverage["native"], "native_total": coverage["native_total"], "lua": coverage["lua"],
             "labels": len(coverage["labels"]),
@@ -80,6 +82,7 @@ def _summary(values: list[int]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--modes", nargs="+", default=["off", "reach", "rare"], help="guidance modes to compare")
     parser.add_argument("--budget", type=int, default=200, help="histories per mutant run before it counts as survived")
     parser.add_argument("--native", type=int, default=0, help="also the first N native mutants (built instrumented)")
     parser.add_argument("--only", nargs="*", default=None, help="these mutant ids only")
@@ -118,29 +121,27 @@ def main(argv: list[str] | None = None) -> int:
                 module, scripts = native_coverage.build(tools, space.directory / "src-tree", mutant.id), None
             runs = []
             for seed in args.seeds:
-                for guided in (False, True):
-                    run = one_run(url, module, scripts, seed, guided, args.budget, None, work)
+                for mode in args.modes:
+                    run = one_run(url, module, scripts, seed, mode, args.budget, None, work)
                     run.pop("series")
                     runs.append(run)
-                    side = "guided  " if guided else "unguided"
-                    print(f"{mutant.id} seed {seed} {side}: {run['killed_after'] or 'survived'} histories "
+                    print(f"{mutant.id} seed {seed} {mode:>5}: {run['killed_after'] or 'survived'} histories "
                           f"({run['elapsed_s']} s)", flush=True)  # fmt: skip
             results["mutants"][mutant.id] = runs
         if not args.no_coverage_runs:
             for seed in args.seeds:
-                for guided in (False, True):
-                    run = one_run(url, plain, None, seed, guided, None, args.seconds, work)
+                for mode in args.modes:
+                    run = one_run(url, plain, None, seed, mode, None, args.seconds, work)
                     results["coverage_runs"].append(run)
-                    print(f"unmodified seed {seed} {'guided  ' if guided else 'unguided'}: {run['native']} of "
+                    print(f"unmodified seed {seed} {mode:>5}: {run['native']} of "
                           f"{run['native_total']} native counters, {run['lua']} Lua lines, {run['labels']} labels, "
                           f"{run['histories']} histories in {run['elapsed_s']} s", flush=True)  # fmt: skip
-    for guided in (False, True):
-        side = "guided" if guided else "unguided"
+    for side in args.modes:
         kills = [run["killed_after"] or args.budget for runs in results["mutants"].values() for run in runs
-                 if run["guided"] == guided]  # fmt: skip
+                 if run["mode"] == side]  # fmt: skip
         survived = sorted({m for m, runs in results["mutants"].items() for r in runs
-                           if r["guided"] == guided and r["killed_after"] is None})  # fmt: skip
-        coverage = [r for r in results["coverage_runs"] if r["guided"] == guided]
+                           if r["mode"] == side and r["killed_after"] is None})  # fmt: skip
+        coverage = [r for r in results["coverage_runs"] if r["mode"] == side]
         per_minute = [round(60.0 * r["native"] / r["elapsed_s"], 1) for r in coverage if r["elapsed_s"]]
         results[side] = {"histories_to_kill": _summary(kills) if kills else None, "survived": survived,
                          "native_counters_end": [r["native"] for r in coverage],

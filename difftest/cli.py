@@ -917,7 +917,7 @@ def build_parser() -> argparse.ArgumentParser:
             "difftest fuzz --seconds 3600 --database valkey://10.0.0.5:6379/2   # one of many machines",
             "difftest fuzz status --database valkey://10.0.0.5:6379/2",
             "difftest fuzz --dashboard-only --dashboard 8731 --database valkey://10.0.0.5:6379/2",
-            "difftest fuzz --guidance --lua-coverage --seconds 600    # steered by native counters",
+            "difftest fuzz --guidance rare --lua-coverage --seconds 600   # steered by what is rarely reached",
         ],
         {EXIT_OK: "a budget ended and no divergence was found (status, or the dashboard: done)",
          EXIT_DIVERGENCE: "a budget ended and this service found or met a divergence: its artifact is under "

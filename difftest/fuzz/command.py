@@ -99,7 +99,7 @@ def _fuzz(args: argparse.Namespace) -> int:
 
     build = args.build  # the command line checked the module and recorded the build (difftest/cli.py)
     module = args.module
-    native = args.native_coverage or args.guidance
+    native = args.native_coverage or args.guidance != "off"
     if native:
         from difftest.native_coverage import build as coverage_build
         from difftest.native_coverage import find_tools
@@ -129,7 +129,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         elif args.histories is not None:
             budget = f"for {args.histories:,} histories"
         print(f"fuzz: service {config.service}, {args.workers} worker(s) {budget}; database {_shown(database)}; "
-              f"guidance {'on' if args.guidance else 'off'}; findings in {args.reports / 'fuzz' / 'findings'}",
+              f"guidance {args.guidance}; findings in {args.reports / 'fuzz' / 'findings'}",
               flush=True)  # fmt: skip
         started = time.monotonic()
         try:
@@ -243,10 +243,11 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
     fuzz.add_argument(
         "--lua-coverage", action="store_true", help="run instrumented Lua scripts and read the lines each history ran"
     )
-    fuzz.add_argument("--guidance", action=argparse.BooleanOptionalAction, default=False,
-                      help="steer generation toward histories that reach more native counters, Lua lines and "
-                      "contract rows (Hypothesis's target()); implies --native-coverage (default: off, see "
-                      "docs/fuzz.md for the measurements)")  # fmt: skip
+    fuzz.add_argument("--guidance", choices=("off", "reach", "rare"), default="off",
+                      help="steer generation with Hypothesis's target(): reach scores a history by what it touched "
+                      "(native counters, Lua lines, contract and sweep labels), rare weighs each thing by how few "
+                      "histories touched it before; implies --native-coverage (default: off, see docs/fuzz.md for "
+                      "the measurements)")  # fmt: skip
     fuzz.add_argument(
         "--no-class-corpus",
         action="store_true",

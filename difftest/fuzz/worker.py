@@ -58,7 +58,7 @@ class FuzzConfig:
     shrink_seconds: float = 120.0
     native_counters: bool = False  # the servers run the coverage build: read its counters
     lua_lines: bool = False  # the Lua servers run instrumented scripts: read their lines
-    guidance: bool = False  # steer Hypothesis toward histories that reach more (target())
+    guidance: bool | str = False  # steer Hypothesis with target(): "reach" (True), "rare", or off
     class_corpus: bool = True  # the first worker replays the class corpus first
     pin: bool = True
     seed: int | None = None  # the first batch's seed (the bench: same seeds guided and not); None: random
@@ -84,6 +84,17 @@ _draining = False
 def _ask_to_drain(signum: int, _: object) -> None:
     global _draining
     _draining = True
+
+
+GUIDANCE_MODES = ("off", "reach", "rare")
+
+
+def guidance_mode(config: FuzzConfig) -> str:
+    """off; reach: a history scores what it touched (native counters moved, Lua lines run, contract and
+    sweep labels); rare: each thing it touched weighs less the more histories touched it before."""
+    if config.guidance is True:
+        return "reach"
+    return config.guidance or "off"
 
 
 def worker_id(config: FuzzConfig, slot: int) -> str:
@@ -112,6 +123,7 @@ class Worker:
     last_beat: float = 0.0
     failed_after: int = 0  # the worker's generated histories when the failure being shrunk was met
     total_sent: bool = False  # the module's number of counters told to the store
+    touched: Counter[str] = field(default_factory=Counter)  # histories that touched each label, counter, line
 
     @property
     def id(self) -> str:
@@ -132,10 +144,12 @@ class Worker:
         self.unsent = [0, 0]
 
     def reached(self, history: Any, result: Any, generated: bool) -> float:
-        """Record one compared history; returns its guidance score (what it reached)."""
+        """Record one compared history; returns its guidance score (what it reached, by the mode)."""
         labels = coverage.labels(result)
         new_labels = self.store.add_labels(labels)
-        score = float(sum(1 for label in labels if label.startswith(("contract:", "sweep:"))))
+        # what the history touched: its labels, native counters and Lua lines, each by a name
+        touched = {f"label:{label}" for label in labels}
+        reach = float(sum(1 for label in labels if label.startswith(("contract:", "sweep:"))))
         new: dict[str, Any] = {}
         if new_labels:
             new["labels"] = new_labels
@@ -144,20 +158,25 @@ class Worker:
             if self.counters.total and not self.total_sent:
                 self.store.set_native_total(self.counters.total)
                 self.total_sent = True
-            score += len(moved)
+            reach += len(moved)
+            touched |= {f"native:{i}" for i in moved}
             if first:
                 fresh = self.store.add_native(self.counters.bitmap())
                 if fresh:
                     new["native"] = fresh
         if self.lua_log is not None:
             lines = self._lua_lines()
-            score += len(lines)
+            reach += len(lines)
+            touched |= {f"lua:{line}" for line in lines}
             unseen = lines - self.lua_seen
             if unseen:
                 self.lua_seen |= unseen
                 fresh = self.store.add_lua(unseen)
                 if fresh:
                     new["lua"] = fresh
+        # rarity: each thing touched weighs 1 / (1 + the histories of this worker that touched it before)
+        rare = sum(1.0 / (1 + self.touched[name]) for name in touched)
+        self.touched.update(touched)
         if new:
             self._keep(history, new)
         if generated:
@@ -169,7 +188,7 @@ class Worker:
         self.steps += len(history.steps)
         self.unsent[1] += len(history.steps)
         self.beat()
-        return score
+        return rare if guidance_mode(self.config) == "rare" else reach
 
     def _lua_lines(self) -> set[str]:
         """The Lua lines run since the last look, from the Lua server's log (`script:line`)."""
@@ -304,7 +323,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                 raise
             if not known:
                 score = worker.reached(history, result, in_test and not history.note.startswith(CORPUS_NOTE))
-                if in_test and config.guidance:
+                if in_test and guidance_mode(config) != "off":
                     target(score, label="reached")
             if result.divergence is not None:
                 if not known:
@@ -428,4 +447,4 @@ def drained() -> bool:
     return _draining
 
 
-__all__ = ["BATCH", "Counter", "FuzzConfig", "run_worker"]
+__all__ = ["BATCH", "GUIDANCE_MODES", "FuzzConfig", "guidance_mode", "run_worker"]
