@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from difftest import native_coverage
     from difftest.servers.local import ServerGroup
     from mutants.catalogue import load
-    from mutants.workspace import prepare
+    from mutants.workspace import apply_patch, prepare, source_files
     from tests.helpers import LUA_DIR
 
     tools = native_coverage.find_tools()
@@ -112,13 +113,17 @@ def main(argv: list[str] | None = None) -> int:
             if mutant.executor == "lua":
                 space = prepare("lua", LUA_DIR, mutant.patch_for("lua"), cache=work / "cache")
                 module, scripts = plain, space.artifact
-            else:
-                space = prepare("native", ROOT / "executors" / "native", mutant.patch_for("native"),
-                                cache=work / "cache")  # fmt: skip
-                if space.artifact is None:
-                    print(f"{mutant.id}: unviable ({space.unviable[:80]})", flush=True)
+            else:  # the patched crate built instrumented only (its dependencies are in target/coverage already)
+                tree = work / "native" / mutant.id
+                source = ROOT / "executors" / "native"
+                for path in source_files("native", source):
+                    (tree / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, tree / path.relative_to(source))
+                unviable = apply_patch(mutant.patch_for("native"), tree)
+                if unviable:
+                    print(f"{mutant.id}: unviable ({unviable[:80]})", flush=True)
                     continue
-                module, scripts = native_coverage.build(tools, space.directory / "src-tree", mutant.id), None
+                module, scripts = native_coverage.build(tools, tree, mutant.id), None
             runs = []
             for seed in args.seeds:
                 for mode in args.modes:

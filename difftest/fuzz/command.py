@@ -176,7 +176,7 @@ def _lua_lines(on: bool, run_dir: Path) -> Iterator[bool]:
 
 def status_text(store: Any, reports: Path | None) -> str:
     """What the dashboard shows, for a terminal."""
-    from difftest.fuzz.dashboard import status_document
+    from difftest.fuzz.dashboard import RECENT_S, status_document
 
     document = status_document(store, reports)
     totals, coverage = document["totals"], document["coverage"]
@@ -198,7 +198,7 @@ def status_text(store: Any, reports: Path | None) -> str:
     lines.append(f"  workers: {len(live)} live of {len(document['workers'])} known")
     host = socket.gethostname()
     for name, record in document["workers"].items():
-        if record["alive"] or record.get("host") == host:
+        if record["alive"] or (record.get("host") == host and record["age_s"] < RECENT_S):
             lines.append(f"    {name}: {record['state'] if record['alive'] else 'stopped'}; "
                          f"{record.get('histories', 0):,} histories, {record.get('findings', 0)} finding(s), "
                          f"heard {record['age_s']:.0f} s ago")  # fmt: skip

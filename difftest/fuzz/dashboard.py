@@ -18,6 +18,7 @@ from typing import Any
 from difftest.fuzz.store import STALE_S, Store
 
 REFRESH_MS = 2000
+RECENT_S = 600.0  # stopped workers heard within this long are listed (older ones only counted)
 
 
 def status_document(store: Store, reports: Path | None = None) -> dict[str, Any]:
@@ -54,7 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path in ("/", "/index.html"):
-            self._send(200, "text/html; charset=utf-8", PAGE.replace("REFRESH_MS", str(REFRESH_MS)).encode())
+            page = PAGE.replace("REFRESH_MS", str(REFRESH_MS)).replace("RECENT_S", str(int(RECENT_S)))
+            self._send(200, "text/html; charset=utf-8", page.encode())
         elif self.path.startswith("/api/snapshot"):
             with self.server.lock:
                 document = status_document(self.server.store, self.server.reports)
@@ -178,13 +180,17 @@ function render(s) {
     reproduce: <code>${esc(f.reproduce_here || f.reproduce || "(being recorded)")}</code>
     <details><summary>minimal history</summary><pre>${esc(f.history || "")}</pre></details></div>`).join("")
     : '<p class="note">none yet</p>';
-  const rows = Object.entries(s.workers).map(([id, w]) => `<tr class="${w.alive ? "" : "dead"}"><td>${esc(id)}</td>
+  // the live workers and those heard in the last RECENT_S; older stopped ones are counted only
+  const shown = Object.entries(s.workers).filter(([, w]) => w.alive || w.age_s < RECENT_S);
+  const older = Object.keys(s.workers).length - shown.length;
+  const rows = shown.map(([id, w]) => `<tr class="${w.alive ? "" : "dead"}"><td>${esc(id)}</td>
     <td>${esc(w.alive ? w.state : (w.state === "stopped" ? "stopped" : "gone"))}</td>
     <td class="num">${fmt(w.histories)}</td>
     <td class="num">${fmt(w.steps)}</td><td class="num">${fmt(w.findings)}</td><td class="num">${fmt(w.met_again)}</td>
     <td class="num">${w.age_s} s</td></tr>`).join("");
   document.getElementById("workers").innerHTML = `<table><tr><th>worker</th><th>doing</th><th>histories</th>
-    <th>steps</th><th>findings</th><th>met again</th><th>last heard</th></tr>${rows}</table>`;
+    <th>steps</th><th>findings</th><th>met again</th><th>last heard</th></tr>${rows}</table>` +
+    (older ? `<p class="note">and ${fmt(older)} worker(s) stopped more than ${RECENT_S / 60} minutes ago</p>` : "");
 }
 async function refresh() {
   try {
