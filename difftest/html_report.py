@@ -385,6 +385,15 @@ def _detail(failure: dict[str, Any]) -> str:
              f"keys that differ between the {replica.get('side')} server and its replica")  # fmt: skip
     keys(detail.get("keys", []), int(detail.get("keys_differing", 0)), "lua", "native",
          "keys that differ after the step (lease_epoch set aside)")  # fmt: skip
+    spec = detail.get("model")
+    if isinstance(spec, dict):  # what the spec's model expected of each side, and where each departs from it
+        for side in ("lua", "native"):
+            view = spec.get(side) or {}
+            expects = esc(view.get("expects", ""))
+            out.append(f"<p>the spec's model expects of the {side} side: <code>{expects}</code></p>")
+            rows = view.get("keys") or []
+            if rows:
+                keys(rows, len(rows), "spec", side, f"keys where the {side} side departs from the spec")
     return "".join(out)
 
 

@@ -242,6 +242,12 @@ def test_a_planted_shared_defect_is_reported_as_a_shared_defect(tmp_path: Path) 
     assert divergence.reason.startswith(SHARED + ": model: native: the spec says 0, it answered 1"), divergence.reason
     assert divergence.lua_reply == divergence.native_reply == 1
     assert caught_by(divergence.reason).split(", ")[0] == "model" and "pair" not in caught_by(divergence.reason)
+    # the artifact and the summary's brief say what the model expected of each side
+    from difftest.artifacts import brief, save_divergence
+
+    assert brief(divergence)["model"]["native"]["expects"] == "reply 0"
+    report = (save_divergence(result, tmp_path / "artifact") / "report.txt").read_text()
+    assert report.startswith("SPEC DIVERGENCE at step 2") and "what the spec's model says at this step:" in report
     with Replayer(DEFAULT_MODULE) as engine:  # the same history on the unmodified scripts: no finding
         assert engine.replay(_scripts_history(*COMPLETE_WITH_A_STALE_TOKEN)).divergence is None
 
