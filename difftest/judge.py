@@ -5,6 +5,11 @@ step, the epochs N1 expects, the Lua host's open `paused?` reads, both sides' le
 observation is what replay recorded at one step on both servers (replies, snapshots, epochs, the
 ACL facts it gathered before judging). Nothing here reads a server: the same observations give the
 same verdicts, which is how the judge's tests run without servers (tests/observations/).
+
+Four voters: the pair (the contract's rules over both sides), the spec's model (difftest/model.py:
+each side held to what the spec says it does), the healthy-queue invariants and the queue's
+accounting (each side's). A divergence's reason names who found it and, where the model judged the
+step, which side is wrong.
 """
 
 from __future__ import annotations
@@ -293,8 +298,9 @@ def voters_of(reason: str) -> list[str]:
 
 
 def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verdict]:
-    """One step judged: the contract's rules, N1, then each side's invariants. On a divergence the
-    state is returned as it was (the history stops there)."""
+    """One step judged: the contract's rules and N1 (the pair), each side held to the spec's model,
+    then each side's invariants and accounting. On a divergence the state is returned as it was (the
+    history stops there)."""
     resolved = observation.resolved
     exposure = state.exposure
     if resolved.via_scripts or resolved.is_raw or resolved.is_restart or resolved.user is not None:
