@@ -19,8 +19,8 @@ Lua executor (the host's guards and `paused?` read, then the script) and once fo
 the clock moving on, a restart or a condition switched), the same for both sides. The judge
 (difftest/judge.py) holds each executor to the model as well as to the other.
 
-The older helpers (`claim`, `sweep`, `Outcome`) serve the contract's rules D1, D7 and D8, which
-predict one side's outcome where the two executors differ.
+`claim` and `sweep` give the same walk as an `Outcome` (a reply and keyspace, or an error class) for
+the contract's rules D1, D7 and D8, which predict one side's outcome where the two executors differ.
 """
 
 from __future__ import annotations
@@ -117,63 +117,15 @@ def _score(ms: int) -> bytes:
     return str(ms).encode()
 
 
-class _Writer:
-    """A copy of a snapshot that writes land in."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.state = dict(snapshot)
-
-    def zadd(self, key: bytes, member: bytes, score: bytes) -> None:
-        members = dict(zset(self.state, key) or {})
-        members[member] = score
-        self.state[key] = Entry("zset", members, self.state[key].pttl if key in self.state else -1)
-
-    def zrem(self, key: bytes, member: bytes) -> None:
-        members = dict(zset(self.state, key) or {})
-        members.pop(member, None)
-        if members:
-            self.state[key] = Entry("zset", members, self.state[key].pttl)
-        else:
-            self.state.pop(key, None)
-
-    def hset(self, key: bytes, **fields: bytes) -> None:
-        current = dict(hash_fields(self.state, key) or {})
-        current.update({name.encode(): value for name, value in fields.items()})
-        self.state[key] = Entry("hash", current, self.state[key].pttl if key in self.state else -1)
-
-
 def claim(before: Snapshot, layout: Layout, lease_ms: int, now_ms: int) -> Outcome:
-    """CLAIM past the pause check, as both executors do it when nothing is wrong-typed."""
-    pending = zset(before, layout.pending)
-    if pending is None:
-        return Outcome(error=WRONGTYPE)
-    if not pending:
-        return Outcome([], before)
-    head, _ = ordered(pending)[0]
-    row = layout.row(head)
-    writer = _Writer(before)
-    if kind_of(before, row) == "none":
-        writer.zrem(layout.pending, head)
-        return Outcome([], writer.state)
-    fields = hash_fields(before, row)
-    if fields is None:
-        return Outcome(error=WRONGTYPE)
-    attempts = next_counter(fields.get(ATTEMPTS))
-    if isinstance(attempts, str):
-        return Outcome(error=attempts)
-    if zset(before, layout.active) is None:
-        return Outcome(error=WRONGTYPE)
-    writer.zrem(layout.pending, head)
-    writer.hset(row, attempts=str(attempts).encode(), state=b"active")
-    writer.zadd(layout.active, head, _score(now_ms + lease_ms))
-    return Outcome([head, fields.get(b"payload"), attempts], writer.state)
-
-
-@dataclass(frozen=True)
-class SweepVerdict:
-    member: bytes
-    verdict: str  # ghost, exempt, recover, die
-    stalled: int = 0
+    """CLAIM past the pause check, as the module does it (attempts exact), without the caller's
+    permissions or a server condition: the contract's D1 reads it for the side that claims."""
+    r = _Run(before, frozenset(), None, True, now_ms)
+    try:
+        reply = _claim_script(r, layout, (lease_ms,), None)
+    except _Stop as stop:
+        return Outcome(error=_CLASSES[stop.faults[0]])
+    return Outcome(reply, r.snapshot())
 
 
 def sweep(
@@ -185,7 +137,8 @@ def sweep(
     now_ms: int,
     run_id: bytes | None,
 ) -> Outcome:
-    """SWEEP on one executor: run_id None is the Lua scripts (no exemption, no lane refusal).
+    """SWEEP on one executor: run_id None is the Lua scripts (no exemption, no lane refusal). The
+    contract's D7 and D8 read it.
 
     Both executors take the members in order and meet each member's faults before the next
     member's: its row's type, its lane and stalled counter, then the destination its verdict
@@ -193,61 +146,12 @@ def sweep(
     refuses the whole sweep there; either way the first fault in that order is the error. The Lua
     outcome on an error is its error class only (its partial writes are not predicted).
     """
-    active = zset(before, layout.active)
-    if active is None:
-        return Outcome(error=WRONGTYPE)
-    writer = _Writer(before)
-    counts = dict.fromkeys(SWEEP_VERDICTS, 0)
-    for member, _ in select(active, now_ms, limit):
-        row = layout.row(member)
-        kind = kind_of(before, row)
-        if kind == "none":
-            verdict = SweepVerdict(member, "ghost")
-        elif kind != "hash":
-            return Outcome(error=WRONGTYPE)
-        else:
-            fields = hash_fields(before, row) or {}
-            if run_id is not None and b"group" in fields:
-                return Outcome(error=LANE)
-            if run_id is not None and epochs.get(row) != run_id:
-                verdict = SweepVerdict(member, "exempt")
-            else:
-                stalled = next_counter(fields.get(STALLED))
-                if isinstance(stalled, str):
-                    return Outcome(error=stalled)
-                verdict = SweepVerdict(member, "die" if stalled >= max_stalled else "recover", stalled)
-        error = _apply_member(writer, layout, verdict)
-        if error is not None:
-            return Outcome(error=error)
-        counts[verdict.verdict] += 1
-    reply = [counts[verdict] for verdict in SWEEP_VERDICTS]
-    return Outcome(reply, writer.state)
-
-
-def _apply_member(writer: _Writer, layout: Layout, v: SweepVerdict) -> str | None:
-    """One member's writes, or the error class of the first that fails (types do not change
-    during a sweep, so they are read from the state before it)."""
-    writer.zrem(layout.active, v.member)
-    row = layout.row(v.member)
-    metrics = layout.metrics(FAILED)
-    if v.verdict in ("exempt", "recover"):
-        if zset(writer.state, layout.pending) is None:
-            return WRONGTYPE
-        writer.zadd(layout.pending, v.member, b"0")
-        if v.verdict == "recover":
-            writer.hset(row, stalled=str(v.stalled).encode(), state=b"pending")
-        else:
-            writer.hset(row, state=b"pending")
-    elif v.verdict == "die":
-        if zset(writer.state, layout.dead) is None or kind_of(writer.state, metrics) not in ("none", "hash"):
-            return WRONGTYPE
-        writer.hset(row, stalled=str(v.stalled).encode(), state=b"dead", last_error=b"stalled")
-        writer.zadd(layout.dead, v.member, b"0")
-        count = next_counter((hash_fields(writer.state, metrics) or {}).get(b"count"))
-        if isinstance(count, str):
-            return count
-        writer.hset(metrics, count=str(count).encode())
-    return None
+    r = _Run(before, frozenset(), None, run_id is not None, now_ms)
+    try:
+        reply = _sweep(r, layout, (max_stalled, limit), run_id, epochs)
+    except _Stop as stop:
+        return Outcome(error=_CLASSES[stop.faults[0]])
+    return Outcome(reply, r.snapshot())
 
 
 # -- the model: what each executor replies and leaves at a step ------------------------------------
@@ -309,6 +213,9 @@ _COUNTER = {
 }
 _GATES = {REPLICA: _Error("READONLY", "READONLY"), MEMORY: _Error("OOM", "OOM")}
 _LANE = _Error("EMQ LANE", "EMQ LANE")  # the module's alone: the scripts ignore a `group` field
+# each fault's class, as the contract's rules name it (Outcome.error)
+_CLASSES = {_WRONGTYPE: WRONGTYPE, _COUNTER[NOTINT]: NOTINT, _COUNTER[OVERFLOW]: OVERFLOW, _LANE: LANE,
+            _NOPERM: "NOPERM", _GATES[REPLICA]: REPLICA, _GATES[MEMORY]: MEMORY}  # fmt: skip
 
 
 class _Stop(Exception):
