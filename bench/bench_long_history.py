@@ -5,7 +5,7 @@ keyspaces), so a step costs in proportion to the keys and members it walks:
 
 - `growing`: N ENQUEUEs of distinct jobs into one queue; step k walks k rows and a pending set of k
   members, so the whole history costs in the square of N. Lengths past MAX_STEPS
-  (difftest/history.py) are refused at load: the figure printed is that refusal (one line, at once).
+  (difftest/history/format.py) are refused at load: the figure printed is that refusal (one line, at once).
   `--past-limit` replays them anyway, built in Python as the loader would not (minutes at 5,000).
 - `steady`: N steps alternating PAUSE and RESUME of one queue; the keyspace stays one key, so the
   cost is linear in N, whatever N: replayed at every length asked (no load limit applies to a
@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from difftest import history as hist
-from difftest.replay import Replayer
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 
 

@@ -46,8 +46,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as seed_of
 
-from difftest.history import History
-from difftest.replay import Replayer
+from difftest.history.format import History
+from difftest.replay.replayer import Replayer
 from difftest.servers.local import pin_to_core
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape, histories

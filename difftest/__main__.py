@@ -2,6 +2,6 @@
 
 import sys
 
-from difftest.cli import main
+from difftest.cli.main import main
 
 sys.exit(main())

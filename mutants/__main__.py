@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from difftest.campaign import Terminated
-from difftest.exits import (
+from difftest.base.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_IOERR,
@@ -21,7 +20,8 @@ from difftest.exits import (
     MUTANTS_EXITS,
     OneLineParser,
 )
-from difftest.problems import EnvironmentFailure, SetupProblem
+from difftest.base.problems import EnvironmentFailure, SetupProblem
+from difftest.campaign.driver import Terminated
 from mutants.child import default_jobs
 from mutants.report import DEFAULT_THRESHOLDS, Thresholds
 from mutants.run import merge, run
@@ -159,7 +159,7 @@ def _merge_main(argv: list[str]) -> int:
 def _guarded(work: Callable[[], int], where: Path | None) -> int:
     """`work`'s code, or the code of how it failed: bad input 2, the machine refusing a write 74,
     Ctrl-C 130, SIGTERM 143, the runner's own failure 70 (one line, the traceback in a log): never 1."""
-    from difftest.files import SURELY_ENVIRONMENTAL
+    from difftest.base.files import SURELY_ENVIRONMENTAL, write_traceback
 
     try:
         return work()
@@ -176,8 +176,6 @@ def _guarded(work: Callable[[], int], where: Path | None) -> int:
         _complain(f"interrupted by {by}{what}")
         return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except Exception as problem:
-        from difftest.cli import write_traceback
-
         if isinstance(problem, OSError) and problem.errno in SURELY_ENVIRONMENTAL:
             _complain(f"python -m mutants: the machine refused a write: {problem}")
             return EXIT_IOERR

@@ -69,7 +69,7 @@ def _child_main(task: Task, core: int | None) -> None:
         return
     outcome.id, outcome.executor = task.id, task.executor
     task.reports.mkdir(parents=True, exist_ok=True)
-    from difftest.files import write_atomically
+    from difftest.base.files import write_atomically
 
     write_atomically(task.reports / RESULT_FILE, json.dumps(outcome.as_json(), indent=2) + "\n")
 

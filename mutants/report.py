@@ -15,7 +15,7 @@ from typing import Any
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-from difftest.files import write_atomically
+from difftest.base.files import write_atomically
 from mutants import breakdown
 from mutants.catalogue import BOTH, EXECUTOR_DIRS, REPO, Mutant, load
 from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE

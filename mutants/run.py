@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
-from difftest.problems import SetupProblem
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
+from difftest.base.problems import SetupProblem
 from mutants import breakdown, incremental, report, trend
 from mutants.catalogue import EXECUTOR_DIRS, Mutant, load
 from mutants.child import Task, default_jobs, run_tasks
@@ -21,7 +21,7 @@ from mutants.report import CLEAN, DEFAULT_THRESHOLDS, NULL_RUN, Thresholds
 from mutants.score import CAUGHT, ERROR, MISSED, UNVIABLE, Budget, Outcome
 from mutants.workspace import DEFAULT_CACHE, prepare
 
-# exit codes of `python -m mutants` (and of `python -m mutants merge`): difftest's own (difftest/exits.py,
+# exit codes of `python -m mutants` (and of `python -m mutants merge`): difftest's own (difftest/base/exits.py,
 # MEANINGS' mutants column), read for mutants; Ctrl-C (130), SIGTERM (143), bad input (2) and the
 # runner's own failures (70, 74) are __main__'s
 EXIT_ALL_CAUGHT = EXIT_OK  # every mutant caught (with a break threshold: the score at or above it)

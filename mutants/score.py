@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.problems import ScriptDoesNotCompile
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.base.problems import ScriptDoesNotCompile
 from mutants.catalogue import TRANSITIONS
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
@@ -84,10 +84,10 @@ def names_a_transition(label: str) -> bool:
 
 
 def caught_by(reason: str) -> str:
-    """Which voters a divergence's reason names (difftest/judge.py, `voters_of`): the spec's model,
+    """Which voters a divergence's reason names (difftest/judge/verdicts.py, `voters_of`): the spec's model,
     the queue's accounting, the healthy-queue invariants, the comparison of the pair. A shared defect
     must be caught by one of the first three: both executors agree on it."""
-    from difftest.judge import voters_of
+    from difftest.judge.verdicts import voters_of
 
     return ", ".join(voters_of(reason))
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from difftest.filelock import file_lock
+from difftest.base.filelock import file_lock
 from mutants.catalogue import HERE
 
 DEFAULT_CACHE = HERE / ".cache"

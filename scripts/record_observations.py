@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from difftest import history as hist
-from difftest import observations
-from difftest.replay import Replayer
+from difftest.history import format as hist
+from difftest.replay import observations
+from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 
 ROOT = Path(__file__).resolve().parent.parent

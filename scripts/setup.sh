@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 say() { printf 'setup: %s\n' "$*" >&2; }
 
 # Debian packages: libclang for the module's bindgen, a C compiler for the servers' frozen clock
-# (difftest/servers/frozen_clock.c, built on first use), chromium's headless shell for the test that
+# (difftest/servers/c/frozen_clock.c, built on first use), chromium's headless shell for the test that
 # renders report.html in a real browser.
 need_apt=()
 command -v cc >/dev/null || command -v gcc >/dev/null || need_apt+=(gcc)
@@ -59,9 +59,9 @@ if [ -f executors/native/Cargo.toml ]; then
 fi
 # The walker module (DIFFTEST.WALK) every test server loads: built from its own directory, so that
 # its .cargo/config.toml puts it in the native crate's target dir (the dependencies compiled once).
-if [ -f difftest/walker/Cargo.toml ]; then
-    say "building the walker module (cargo build --release in difftest/walker)"
-    (cd difftest/walker && cargo build --release --quiet)
+if [ -f difftest/servers/walker-crate/Cargo.toml ]; then
+    say "building the walker module (cargo build --release in difftest/servers/walker-crate)"
+    (cd difftest/servers/walker-crate && cargo build --release --quiet)
 fi
 
 # The compose pair's two images (docker-compose.yml), built here FROM scratch, and its clock file:

@@ -1,5 +1,5 @@
-"""The class corpus: one short directed history per class label (difftest/coverage.py, CLASS_LABELS),
-built from the command table and the value domains (difftest/domains.py).
+"""The class corpus: one short directed history per class label (difftest/replay/labels.py, CLASS_LABELS),
+built from the command table and the value domains (difftest/spec/domains.py).
 
 A campaign replays it as Hypothesis's explicit examples in its first batch, before generating: every
 bound, every value class of every field a transition reads, every key a transition writes made of
@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from difftest import domains
-from difftest.calls import Call
-from difftest.commands import TRANSITIONS, Layout, Transition, Verb
-from difftest.history import (
+from difftest.history.format import (
     REPLICA,
     SCRIPTS,
     Advance,
@@ -32,6 +29,9 @@ from difftest.history import (
     RawWrite,
     Step,
 )
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, Layout, Transition, Verb
 from strategies.histories import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -171,7 +171,7 @@ def _laid_out(transition: Transition, position: str, cls: str) -> Call:
 
 
 def _argument_edges() -> Iterator[History]:
-    """Each class of each argument rule (difftest/domains.py): the rules are checked before any state
+    """Each class of each argument rule (difftest/spec/domains.py): the rules are checked before any state
     is read, so a refused call stands alone; an accepted integer meets the prelude's jobs, and a
     queue of an accepted odd name is enqueued to and claimed from. The transitions take turns."""
     verbs = list(TRANSITIONS.values())

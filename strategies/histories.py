@@ -15,10 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from difftest import domains
-from difftest.calls import Call
-from difftest.commands import SETS, TRANSITIONS, Layout, base_key, parse_key
-from difftest.history import (
+from difftest.history.format import (
     Advance,
     BeginClaim,
     CallStep,
@@ -28,6 +25,9 @@ from difftest.history import (
     Restart,
     Step,
 )
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.spec.commands import SETS, TRANSITIONS, Layout, base_key, parse_key
 from strategies.hints import QueueHints
 from strategies.seeded import draw_from_the_seed_alone
 
@@ -46,7 +46,7 @@ DELAYS = (0, 0, 0, *DURATIONS)  # an ENQUEUE's delay: mostly none
 BACKOFFS = (0, *DURATIONS)
 EDGE_BYTES = tuple(domains.BYTES_EDGES.values())
 I64_MAX = str(2**63 - 1).encode()
-# every class of Valkey's integer form (difftest/domains.py), those refused by their form first (so
+# every class of Valkey's integer form (difftest/spec/domains.py), those refused by their form first (so
 # that a malformed integer shrinks to one), then those read as integers, which the argument's range decides
 BAD_INTEGERS: tuple[bytes, ...] = tuple(
     c.raw for c in sorted(domains.INT_CLASSES.values(), key=lambda c: not isinstance(c.form, str))
@@ -294,7 +294,7 @@ def _advance(draw: Chooser, hints: dict[bytes, QueueHints], now: int) -> int:
 
 
 def _malformed(draw: Chooser, call: Call) -> Call:
-    """The same call at one class of one argument rule (docs/contract-decisions.md, difftest/domains.py): an
+    """The same call at one class of one argument rule (docs/contract-decisions.md, difftest/spec/domains.py): an
     integer of a class of the integer form, the numkeys or the argument count, or one key's layout
     (the base's queue name, a derived key's suffix, another queue's key). A class may be the accepted
     side of its rule (an integer that fits, a queue name with NUL or spaces): the call then runs."""

@@ -40,11 +40,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from difftest import domains
-from difftest.calls import Call
-from difftest.clock import DEFAULT_START_MS
-from difftest.commands import TRANSITIONS, Layout, Rows
-from difftest.history import (
+from difftest.history.format import (
+    DEFAULT_START_MS,
     REPLICA,
     Advance,
     BeginClaim,
@@ -59,6 +56,9 @@ from difftest.history import (
     Restart,
     Step,
 )
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, Layout, Rows
 from strategies.hints import QueueHints
 from strategies.histories import (
     ADVANCES,

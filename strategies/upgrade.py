@@ -1,7 +1,7 @@
 """Upgrade histories: the module takes over from the Lua scripts on a live keyspace.
 
 How a generator marks a step as run through the scripts on the native server: set the step's
-`executor` to `difftest.history.SCRIPTS` (the string "lua"), on a `CallStep` or a `BeginClaim`:
+`executor` to `difftest.history.format.SCRIPTS` (the string "lua"), on a `CallStep` or a `BeginClaim`:
 
     CallStep(call, user, worker, executor=SCRIPTS)      # or via_scripts(step)
     BeginClaim(worker, call, user, executor=SCRIPTS)    # its EndClaim runs where the begin did
@@ -22,7 +22,7 @@ Two shapes, both judged against the all-scripts server under the contract (docs/
 - **a mixed fleet** (`via_scripts` on single steps after module calls): during a rolling upgrade
   some workers still call the scripts on the native server while others call the module.
 
-The coverage labels (`difftest/upgrades.py`): `upgrade:lua-prefix`, `upgrade:lua-row-in:<set>`,
+The coverage labels (`difftest/replay/upgrades.py`): `upgrade:lua-prefix`, `upgrade:lua-row-in:<set>`,
 `upgrade:mixed-fleet`, `upgrade:d7-lua-lease`.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from difftest.history import SCRIPTS, BeginClaim, CallStep, Step
+from difftest.history.format import SCRIPTS, BeginClaim, CallStep, Step
 
 
 def via_scripts(step: Step) -> Step:

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import LuaSide, NativeSide
+from difftest.replay.sides import LuaSide, NativeSide
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import TEST_PROJECT_PREFIX
 
@@ -49,8 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
     any test starts (pytest's usage error), not a silent default or a failure in every test."""
     import os
 
-    from difftest.preflight import campaign_examples, check_environment
-    from difftest.problems import SetupProblem
+    from difftest.base.problems import SetupProblem
+    from difftest.cli.preflight import campaign_examples, check_environment
 
     try:
         check_environment(os.environ)

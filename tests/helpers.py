@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from difftest.clock import DEFAULT_START_MS
-from difftest.snapshot import Entry, Snapshot, take_snapshot
+from difftest.history.format import DEFAULT_START_MS
+from difftest.spec.snapshot import Entry, Snapshot, take_snapshot
 
 T0 = DEFAULT_START_MS
 Q = "emq:{q}:"
@@ -81,8 +81,8 @@ def class_steps(steps: Any) -> set[str]:
     `long`), a restricted caller (`acl`), an integer argument at a bound (`bound`)."""
     import itertools
 
-    from difftest import domains
-    from difftest.history import Advance, CallStep, RawWrite
+    from difftest.history.format import Advance, CallStep, RawWrite
+    from difftest.spec import domains
 
     seen: set[str] = set()
     for step, after in itertools.pairwise(steps):

@@ -1,4 +1,4 @@
-"""The queue's accounting (difftest/accounting.py) on hand-made steps and snapshots: each finding
+"""The queue's accounting (difftest/judge/accounting.py) on hand-made steps and snapshots: each finding
 is found where it happens and nowhere else, and an excluded job is never judged (pure, no server)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from difftest.accounting import EMPTY, FINDINGS, Accounts, follow
-from difftest.history import loads
-from difftest.invariants import Ledger
-from difftest.replies import Reply
-from difftest.resolve import Resolved, resolve
-from difftest.snapshot import Entry, Snapshot
+from difftest.history.format import loads
+from difftest.history.resolve import Resolved, resolve
+from difftest.judge.accounting import EMPTY, FINDINGS, Accounts, follow
+from difftest.judge.invariants import Ledger
+from difftest.spec.replies import Reply
+from difftest.spec.snapshot import Entry, Snapshot
 
 Q = "q"
 

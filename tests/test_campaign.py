@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.campaign import CampaignConfig, batch_sizes, run_campaign
-from difftest.cli import EXIT_DIVERGENCE, main
+from difftest.campaign.driver import CampaignConfig, batch_sizes, run_campaign
+from difftest.cli.main import EXIT_DIVERGENCE, main
+from difftest.history import format as hist
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 

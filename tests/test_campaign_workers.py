@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from difftest import reports
-from difftest.campaign import CampaignConfig, run_campaign
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.report import reports
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 

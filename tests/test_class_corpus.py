@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from difftest import domains
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.commands import TRANSITIONS, ArgKind
-from difftest.coverage import CLASS_LABELS, REQUIRED, labels
-from difftest.replay import Replayer
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.replay.labels import CLASS_LABELS, REQUIRED, labels
+from difftest.replay.replayer import Replayer
+from difftest.spec import domains
+from difftest.spec.commands import TRANSITIONS, ArgKind
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import CORPUS_NOTE, class_corpus
 from strategies.histories import USERS

@@ -1,7 +1,7 @@
 """Runs that end well: every bad budget, count or input is one line on stderr and exit 2 before
 anything starts; a budget that compared nothing is void (exit 4), never "agree"; difftest's own
 failures are exit 70 with the traceback in a log, never exit 1 (a divergence) and never a bare
-traceback. Each case runs the real command line (difftest.cli.main) on real servers where it needs
+traceback. Each case runs the real command line (difftest.cli.main.main) on real servers where it needs
 them; no test mocks Valkey."""
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from difftest import cli, coverage
-from difftest import history as hist
-from difftest.build import command as printed_command
-from difftest.cli import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
-from difftest.clock import DEFAULT_START_MS, MAX_MS
+from difftest.cli.main import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
+from difftest.cli.main import main as cli
+from difftest.history import format as hist
+from difftest.history.format import DEFAULT_START_MS, MAX_MS
+from difftest.replay import labels as coverage
+from difftest.replay.build import command as printed_command
 from executors.native.adapter import DEFAULT_MODULE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +136,8 @@ def test_the_mutant_runner_checks_the_variables_too(
 
 
 def test_the_suite_reads_its_campaign_budget_like_a_flag() -> None:
-    from difftest.preflight import campaign_examples
-    from difftest.problems import SetupProblem
+    from difftest.base.problems import SetupProblem
+    from difftest.cli.preflight import campaign_examples
 
     assert campaign_examples({}) == 40 and campaign_examples({"DIFFTEST_CAMPAIGN_EXAMPLES": "2_000"}) == 2000
     for bad in ("x", "0", "-4", "1.5"):
@@ -321,7 +322,7 @@ def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys
     (run,) = tmp_path.iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["verdict"] == "void" and summary["histories"] == 0
-    # the program as it runs from here (difftest/build.py): the venv's script when `difftest` is not on PATH
+    # the program as it runs from here (difftest/replay/build.py): the venv's script when `difftest` is not on PATH
     expected = printed_command("run", "--seed", "3", "--seconds", "0.001", "--workers", "1", "--no-database")
     assert f"reproduce: {expected}" in out
     assert out.splitlines()[-1] == "void: 0 histories compared, nothing was tested"  # the verdict, last
@@ -349,7 +350,7 @@ def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
 
 
 def test_the_terminal_folds_the_coverage_table_to_what_is_missing() -> None:
-    from difftest.progress import verdict_line
+    from difftest.campaign.progress import verdict_line
 
     everything = Counter({label: 1 for label in coverage.REQUIRED})
     assert coverage.folded(everything).count("\n") == 0

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import mutants.__main__ as mutants_entry
-from difftest import exits
-from difftest.cli import EXIT_MEANINGS, EXIT_SETUP, MUTANTS_EXITS, build_parser, main, subcommands
+from difftest.base import exits
+from difftest.cli.main import EXIT_MEANINGS, EXIT_SETUP, MUTANTS_EXITS, build_parser, main, subcommands
 
 ROOT = Path(__file__).resolve().parent.parent
 

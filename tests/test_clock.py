@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from difftest.clock import DEFAULT_START_MS, FrozenClock
-from difftest.problems import SetupProblem
-from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.base.problems import SetupProblem
+from difftest.history.format import DEFAULT_START_MS
+from difftest.servers.clock import FrozenClock
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
 from executors.native.adapter import DEFAULT_MODULE
 
 SCRIPT_TIME = b"local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)"
@@ -92,7 +94,7 @@ def test_a_moved_clock_is_read_by_the_very_next_command(group: ServerGroup) -> N
     once a millisecond: the clock library makes it take the monotonic clock that reads it always)."""
     server = group.add("a", module=DEFAULT_MODULE)
     info = server.client.info("server")
-    assert "POSIX" in str(info["monotonic_clock"])  # not the TSC: see difftest/servers/frozen_clock.c
+    assert "POSIX" in str(info["monotonic_clock"])  # not the TSC: see difftest/servers/c/frozen_clock.c
     for ms in range(DEFAULT_START_MS, DEFAULT_START_MS + 2_000):
         group.clock.set(ms)
         assert server.time_ms() == ms

@@ -1,4 +1,4 @@
-"""The command table (difftest/commands.py) against what the module registers and the Lua scripts.
+"""The command table (difftest/spec/commands.py) against what the module registers and the Lua scripts.
 
 The module's key positions must let the server (ACL, cluster routing, COMMAND GETKEYS) find every
 declared key: first key 2, last key 1 + numkeys, step 1; neither `write` nor `denyoom` (the
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import valkey
 
-from difftest.commands import TRANSITIONS, queue_keys
 from difftest.servers.local import EmbeddedServer
+from difftest.spec.commands import TRANSITIONS, queue_keys
 from executors.lua.adapter import load_scripts
 
 LUA_DIR = Path(__file__).resolve().parent.parent / "executors" / "lua"

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import valkey
 
-from difftest import history as hist
-from difftest.cli import main
-from difftest.clock import CLOCK_FILE
-from difftest.problems import SetupProblem
-from difftest.replay import Replayer
+from difftest.base.problems import SetupProblem
+from difftest.cli.main import main
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
 from difftest.servers import compose
+from difftest.servers.clock import CLOCK_FILE
 from difftest.servers.compose import (
     COMPOSE_SERVICE_LABEL,
     DEFAULT_CLOCK_DIR,
@@ -30,7 +30,8 @@ from difftest.servers.compose import (
     settings_from,
 )
 from difftest.servers.docker import docker_client
-from difftest.servers.local import ServerGroup, free_tcp_port
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import free_tcp_port
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import TEST_PROJECT_PREFIX
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES

@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from difftest import errors, observations
-from difftest.calls import Call
-from difftest.contract import ALTERNATIVES, RULES, StepView, Verdict, candidates, lua_number, verdict_of
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, Step
-from difftest.judge import JudgeState, expected_epochs
-from difftest.judge import judge as judge_step
-from difftest.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.resolve import resolve
-from difftest.snapshot import Snapshot
+from difftest.history.format import Advance, BeginClaim, CallStep, EndClaim, Step
+from difftest.history.resolve import resolve
+from difftest.judge.contract import ALTERNATIVES, RULES, StepView, Verdict, candidates, lua_number, verdict_of
+from difftest.judge.verdicts import JudgeState, expected_epochs
+from difftest.judge.verdicts import judge as judge_step
+from difftest.replay import observations
+from difftest.spec import errors
+from difftest.spec.calls import Call
+from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.spec.snapshot import Snapshot
 from tests.helpers import H, S, Z
 
 NOW = 2000

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.cli import EXIT_DIVERGENCE, EXIT_IOERR
+from difftest.cli.main import EXIT_DIVERGENCE, EXIT_IOERR
+from difftest.history import format as hist
 from tests.helpers import planted_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def test_a_write_past_the_disks_end_leaves_the_earlier_file_whole(tmp_path: Path
     child = f"""
 import resource
 from pathlib import Path
-from difftest.files import write_atomically
+from difftest.base.files import write_atomically
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
 write_atomically(Path({str(tmp_path / "small.txt")!r}), "fits\\n")
 try:
@@ -124,7 +124,7 @@ def test_report_on_a_full_disk_is_one_line_and_exit_74_the_earlier_page_kept(tmp
     (tmp_path / "report.html").write_text("<p>the earlier page</p>\n")
     child = f"""
 import resource, sys
-from difftest.cli import main
+from difftest.cli.main import main
 resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.RLIM_INFINITY))  # the page is larger: a full disk
 sys.exit(main(["report", {str(tmp_path)!r}]))
 """
@@ -169,7 +169,7 @@ def test_merge_on_a_full_disk_prints_its_verdict_and_exits_74(tmp_path: Path) ->
     b = write_summary(tmp_path / "b", shard(2, 2, [batch(1), batch(3)]))
     child = f"""
 import resource, sys
-from difftest.cli import main
+from difftest.cli.main import main
 resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.RLIM_INFINITY))  # the reports are larger
 sys.exit(main(["merge", {str(tmp_path / "out")!r}, {str(a)!r}, {str(b)!r}]))
 """

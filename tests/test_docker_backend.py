@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import valkey
 
-from difftest import history as hist
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.problems import SetupProblem
-from difftest.replay import Replayer
+from difftest.base.problems import SetupProblem
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
 from difftest.servers.docker import GROUP_LABEL, OWNER_LABEL, docker_client
+from difftest.servers.group import ServerGroup
 from difftest.servers.images import LABEL, image_tag
-from difftest.servers.local import ServerGroup
 from executors.native.adapter import DEFAULT_MODULE
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
+from difftest.history import format as hist
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "mutants" / "README.md"]
@@ -75,8 +75,8 @@ def test_the_history_formats_example_loads_and_holds_every_op() -> None:
 
 
 def test_the_history_formats_reference_names_every_header_field() -> None:
-    from difftest.artifacts import EXPECT_FIELD
-    from difftest.build import BUILD_FIELD
+    from difftest.replay.artifacts import EXPECT_FIELD
+    from difftest.replay.build import BUILD_FIELD
 
     full = hist.History((), users={"u": ("~*",)}, seed=1, note="n", db=2)
     written = set(hist.header_json(full, {EXPECT_FIELD: {}, BUILD_FIELD: {}}))

@@ -1,4 +1,4 @@
-"""The argument rules' classes (difftest/domains.py): derived from the table and the decisions, each
+"""The argument rules' classes (difftest/spec/domains.py): derived from the table and the decisions, each
 classified back as what it is, held to the host's guards, and each with its one coverage label (pure)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from difftest import domains, errors, guards
-from difftest.calls import Call
-from difftest.commands import TRANSITIONS, ArgKind
-from difftest.coverage import CLASS_LABELS, REQUIRED
+from difftest.replay.labels import CLASS_LABELS, REQUIRED
+from difftest.spec import domains, errors, guards
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, ArgKind
 from strategies.histories import BAD_INTEGERS, QUEUES, Chooser, _malformed
 
 INT_ARGS = [(verb, a) for verb, t in TRANSITIONS.items() for a in t.args if a.kind is ArgKind.INT]

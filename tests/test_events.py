@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from difftest.events import (
+from difftest.history.format import call_step, raw
+from difftest.history.resolve import Resolved, resolve
+from difftest.judge.events import (
     MARKER_CHANNEL,
     Event,
     events_problem,
     expected_native,
     fires,
-    flags_problem,
     parse_message,
 )
-from difftest.history import call_step, raw
-from difftest.resolve import Resolved, resolve
+from difftest.spec.notifications import flags_problem
 
 ROW = b"emq:{q}:job:j1"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from difftest import errors
-from difftest.commands import MAX_DURATION_MS, TRANSITIONS, queue_keys
-from difftest.errors import error_code
-from difftest.guards import GuardError, check_call, parse_integer, queue_of_base
+from difftest.spec import errors
+from difftest.spec.commands import MAX_DURATION_MS, TRANSITIONS, queue_keys
+from difftest.spec.errors import error_code
+from difftest.spec.guards import GuardError, check_call, parse_integer, queue_of_base
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 

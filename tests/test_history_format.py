@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.calls import Call
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, HistoryError, Notify, Restart, raw
+from difftest.history import format as hist
+from difftest.history.format import Advance, BeginClaim, CallStep, EndClaim, History, HistoryError, Notify, Restart, raw
+from difftest.spec.calls import Call
 
 HEADER = '{"format": "difftest-history", "version": 1}'
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest import observations
-from difftest.commands import VERBS
-from difftest.judge import JudgeState, Observation, judge, judge_all
-from difftest.replay import Replayer
-from difftest.replies import ErrorReply
-from difftest.snapshot import Entry
+from difftest.history import format as hist
+from difftest.judge.verdicts import JudgeState, Observation, judge, judge_all
+from difftest.replay import observations
+from difftest.replay.replayer import Replayer
+from difftest.spec.commands import VERBS
+from difftest.spec.replies import ErrorReply
+from difftest.spec.snapshot import Entry
 from executors.native.adapter import DEFAULT_MODULE
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 
@@ -120,9 +120,9 @@ def test_judging_is_a_fold_over_plain_data() -> None:
 
 
 def test_the_judge_imports_no_server_client_or_replay() -> None:
-    code = ("import sys, difftest.judge, difftest.contract, difftest.observations as o; "
+    code = ("import sys, difftest.judge.verdicts, difftest.judge.contract, difftest.replay.observations as o; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('valkey', 'redis', 'docker') "
-            "or m.startswith(('difftest.servers', 'difftest.wire', 'difftest.sides'))))")  # fmt: skip
+            "or m.startswith(('difftest.servers', 'difftest.servers.wire', 'difftest.replay.sides'))))")  # fmt: skip
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
@@ -132,7 +132,7 @@ JUDGING_CODE = ["judge.py", "contract.py", "model.py", "invariants.py", "replay.
 
 @pytest.mark.parametrize("module", JUDGING_CODE)
 def test_no_verb_name_is_quoted_outside_the_spec_table(module: str) -> None:
-    """Per-verb knowledge lives in difftest/commands.py; judging, replay and campaign code reads it
+    """Per-verb knowledge lives in difftest/spec/commands.py; judging, replay and campaign code reads it
     from there (a rule like D2 is then reviewed in one place)."""
     tree = ast.parse((ROOT / "difftest" / module).read_text())
     quoted = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in VERBS]
@@ -159,8 +159,8 @@ def test_an_exemption_the_caller_may_not_write_is_caught() -> None:
     """D7 held to the caller's permissions: where the caller may only read rows, a native that
     exempts the lease anyway (writing its row) is a divergence, though its keyspace is exactly the
     exemption's."""
-    from difftest.commands import Layout
-    from difftest.model import sweep
+    from difftest.spec.commands import Layout
+    from difftest.spec.model import sweep
 
     _, steps, recorded = observations.load(OBSERVED / "d7_exempt_row_read_only.jsonl")
     assert (recorded[-1].kind, recorded[-1].rule) == ("allowed", "D7")

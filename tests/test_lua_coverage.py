@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from difftest import history as hist
-from difftest import lua_coverage
-from difftest.cli import EXIT_OK, EXIT_SETUP, main
-from difftest.replay import Replayer
-from difftest.replies import ErrorReply
-from difftest.scenario import SCENARIO
-from difftest.servers.local import ServerGroup
-from difftest.snapshot import take_snapshot
-from difftest.wire import Wire
+from difftest.cli.main import EXIT_OK, EXIT_SETUP, main
+from difftest.history import format as hist
+from difftest.history.scenario import SCENARIO
+from difftest.instrument import lua as lua_coverage
+from difftest.replay.replayer import Replayer
+from difftest.servers.group import ServerGroup
+from difftest.servers.wire import Wire
+from difftest.spec.replies import ErrorReply
+from difftest.spec.snapshot import take_snapshot
 from executors.lua.adapter import load_scripts
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import Q

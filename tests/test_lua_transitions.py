@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from difftest import errors
-from difftest.calls import Call
-from difftest.commands import MAX_DURATION_MS
-from difftest.history import BeginClaim, EndClaim
-from difftest.replies import ErrorReply, Refused
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import LuaSide
+from difftest.history.format import BeginClaim, EndClaim
+from difftest.replay.sides import LuaSide
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.spec import errors
+from difftest.spec.calls import Call
+from difftest.spec.commands import MAX_DURATION_MS
+from difftest.spec.replies import ErrorReply, Refused
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
 PENDING, ACTIVE, DELAYED, DEAD, DONE = (Q + s for s in ("pending", "active", "delayed", "dead", "done"))

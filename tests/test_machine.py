@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import Phase, settings
 
-from difftest import history as hist
-from difftest.history import Advance, BeginClaim, CallStep, EndClaim, History, Restart
-from difftest.replay import Replayer
+from difftest.history import format as hist
+from difftest.history.format import Advance, BeginClaim, CallStep, EndClaim, History, Restart
+from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import HistoryShape
 from strategies.machine import RULE_ORDER, RULE_WEIGHTS, QueueMachine, machine_settings, run_machine

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.history import REPLICA, CallStep, Restart
-from difftest.replicas import KIND
+from difftest.history import format as hist
+from difftest.history.format import REPLICA, CallStep, Restart
+from difftest.replay.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
 from mutants.run import EXIT_ALL_CAUGHT, run

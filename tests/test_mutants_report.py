@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED, EXIT_VOID
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED, EXIT_VOID
 from mutants import catalogue as cat
 from mutants import report
 from mutants.__main__ import main

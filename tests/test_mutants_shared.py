@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.replay import Replayer
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 from mutants import catalogue as cat
 from mutants.score import caught_by

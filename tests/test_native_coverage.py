@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from difftest import html_report, native_coverage
-from difftest.cli import EXIT_SETUP, main
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
+from difftest.cli.main import EXIT_SETUP, main
+from difftest.instrument import native as native_coverage
+from difftest.report import html as html_report
 
 EXEMPT = """pub fn exempt(lease_epoch: Option<&[u8]>, current: &[u8]) -> bool {
     lease_epoch != Some(current)
@@ -55,7 +56,7 @@ def _planted_crate(into: Path) -> tuple[Path, int]:
 
 
 def _campaign(module: Path, tools: native_coverage.Tools, crate: Path, run: Path, restarts: bool) -> dict[str, Any]:
-    from difftest.campaign import CampaignConfig, run_campaign
+    from difftest.campaign.driver import CampaignConfig, run_campaign
 
     config = CampaignConfig(seed=SEED, module=module, reports=run, examples=EXAMPLES, workers=1, restarts=restarts,
                             database=None, pin=False)  # fmt: skip
@@ -134,7 +135,7 @@ def test_only_embedded_servers(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 def test_merge_sums_the_shards_native_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two shards measured apart, merged: a line is unreached in the merge exactly when neither shard
     reached it, and the merge counts every shard's server profiles."""
-    from difftest.cli import EXIT_OK
+    from difftest.cli.main import EXIT_OK
 
     shards = []
     for index in (1, 2):

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from difftest import history as hist
-from difftest.replay import Replayer
-from difftest.replies import Died, NotSent
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
+from difftest.spec.replies import Died, NotSent
 from mutants import catalogue as cat
 from mutants.workspace import prepare
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from difftest import errors
-from difftest.calls import Call, as_bytes
-from difftest.history import RawWrite
-from difftest.replies import ErrorReply, Reply, Simple
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import NativeSide
-from difftest.snapshot import take_snapshot
+from difftest.history.format import RawWrite
+from difftest.replay.sides import NativeSide
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.spec import errors
+from difftest.spec.calls import Call, as_bytes
+from difftest.spec.replies import ErrorReply, Reply, Simple
+from difftest.spec.snapshot import take_snapshot
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0, Q
 

@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from valkey.exceptions import ResponseError
 
-from difftest import errors
-from difftest.calls import Call
-from difftest.commands import I64_MAX, TRANSITIONS, VERBS, base_key
-from difftest.replies import ErrorReply, Reply
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import NativeSide
-from difftest.wire import as_reply
+from difftest.replay.sides import NativeSide
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.servers.wire import as_reply
+from difftest.spec import errors
+from difftest.spec.calls import Call
+from difftest.spec.commands import I64_MAX, TRANSITIONS, VERBS, base_key
+from difftest.spec.replies import ErrorReply, Reply
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0
 

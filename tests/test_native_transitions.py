@@ -14,13 +14,14 @@ from typing import NamedTuple
 import pytest
 from valkey.exceptions import ResponseError
 
-from difftest import errors
-from difftest.calls import Call
-from difftest.commands import I64_MAX, MAX_DURATION_MS, TRANSITIONS, ArgKind
-from difftest.replies import ErrorReply, Reply
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import NativeSide
-from difftest.snapshot import take_snapshot
+from difftest.replay.sides import NativeSide
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.spec import errors
+from difftest.spec.calls import Call
+from difftest.spec.commands import I64_MAX, MAX_DURATION_MS, TRANSITIONS, ArgKind
+from difftest.spec.replies import ErrorReply, Reply
+from difftest.spec.snapshot import take_snapshot
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
@@ -1416,7 +1417,7 @@ def test_d6_integer_arguments(
 def test_d6_integers_longer_than_20_bytes_are_overflow(busy: Busy, raw: bytes) -> None:
     """docs/contract-decisions.md: of the integer form but outside i64, "however long": EMQ OVERFLOW.
 
-    (difftest/guards.py, the Lua host's refusal, says the same; every integer argument of every
+    (difftest/spec/guards.py, the Lua host's refusal, says the same; every integer argument of every
     verb is checked here, and the mismatches are listed together.)
     """
     native, server = busy

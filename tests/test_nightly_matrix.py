@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from difftest.valkeys import NEWEST
+from difftest.servers.valkeys import NEWEST
 from tests.test_shards import comparable
 from tests.workflow import ROOT, context_for, input_defaults, job_commands, load, matrix_legs, plan_outputs
 
@@ -114,7 +114,7 @@ def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_p
 
 
 def test_a_missing_shard_or_a_divergence_fails_the_summary(tmp_path: Path) -> None:
-    from difftest.nightly import main
+    from difftest.report.nightly import main
 
     summary = tmp_path / "summary.md"
     os.environ["GITHUB_STEP_SUMMARY"] = str(summary)
@@ -135,7 +135,7 @@ def test_a_missing_shard_or_a_divergence_fails_the_summary(tmp_path: Path) -> No
 
 
 def test_the_summary_follows_the_mutation_gate_and_marks_a_subset(tmp_path: Path) -> None:
-    from difftest.nightly import mutants_section
+    from difftest.report.nightly import mutants_section
 
     (tmp_path / "m").mkdir()
     document = {"verdict": "some not caught", "passed": True, "thresholds": {"high": 80, "low": 60, "break": 50},

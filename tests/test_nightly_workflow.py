@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from difftest.cli import build_parser, subcommands
+from difftest.cli.main import build_parser, subcommands
 from tests.workflow import ROOT, WORKFLOW, every_command, input_defaults, job_commands, load, triggers
 
 DIFFTEST = ".venv/bin/difftest"
 # the nightly's own helper (standard library only: the plan job runs it before any set-up)
-NIGHTLY = ("python", "-m", "difftest.nightly")
+NIGHTLY = ("python", "-m", "difftest.report.nightly")
 
 
 @cache
@@ -50,15 +50,17 @@ def check(command: str) -> None:
         assert words[1:] and not unknown, f"{command!r}: no such Makefile target {unknown}"
         return
     if tuple(words[:3]) == NIGHTLY:  # parsed by its own parser, which exits 2 on what it does not accept
-        from difftest.nightly import build_parser as nightly_parser
+        from difftest.report.nightly import build_parser as nightly_parser
 
         try:
             nightly_parser().parse_args(words[3:])
         except SystemExit:
-            raise AssertionError(f"{command!r}: python -m difftest.nightly does not accept these arguments") from None
+            raise AssertionError(
+                f"{command!r}: python -m difftest.report.nightly does not take these arguments"
+            ) from None
         return
     assert words[0] == DIFFTEST, (
-        f"{command!r}: the workflow runs Makefile targets, {DIFFTEST} and python -m difftest.nightly only"
+        f"{command!r}: the workflow runs Makefile targets, {DIFFTEST} and python -m difftest.report.nightly only"
     )
     arguments = words[1:]
     if arguments[:1] == ["mutants"]:  # the runner parses these itself (difftest passes them on)
@@ -111,8 +113,8 @@ def test_the_checker_itself_rejects_what_is_not_real() -> None:
         f"{DIFFTEST} no-such-command",
         f"{DIFFTEST} mutants --no-such-option 1",
         "pytest tests",
-        "python -m difftest.nightly plan --campaign-shards 0 --mutant-shards 1 --valkey 9.1.2",
-        "python -m difftest.nightly plan --campaign-shards 2 --mutant-shards 1 --valkey 7.2.0",
+        "python -m difftest.report.nightly plan --campaign-shards 0 --mutant-shards 1 --valkey 9.1.2",
+        "python -m difftest.report.nightly plan --campaign-shards 2 --mutant-shards 1 --valkey 7.2.0",
         "python -m difftest.other plan",
     ):
         with pytest.raises(AssertionError):
@@ -131,7 +133,7 @@ def test_reports_are_uploaded_always_and_the_mutants_run_after_a_divergence() ->
     assert "cancelled()" in str(document["jobs"]["merge"].get("if", ""))
     merge_steps = document["jobs"]["merge"]["steps"]
     mutants = next(s for s in merge_steps if DIFFTEST + " mutants merge" in str(s.get("run", "")))
-    summary = next(s for s in merge_steps if "difftest.nightly summary" in str(s.get("run", "")))
+    summary = next(s for s in merge_steps if "difftest.report.nightly summary" in str(s.get("run", "")))
     for step in (mutants, summary):  # after a divergence (the campaign merge failed) too
         assert "cancelled()" in str(step.get("if", "")) or "always()" in str(step.get("if", ""))
     # a failing command fails its step: nothing swallows the exit code

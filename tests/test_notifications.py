@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from difftest.events import Event
-from difftest.history import Advance, History, Notify, Restart, Step, call_step
-from difftest.replay import Replayer
-from difftest.resolve import resolve
-from difftest.servers.local import ServerGroup
-from difftest.sides import LuaSide, NativeSide, Side
+from difftest.history.format import Advance, History, Notify, Restart, Step, call_step
+from difftest.history.resolve import resolve
+from difftest.judge.events import Event
+from difftest.replay.replayer import Replayer
+from difftest.replay.sides import LuaSide, NativeSide, Side
+from difftest.servers.group import ServerGroup
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import PRELUDE
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.preflight import campaign_examples
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.cli.preflight import campaign_examples
 from executors.native.adapter import DEFAULT_MODULE
 
 SHARDS = 4

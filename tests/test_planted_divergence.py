@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.artifacts import expected_verdict, save_divergence
-from difftest.cli import EXIT_DIVERGENCE, EXIT_NOT_REPRODUCED, EXIT_SETUP, main
-from difftest.replay import replay_once
+from difftest.cli.main import EXIT_DIVERGENCE, EXIT_NOT_REPRODUCED, EXIT_SETUP, main
+from difftest.history import format as hist
+from difftest.replay.artifacts import expected_verdict, save_divergence
+from difftest.replay.replayer import replay_once
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 

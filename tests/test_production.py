@@ -9,14 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest.artifacts import by_hand
-from difftest.coverage import CONDITION_LABELS, REQUIRED, _queues_with, condition_labels
-from difftest.history import Advance, CallStep, History, RawWrite
-from difftest.replay import Replayer
-from difftest.servers.local import ServerGroup
-from difftest.sides import LuaSide
-from difftest.snapshot import Entry, diff, parse_canonical, qualified, restore_commands, resync_commands, unqualified
+from difftest.history import format as hist
+from difftest.history.format import Advance, CallStep, History, RawWrite
+from difftest.replay.artifacts import by_hand
+from difftest.replay.labels import CONDITION_LABELS, REQUIRED, _queues_with, condition_labels
+from difftest.replay.replayer import Replayer
+from difftest.replay.sides import LuaSide
+from difftest.servers.group import ServerGroup
+from difftest.spec.snapshot import (
+    Entry,
+    diff,
+    parse_canonical,
+    qualified,
+    restore_commands,
+    resync_commands,
+    unqualified,
+)
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import LAYOUT, PRELUDE, _call
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest.campaign import CampaignConfig, Progress, run_campaign
-from difftest.cli import EXIT_OK, main
-from difftest.progress import CampaignProgress
+from difftest.campaign.driver import CampaignConfig, Progress, run_campaign
+from difftest.campaign.progress import CampaignProgress
+from difftest.cli.main import EXIT_OK, main
 from executors.native.adapter import DEFAULT_MODULE
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest import replay
-from difftest.cli import EXIT_OK, EXIT_SETUP, main
-from difftest.resolve import resolve
+from difftest.cli.main import EXIT_OK, EXIT_SETUP, main
+from difftest.history import format as hist
+from difftest.history.resolve import resolve
+from difftest.replay import replayer as replay
 from executors.native.adapter import DEFAULT_MODULE
 
 HEADER = '{"format": "difftest-history", "version": 1}'

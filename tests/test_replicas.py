@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest import html_report
-from difftest.build import command
-from difftest.cli import EXIT_OK, EXIT_SETUP, main
-from difftest.replay import Replayer
-from difftest.replicas import KIND, Replicas, primary_options, propagation_problem
-from difftest.scenario import SCENARIO
-from difftest.servers.local import ServerGroup
-from difftest.snapshot import Entry
+from difftest.cli.main import EXIT_OK, EXIT_SETUP, main
+from difftest.history import format as hist
+from difftest.history.scenario import SCENARIO
+from difftest.replay.build import command
+from difftest.replay.replayer import Replayer
+from difftest.replay.replicas import KIND, Replicas, primary_options, propagation_problem
+from difftest.report import html as html_report
+from difftest.servers.group import ServerGroup
+from difftest.spec.snapshot import Entry
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import Q
 

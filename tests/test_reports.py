@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 
-from difftest import coverage, html_report
-from difftest import history as hist
-from difftest.artifacts import BRIEF_CHARS, BRIEF_KEYS, brief
-from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
-from difftest.contract import RULES, TABLE_ORDER
-from difftest.events import Event
-from difftest.replay import Divergence
-from difftest.snapshot import Entry
+from difftest.cli.main import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
+from difftest.history import format as hist
+from difftest.judge.contract import RULES, TABLE_ORDER
+from difftest.judge.events import Event
+from difftest.replay import labels as coverage
+from difftest.replay.artifacts import BRIEF_CHARS, BRIEF_KEYS, brief
+from difftest.replay.replayer import Divergence
+from difftest.report import html as html_report
+from difftest.spec.snapshot import Entry
 from tests.helpers import planted_scripts
 
 SEED = 424242

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import build
-from difftest.cli import EXIT_DIVERGENCE, EXIT_NOT_REPRODUCED, EXIT_SETUP, main
-from difftest.problems import ScriptDoesNotCompile
+from difftest.base.problems import ScriptDoesNotCompile
+from difftest.cli.main import EXIT_DIVERGENCE, EXIT_NOT_REPRODUCED, EXIT_SETUP, main
+from difftest.replay import build
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import LUA_DIR, planted_scripts
 
@@ -164,7 +164,7 @@ def test_a_lua_mutant_that_does_not_compile_is_unviable(broken: Path, tmp_path: 
     outcome = campaign(DEFAULT_MODULE, broken, tmp_path / "m", Budget(examples=2, timeout_s=60))
     assert outcome.status == UNVIABLE and "does not compile" in outcome.reason
     with pytest.raises(ScriptDoesNotCompile):
-        from difftest.replay import check_scripts
+        from difftest.replay.replayer import check_scripts
 
         check_scripts(broken)
 
@@ -172,8 +172,8 @@ def test_a_lua_mutant_that_does_not_compile_is_unviable(broken: Path, tmp_path: 
 def test_a_chosen_valkey_version_is_recorded_printed_and_replayed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from difftest import history as hist
-    from difftest import valkeys
+    from difftest.history import format as hist
+    from difftest.servers import valkeys
 
     version = valkeys.NEWEST  # installed into the cache on first use, as every --valkey is
     scripts = planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")

@@ -7,12 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from difftest import history as hist
-from difftest.commands import TRANSITIONS
-from difftest.contract import replies_equal
-from difftest.history import CallStep, Exec, History, HistoryError, Multi
-from difftest.replay import Replayer
-from difftest.replies import (
+from difftest.history import format as hist
+from difftest.history.format import CallStep, Exec, History, HistoryError, Multi
+from difftest.judge.contract import replies_equal
+from difftest.replay.replayer import Replayer
+from difftest.replay.sides import LuaSide, NativeSide
+from difftest.servers.local import EmbeddedServer
+from difftest.servers.wire import Wire, _Incomplete, as_reply, parse_reply
+from difftest.spec.commands import TRANSITIONS
+from difftest.spec.replies import (
     Attributed,
     BigNumber,
     BlobError,
@@ -25,9 +28,6 @@ from difftest.replies import (
     Simple,
     Verbatim,
 )
-from difftest.servers.local import EmbeddedServer
-from difftest.sides import LuaSide, NativeSide
-from difftest.wire import Wire, _Incomplete, as_reply, parse_reply
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import PRELUDE, _call
 

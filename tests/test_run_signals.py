@@ -236,7 +236,7 @@ def test_an_interrupt_that_lands_in_a_gc_callback_prints_nothing() -> None:
     (In a process of its own: pytest takes such exceptions over in its own.)"""
     child = """
 import gc, sys
-from difftest.campaign import quiet_swallowed_interrupts
+from difftest.campaign.driver import quiet_swallowed_interrupts
 def interrupted(phase, info):
     if phase == "start":
         raise KeyboardInterrupt
@@ -256,7 +256,7 @@ print("after", file=sys.stderr, flush=True)
 
 
 def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> None:
-    from difftest.campaign import OWNER_FILE, sweep_leftovers
+    from difftest.campaign.driver import OWNER_FILE, sweep_leftovers
 
     gone = _dead_pid()
     mine = os.getpid()
@@ -314,8 +314,8 @@ def test_a_lost_lua_server_stops_the_run_never_repaired(tmp_path: Path) -> None:
 
 def test_a_lua_server_lost_between_histories_is_not_started_again() -> None:
     """The path that used to repair it: the next history's reset started a dead Lua server again."""
-    from difftest import history as hist
-    from difftest.replay import ReferenceLost, Replayer
+    from difftest.history import format as hist
+    from difftest.replay.replayer import ReferenceLost, Replayer
     from executors.native.adapter import DEFAULT_MODULE
 
     history = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0),))

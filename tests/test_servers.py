@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from difftest.problems import SetupProblem
-from difftest.servers.local import EmbeddedServer, ServerGroup
+from difftest.base.problems import SetupProblem
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
 
 
 def test_restart_keeps_keyspace_and_changes_run_id(group: ServerGroup) -> None:
@@ -204,7 +205,7 @@ def test_without_the_zygote_every_start_is_an_exec(monkeypatch: pytest.MonkeyPat
 HARNESS = textwrap.dedent(
     """
     import sys, time
-    from difftest.servers.local import ServerGroup
+    from difftest.servers.group import ServerGroup
     with ServerGroup() as group:
         server = group.add("a")
         print(server.pid, group.root, flush=True)
@@ -293,7 +294,7 @@ def test_a_group_whose_clock_cannot_be_built_leaves_no_directory(
 
 
 def test_the_aof_is_rewritten_before_a_history_that_restarts_and_only_then() -> None:
-    from difftest.replay import (
+    from difftest.replay.replayer import (
         AOF_COMPACT_BEFORE_RESTART_BYTES,
         AOF_COMPACT_BYTES,
         FINISH_REWRITE,
@@ -315,8 +316,8 @@ def test_a_restart_replays_only_its_own_history_once_the_aof_has_grown() -> None
     waited for, at the reset of a history that restarts: the restarted server's AOF holds this
     history's writes only, and they all came back. Below it the rewrite is not waited for, and a
     restart that comes first loads the older files too: the same keyspace."""
-    from difftest import history as hist
-    from difftest.replay import AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES, Replayer
+    from difftest.history import format as hist
+    from difftest.replay.replayer import AOF_COMPACT_BEFORE_RESTART_BYTES, AOF_COMPACT_BYTES, Replayer
     from executors.native.adapter import DEFAULT_MODULE
 
     header = '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from difftest.campaign import CampaignConfig, batch_sizes, shard_batch
-from difftest.cli import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
-from difftest.shards import ShardMismatch, merge, owns, parse_shard
+from difftest.campaign.driver import CampaignConfig, batch_sizes, shard_batch
+from difftest.cli.main import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
+from difftest.report.shards import ShardMismatch, merge, owns, parse_shard
 
 # ---- which batches a shard runs -------------------------------------------------------------------------
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.cli import EXIT_SETUP, main
-from difftest.exampledb import ENVIRONMENT, describe, is_server
-from difftest.servers.local import EmbeddedServer, ServerGroup, free_tcp_port
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.campaign.exampledb import ENVIRONMENT, describe, is_server
+from difftest.cli.main import EXIT_SETUP, main
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer, free_tcp_port
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from difftest import history as hist
-from difftest.history import History, well_paired
-from difftest.shrink import _without, minimise
+from difftest.history import format as hist
+from difftest.history.format import History, well_paired
+from difftest.history.shrink import _without, minimise
 
 HEADER = {"format": "difftest-history", "version": 1, "start_ms": 1000, "users": {}}
 STEPS = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from difftest import history as hist
-from difftest.replay import Replayer
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 
 USERS = '"users": {"called": ["~emq:*"], "idle": ["~x"]}'

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import history as hist
-from difftest.history import Advance, BeginClaim, EndClaim, Restart
+from difftest.history import format as hist
+from difftest.history.format import Advance, BeginClaim, EndClaim, Restart
 from strategies.histories import SEED_VALUES, SEED_WIDTH, HistoryShape, build_history, histories
 from tests.helpers import class_steps
 

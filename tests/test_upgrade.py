@@ -12,11 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from difftest import domains
-from difftest import history as hist
-from difftest.calls import Call
-from difftest.coverage import REQUIRED, labels
-from difftest.history import (
+from difftest.history import format as hist
+from difftest.history.format import (
     SCRIPTS,
     Advance,
     BeginClaim,
@@ -28,10 +25,13 @@ from difftest.history import (
     Restart,
     Step,
 )
-from difftest.judge import JudgeState, judge, judge_all
-from difftest.replay import Replayer, ReplayResult
-from difftest.replies import ErrorReply
-from difftest.upgrades import UPGRADE_LABELS
+from difftest.judge.verdicts import JudgeState, judge, judge_all
+from difftest.replay.labels import REQUIRED, labels
+from difftest.replay.replayer import Replayer, ReplayResult
+from difftest.replay.upgrades import UPGRADE_LABELS
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.spec.replies import ErrorReply
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.histories import USERS
 from strategies.upgrade import lua_era, ran_via_scripts, via_scripts

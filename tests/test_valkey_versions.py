@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from difftest import valkeys
-from difftest.cli import EXIT_OK, EXIT_SETUP, main
-from difftest.replay import Replayer
-from difftest.shards import ShardMismatch, merge
+from difftest.cli.main import EXIT_OK, EXIT_SETUP, main
+from difftest.replay.replayer import Replayer
+from difftest.report.shards import ShardMismatch, merge
+from difftest.servers import valkeys
 from executors.native.adapter import DEFAULT_MODULE
 from tests.test_shards import batch, shard
 

@@ -9,13 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest.problems import SetupProblem
-from difftest.replies import Simple
+from difftest.base.problems import SetupProblem
+from difftest.replay.sides import MODULE_WALK, SCRIPT_WALK, NativeSide
 from difftest.servers import walker
-from difftest.servers.local import EmbeddedServer, ServerGroup
-from difftest.sides import MODULE_WALK, SCRIPT_WALK, NativeSide
-from difftest.snapshot import CANONICAL_WALK_SCRIPT, WalkReader, parse_canonical, unqualified
-from difftest.wire import Wire
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.servers.wire import Wire
+from difftest.spec.replies import Simple
+from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, WalkReader, parse_canonical, unqualified
 from executors.native.adapter import DEFAULT_MODULE
 
 # tiny pools, so that keys collide, fields repeat and every type meets every name

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from valkey.exceptions import ResponseError
 
-from difftest.replies import ErrorReply, NilArray, Simple
-from difftest.wire import _Incomplete, as_reply, parse_reply
+from difftest.servers.wire import _Incomplete, as_reply, parse_reply
+from difftest.spec.replies import ErrorReply, NilArray, Simple
 
 CASES = [
     (b"+OK\r\n", Simple(b"OK")),
@@ -42,7 +42,7 @@ def test_an_error_keeps_its_whole_text() -> None:
 def test_the_packer_packs_as_valkey_py_does() -> None:
     from valkey.connection import Connection
 
-    from difftest.wire import pack_commands
+    from difftest.servers.wire import pack_commands
 
     commands = [(b"SET", "k\u00e9", 7), (b"EVALSHA", b"\x00\xff" * 40, b"0"), (b"DIFFTEST.WALK",), (b"", -12)]
     assert pack_commands(commands) == b"".join(Connection().pack_commands(commands))

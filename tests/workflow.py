@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from difftest.nightly import plan
+from difftest.report.nightly import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

@@ -10,12 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import valkey
-from valkey.connection import AbstractConnection, Connection, UnixDomainSocketConnection
-
-from difftest.wire import WholeErrorParser
+from valkey.connection import AbstractConnection, Connection, DefaultParser, UnixDomainSocketConnection
+from valkey.exceptions import ResponseError
 
 # where a server is reached: the path of its unix socket, or (host, port) over TCP
 Address = Path | str | tuple[str, int]
+
+
+class WholeErrorParser(DefaultParser):  # type: ignore[misc, valid-type]
+    """valkey-py's parser, except that every error reply keeps its full text, code included.
+
+    The stock parser strips known codes (NOPERM, NOSCRIPT, ...) into exception classes; difftest
+    compares error codes, so it needs them verbatim.
+    """
+
+    @classmethod
+    def parse_error(cls, response: str) -> ResponseError:
+        return ResponseError(response)
 
 
 def _options(username: str | None, password: str | None, timeout: float) -> dict[str, Any]:

@@ -13,11 +13,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
 
-CLOCK_SOURCE = Path(__file__).with_name("frozen_clock.c")
-SOURCE = Path(__file__).with_name("fastboot.c")
-INIT_SOURCE = Path(__file__).with_name("init.c")
+CLOCK_SOURCE = Path(__file__).with_name("c") / "frozen_clock.c"
+SOURCE = Path(__file__).with_name("c") / "fastboot.c"
+INIT_SOURCE = Path(__file__).with_name("c") / "init.c"
 
 
 def _cache_dir() -> Path:

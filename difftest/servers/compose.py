@@ -26,10 +26,10 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import CLOCK_BYTES, CLOCK_VARIABLE, FrozenClock
-from difftest.clock import CLOCK_FILE as CLOCK_FILE  # the name in the pair's clock directory
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
 from difftest.servers.clients import Address
+from difftest.servers.clock import CLOCK_BYTES, CLOCK_VARIABLE, FrozenClock
+from difftest.servers.clock import CLOCK_FILE as CLOCK_FILE  # the name in the pair's clock directory
 from difftest.servers.compiled import init_binary
 from difftest.servers.docker import CONTROL_SOCKET, START_TIMEOUT_S, DockerServer, docker_client
 from difftest.servers.images import IMAGE_REPOSITORY, IN_IMAGE, build_image
@@ -177,7 +177,7 @@ def build_images(client: Any, module: Path) -> dict[str, str]:
         raise SetupProblem(f"module {module} does not exist: build it with 'make setup' or pass --module PATH")
     if init_binary() is None:
         raise SetupProblem(
-            "the compose pair's images need the init (difftest/servers/init.c) built with a C compiler: "
+            "the compose pair's images need the init (difftest/servers/c/init.c) built with a C compiler: "
             "install one (apt-get install -y gcc)"
         )
     images = {"lua": build_image(client, None), "native": build_image(client, module)}

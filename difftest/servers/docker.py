@@ -25,9 +25,9 @@ from typing import Any
 
 import valkey
 
-from difftest.clock import FrozenClock, server_clock_env
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
 from difftest.servers.clients import SocketClients
+from difftest.servers.clock import FrozenClock, server_clock_env
 from difftest.servers.compiled import fastboot_library, init_binary
 from difftest.servers.images import IN_IMAGE, LABEL, build_image
 from difftest.servers.local import SERVER_HZ

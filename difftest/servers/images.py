@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from difftest.problems import SetupProblem
-from difftest.servers.binary import checked_binary
+from difftest.base.problems import SetupProblem
 from difftest.servers.compiled import clock_library, fastboot_library, init_binary
+from difftest.servers.valkeys import checked_binary
 from difftest.servers.walker import walker_module
 
 IMAGE_REPOSITORY = "difftest-valkey"
@@ -21,7 +21,7 @@ LABEL = "org.difftest"  # every image, container and volume of the project carri
 IN_IMAGE = {
     "server": "/usr/local/bin/valkey-server",
     "module": "/opt/difftest/libemq_native.so",
-    "walker": "/opt/difftest/libdifftest_walker.so",  # DIFFTEST.WALK, in every image (difftest/walker)
+    "walker": "/opt/difftest/libdifftest_walker.so",  # DIFFTEST.WALK, in every image (difftest/servers/walker-crate)
     "fastboot": "/opt/difftest/fastboot.so",
     "init": "/opt/difftest/init",  # the docker backend's PID 1 (init.c); the compose pair runs without
     "clock": "/opt/difftest/frozen_clock.so",  # docker-compose.yml preloads it by this path

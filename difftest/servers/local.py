@@ -7,24 +7,20 @@ import ctypes
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any
 
 import valkey
 
-from difftest.clock import CLOCK_FILE, FrozenClock
-from difftest.problems import SetupProblem
-from difftest.servers.binary import checked_binary
+from difftest.base.problems import SetupProblem
 from difftest.servers.clients import SocketClients
-from difftest.servers.compiled import clock_library, fastboot_library
+from difftest.servers.clock import FrozenClock
+from difftest.servers.compiled import fastboot_library
+from difftest.servers.valkeys import checked_binary
 from difftest.servers.walker import walker_module
 from difftest.servers.zygote import ForkedServer, Zygote, ZygoteGone
 
@@ -112,7 +108,7 @@ class EmbeddedServer(SocketClients):
                 f"module {module} does not exist: build it with 'make setup' "
                 "(cargo build --release in executors/native) or pass the path of your build"
             )
-        self.walker = walker_module()  # DIFFTEST.WALK, the replay's keyspace walk (difftest/walker)
+        self.walker = walker_module()  # DIFFTEST.WALK, the replay's keyspace walk (difftest/servers/walker-crate)
         self.socket_path = workdir / "valkey.sock"
         self.logfile = workdir / "valkey.log"
         self.stderr_file = workdir / "valkey.stderr"  # what the server writes there, since its last start
@@ -145,7 +141,7 @@ class EmbeddedServer(SocketClients):
         """A port the kernel picked for this server was taken while it was down (by another
         process's pick, or as the local port of an outgoing connection: the ports come from one
         range): such a port is not ours to keep, so the next start picks a new one. Its replica
-        follows, being made again for each start of its primary (difftest/replicas.py)."""
+        follows, being made again for each start of its primary (difftest/replay/replicas.py)."""
         if self.requested_port == 0:
             self.tcp_port = None
 
@@ -409,109 +405,3 @@ class EmbeddedServer(SocketClients):
 
 class _PortTaken(Exception):
     pass
-
-
-class ServerGroup:
-    """Servers sharing one temp root and one frozen clock; removed whole on exit.
-
-    The backend "compose:<project>" attaches to a running compose pair instead: its servers are
-    the pair's containers, its clock the file they read, and nothing of it is removed on exit.
-    """
-
-    def __init__(self, root: Path | None = None, start_ms: int | None = None, backend: str = "local") -> None:
-        from difftest.servers.compose import AttachedPair, attached_project
-
-        project = attached_project(backend)  # "compose:<project>": the running compose pair
-        if backend not in ("local", "docker") and project is None:
-            raise SetupProblem(f"unknown backend {backend!r}: use 'local' or 'docker'")
-        self.backend = backend
-        if backend == "docker":
-            from difftest.servers.docker import docker_client, remove_orphans
-
-            remove_orphans(docker_client())
-        self.pair: AttachedPair | None = None
-        if project is not None:
-            # the pair's clock directory (bind-mounted into both containers) is the group's root
-            self.pair = AttachedPair(project or None)
-            root = self.pair.clock_dir
-        self._owns_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="difftest-", dir=fast_temp_dir())) if root is None else root
-        self.root.mkdir(parents=True, exist_ok=True)
-        kwargs = {} if start_ms is None else {"start_ms": start_ms}
-        try:
-            clock_library()  # built now: without a C compiler, one line before any server
-            self.clock = FrozenClock(self.root / CLOCK_FILE, **kwargs)
-        except BaseException:  # no clock library, say: the directory made above goes with the group
-            if self._owns_root:
-                shutil.rmtree(self.root, ignore_errors=True)
-            raise
-        self.servers: list[Any] = []  # EmbeddedServer, or DockerServer on the docker backend
-
-    def add(
-        self,
-        name: str,
-        module: Path | None = None,
-        module_args: Sequence[str] = (),
-        tcp_port: int | None = None,
-        extra_config: Sequence[str] = (),
-    ) -> Any:
-        """Start a server of this group's backend (an EmbeddedServer or a DockerServer)."""
-        kind: Any = EmbeddedServer
-        if self.backend == "docker":
-            from difftest.servers.docker import DockerServer
-
-            kind = DockerServer
-        if self.pair is not None:
-            server = self.pair.server(name, self.clock, module, module_args, tcp_port, extra_config)
-        else:
-            server = kind(name, self.root / name, self.clock, module, module_args, tcp_port, extra_config)
-        self.servers.append(server)
-        server.start()
-        return server
-
-    def restart_all(self, crash: bool, only: Sequence[Any] | None = None) -> None:
-        """Restart (or crash) every running server (or those of `only`) at once: stops first, then
-        starts in parallel, so a pair costs one server's start-up time, not two."""
-        running = [server for server in self.servers if server.running and (only is None or server in only)]
-        for server in running:
-            server.restart_begin(crash)
-        spawned = [(server, server.restart_spawn()) for server in running]
-        for server, started in spawned:
-            server.restart_await(started)
-
-    def advance(self, ms: int) -> None:
-        """Move the shared clock: every server's next command reads the new millisecond."""
-        self.clock.advance(ms)
-
-    def set_time(self, ms: int) -> None:
-        self.clock.set(ms)
-
-    def confirm_clock(self) -> None:
-        """Check that every running server reads the frozen millisecond now: a server that does not
-        has not loaded the clock library, and no step may run on it. (The replay checks the same in
-        its reset's round trip.)"""
-        expected = self.clock.now_ms
-        for server in self.servers:
-            if server.running and (ms := server.time_ms()) != expected:
-                raise RuntimeError(
-                    f"{server.name} reads {ms} ms, not the frozen {expected} ms: is the clock library preloaded?"
-                )
-
-    def close(self) -> None:
-        for server in self.servers:
-            server.close()
-        if self.pair is not None:
-            self.pair.close()
-        if self._owns_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> ServerGroup:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

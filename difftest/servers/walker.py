@@ -1,4 +1,4 @@
-"""The walker module (difftest/walker, `DIFFTEST.WALK`): where its build lands, and which walk a side sends.
+"""The walker module (servers/walker-crate, `DIFFTEST.WALK`): where its build lands, and which walk a side sends.
 
 Every server the harness starts loads it beside whatever it runs: the replay's keyspace walk after
 every step is then one native command (about a quarter of the Lua walker's cost on the server),
@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
 
-CRATE_DIR = Path(__file__).resolve().parents[1] / "walker"
-# built into the native executor's target directory (difftest/walker/.cargo/config.toml)
-WALKER_MODULE = CRATE_DIR.parents[1] / "executors" / "native" / "target" / "release" / "libdifftest_walker.so"
+CRATE_DIR = Path(__file__).resolve().with_name("walker-crate")
+# built into the native executor's target directory (difftest/servers/walker-crate/.cargo/config.toml)
+WALKER_MODULE = CRATE_DIR.parents[2] / "executors" / "native" / "target" / "release" / "libdifftest_walker.so"
 WALK_COMMAND = b"DIFFTEST.WALK"
 CHOICE_VARIABLE = "DIFFTEST_WALKER"
 

@@ -1,7 +1,7 @@
 """The Lua executor's host logic: EchoMQ.Jobs ported, guards and the `paused?` read around EVALSHA.
 
 Pure: what the host does with a call (`host_plan`) and how it reads the `paused?` answer. The one
-host that sends it all is `difftest.sides.LuaSide`, for the replay and the tests alike.
+host that sends it all is `difftest.replay.sides.LuaSide`, for the replay and the tests alike.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from difftest.calls import Call
-from difftest.commands import TRANSITIONS, Layout
-from difftest.guards import GuardError, check_call
-from difftest.problems import SetupProblem
-from difftest.replies import Refused, Reply
+from difftest.base.problems import SetupProblem
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, Layout
+from difftest.spec.guards import GuardError, check_call
+from difftest.spec.replies import Refused, Reply
 
 
 def script_directory(directory: Path | None = None) -> Path:

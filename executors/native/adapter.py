@@ -1,5 +1,5 @@
 """Where the native executor's module is built. Its one host, which sends each call as one
-EMQ.<VERB> command and takes the reply as it comes, is `difftest.sides.NativeSide`."""
+EMQ.<VERB> command and takes the reply as it comes, is `difftest.replay.sides.NativeSide`."""
 
 from __future__ import annotations
 

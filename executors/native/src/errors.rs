@@ -1,4 +1,4 @@
-//! The module's error replies, word for word the texts of difftest/errors.py (one place each side).
+//! The module's error replies, word for word the texts of difftest/spec/errors.py (one place each side).
 
 use valkey_module::ValkeyError;
 

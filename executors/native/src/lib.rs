@@ -61,7 +61,7 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
 // limit" and "A read-only replica as a call target"). may-replicate keeps what a write flag gives
 // that matters here: CLIENT PAUSE WRITE holds the commands back.
 // Key positions: first key 2, last 1 + numkeys, step 1 (numkeys is fixed per command, and each
-// handler still checks it). Table: difftest/commands.py.
+// handler still checks it). Table: difftest/spec/commands.py.
 valkey_module! {
     name: "emq",
     version: 1,

@@ -1,0 +1,677 @@
+"""Histories as data: a versioned JSON Lines format (a header line, then one step per line).
+
+Bytes travel as JSON strings when they are UTF-8 without NUL, else as {"hex": "..."}, so ids,
+payloads and errors can be any bytes. Loading a malformed file raises HistoryError naming the file,
+the line and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from difftest.spec.calls import Call, as_bytes
+from difftest.spec.commands import TRANSITIONS, queue_keys
+from difftest.spec.guards import queue_of_base
+from difftest.spec.notifications import flags_problem
+
+# 2026-01-01T00:00:00Z: a fixed origin so that every run's scores are reproducible.
+DEFAULT_START_MS = 1_767_225_600_000
+# 9999-12-31T23:59:59.999Z: the last moment a history's clock may show, [0, MAX_MS] (the bound of
+# the history format since its first version: the clock library would go further, the files not)
+MAX_MS = 253_402_300_799_999
+
+
+FORMAT = "difftest-history"
+VERSION = 1
+# The longest history a replay takes, and the largest file it reads. Every step's keyspaces are
+# walked and compared whole, so a history whose keyspace grows with its length costs time (and
+# memory: every step's snapshot is kept) in the square of its length: 2,000 ENQUEUEs replay in 10 s
+# on a quiet 2-core machine, 48 s on one loaded 8 times over (bench/bench_long_history.py;
+# docs/design-notes.md, "How long a history may be"). Generated histories have at most a few hundred.
+MAX_STEPS = 2_000
+MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
+DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
+
+# Raw steps corrupt the keyspace; these commands would instead stop, block, re-point or reconfigure
+# the server or the harness's own connection, and a replay would end in a lost connection or a
+# hang rather than a verdict. Restarts and crashes have their own steps. (FLUSHALL and the like
+# stay allowed: they only write data.)
+REFUSED_RAW: dict[str, str] = {
+    "SHUTDOWN": "stops the server (use a 'restart' or 'crash' step)",
+    "DEBUG": "can crash, pause or reload the server (use a 'crash' step)",
+    "MONITOR": "turns the connection into a feed of every command",
+    "SUBSCRIBE": "turns the connection into a subscriber",
+    "PSUBSCRIBE": "turns the connection into a subscriber",
+    "SSUBSCRIBE": "turns the connection into a subscriber",
+    "REPLICAOF": "makes the server a replica of another",
+    "SLAVEOF": "makes the server a replica of another",
+    "FAILOVER": "hands the server's role to a replica",
+    "SYNC": "turns the connection into a replication stream",
+    "PSYNC": "turns the connection into a replication stream",
+    "MODULE": "loads or unloads modules (the native side's executor is one)",
+    "QUIT": "closes the harness's connection",
+    "RESET": "resets the harness's connection",
+    "HELLO": "changes the protocol or identity of the harness's connection",
+    "AUTH": "changes the identity of the harness's connection",
+    "SELECT": "moves the harness's connection off the history's database (choose it with the header's 'db')",
+    "MULTI": "would queue the harness's own commands in a transaction (use 'multi' and 'exec' steps)",
+    "EXEC": "ends a transaction (use 'multi' and 'exec' steps)",
+    "DISCARD": "ends a transaction (use 'multi' and 'exec' steps)",
+    "BLPOP": "blocks the connection",
+    "BRPOP": "blocks the connection",
+    "BRPOPLPUSH": "blocks the connection",
+    "BLMOVE": "blocks the connection",
+    "BLMPOP": "blocks the connection",
+    "BZPOPMIN": "blocks the connection",
+    "BZPOPMAX": "blocks the connection",
+    "BZMPOP": "blocks the connection",
+    "WAIT": "blocks the connection",
+    "WAITAOF": "blocks the connection",
+}
+# commands refused only with these subcommands (the rest of the family only reads)
+REFUSED_RAW_SUBCOMMANDS: dict[str, dict[str, str]] = {
+    "CLIENT": {sub: "kills, pauses or silences connections" for sub in ("KILL", "PAUSE", "REPLY", "UNPAUSE")},
+    "CONFIG": {sub: "reconfigures the server" for sub in ("SET", "REWRITE", "RESETSTAT")},
+    "ACL": {sub: "changes the users the history's calls run as (declare them in the header)"
+            for sub in ("SETUSER", "DELUSER", "LOAD", "SAVE")},
+}  # fmt: skip
+
+
+class HistoryError(ValueError):
+    """A malformed history: one line saying where, what was given, and what is expected."""
+
+
+# A step's `executor`: None, the server's own executor (the scripts on the Lua server, the module on
+# the native one); SCRIPTS, the Lua scripts on both servers (through the host adapter): a worker that
+# still calls the scripts on the native server during an upgrade (docs/contract-decisions.md, "Upgrades").
+SCRIPTS = "lua"
+EXECUTORS = (SCRIPTS,)
+# A step's `resp`: the protocol its worker's connection speaks (RESP2 unless 3: HELLO 3)
+PROTOCOLS = (2, 3)
+# A call's `target`: None, the server itself; REPLICA, each server's read-only replica (a worker
+# pointed at a replica: docs/contract-decisions.md, "A read-only replica as a call target")
+REPLICA = "replica"
+TARGETS = (REPLICA,)
+
+
+@dataclass(frozen=True)
+class CallStep:
+    """One transition call, sent whole (the Lua CLAIM's two round trips back to back)."""
+
+    call: Call
+    user: str | None = None
+    worker: str | None = None
+    executor: str | None = None  # SCRIPTS: the native server runs the scripts for it too
+    protocol: int = 2  # 3: the worker's connection speaks RESP3 (replies compared with their RESP3 types)
+    target: str | None = None  # REPLICA: sent to each server's read-only replica, as the admin
+
+
+@dataclass(frozen=True)
+class BeginClaim:
+    """The first round trip of a split Lua CLAIM (its `paused?` read); the native does nothing yet
+    (unless `executor` is SCRIPTS: then it plays the Lua host too, and its end runs the script)."""
+
+    worker: str
+    call: Call
+    user: str | None = None
+    executor: str | None = None
+    protocol: int = 2
+
+
+@dataclass(frozen=True)
+class EndClaim:
+    """The rest of a split CLAIM: the Lua script if the read said not paused; the native command."""
+
+    worker: str
+
+
+@dataclass(frozen=True)
+class Advance:
+    ms: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Both servers stop and start again on their data: gracefully, or by SIGKILL (crash)."""
+
+    crash: bool = False
+
+
+@dataclass(frozen=True)
+class Notify:
+    """Keyspace notifications switched on both servers (`notify-keyspace-events`, the flags as
+    Valkey takes them; empty: off): from here each step's events are compared
+    (docs/contract-decisions.md, "Keyspace notifications")."""
+
+    flags: str
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """The memory limit set on both servers (`maxmemory 1` with `maxmemory-policy noeviction`: any
+    keyspace is over it) or lifted (`maxmemory 0`); the harness's own writes never meet it
+    (docs/contract-decisions.md, "The memory limit")."""
+
+    limit: bool
+
+
+@dataclass(frozen=True)
+class RawWrite:
+    """A plain command sent to both servers as the admin: how histories corrupt the keyspace."""
+
+    command: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Multi:
+    """MULTI: the calls up to the next `Exec` are sent inside one transaction on both servers (as
+    the admin, RESP2; no CLAIM, whose Lua host reads before it sends), each compared as an element
+    of EXEC's reply, with a keyspace walk queued after each in the transaction. A history may end
+    inside one (an artifact cut at its failing step): it runs as if closed there."""
+
+
+@dataclass(frozen=True)
+class Exec:
+    """EXEC: the transaction the last `Multi` opened runs."""
+
+
+Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify | Multi | Exec | MemoryLimit
+
+
+@dataclass(frozen=True)
+class History:
+    steps: tuple[Step, ...]
+    start_ms: int = DEFAULT_START_MS
+    users: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> ACL key rules
+    seed: int | None = None
+    note: str = ""
+    db: int = 0  # the database every step runs in, on both servers (the harness's connections too)
+
+
+# -- bytes in JSON -------------------------------------------------------------------------------
+
+
+def encode_bytes(value: bytes) -> str | dict[str, str]:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": value.hex()}
+    return {"hex": value.hex()} if "\x00" in text else text
+
+
+def _decode_bytes(value: Any, where: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bool):
+        raise HistoryError(f'{where}: expected a string, an integer or {{"hex": ...}}, got {value!r}')
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, dict) and set(value) == {"hex"} and isinstance(value["hex"], str):
+        try:
+            return bytes.fromhex(value["hex"])
+        except ValueError:
+            raise HistoryError(f"{where}: {value['hex']!r} is not hexadecimal") from None
+    raise HistoryError(f'{where}: expected a string, an integer or {{"hex": ...}}, got {value!r}')
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def _call_fields(call: Call) -> dict[str, Any]:
+    transition = TRANSITIONS[call.verb]
+    numkeys = transition.numkeys
+    if call.numkeys == str(numkeys).encode() and len(call.rest) >= numkeys:
+        keys = list(call.rest[:numkeys])
+        base = keys[transition.keys.index("")] if "" in transition.keys else keys[0][: -len(b"meta")]
+        queue = queue_of_base(base)
+        if queue is not None and queue_keys(transition, queue) == keys:
+            return {
+                "verb": call.verb,
+                "queue": encode_bytes(queue),
+                "args": [encode_bytes(a) for a in call.rest[numkeys:]],
+            }
+    return {
+        "verb": call.verb,
+        "numkeys": encode_bytes(call.numkeys),
+        "rest": [encode_bytes(a) for a in call.rest],
+    }
+
+
+def step_to_json(step: Step) -> dict[str, Any]:
+    if isinstance(step, CallStep):
+        out: dict[str, Any] = {"op": "call", **_call_fields(step.call)}
+        if step.user is not None:
+            out["user"] = step.user
+        if step.worker is not None:
+            out["worker"] = step.worker
+        if step.executor is not None:
+            out["executor"] = step.executor
+        if step.protocol != 2:
+            out["resp"] = step.protocol
+        if step.target is not None:
+            out["target"] = step.target
+        return out
+    if isinstance(step, BeginClaim):
+        out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
+        if step.user is not None:
+            out["user"] = step.user
+        if step.executor is not None:
+            out["executor"] = step.executor
+        if step.protocol != 2:
+            out["resp"] = step.protocol
+        return out
+    if isinstance(step, Multi):
+        return {"op": "multi"}
+    if isinstance(step, Exec):
+        return {"op": "exec"}
+    if isinstance(step, EndClaim):
+        return {"op": "end", "worker": step.worker}
+    if isinstance(step, Advance):
+        return {"op": "advance", "ms": step.ms}
+    if isinstance(step, Restart):
+        return {"op": "crash" if step.crash else "restart"}
+    if isinstance(step, Notify):
+        return {"op": "notify", "flags": step.flags}
+    if isinstance(step, MemoryLimit):
+        return {"op": "memory", "limit": step.limit}
+    return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
+
+
+def only_users_called(history: History) -> History:
+    """The history with only the users its steps call as: a generated history declares one user
+    per permission class, and an artifact should say only what its steps need."""
+    called = {step.user for step in history.steps if isinstance(step, CallStep | BeginClaim) and step.user}
+    return replace(history, users={name: rules for name, rules in history.users.items() if name in called})
+
+
+def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "start_ms": history.start_ms}
+    if history.db:
+        header["db"] = history.db
+    if history.users:
+        header["users"] = {name: list(rules) for name, rules in history.users.items()}
+    if history.seed is not None:
+        header["seed"] = history.seed
+    if history.note:
+        header["note"] = history.note
+    header.update(extra or {})
+    return header
+
+
+def dumps(history: History, extra_header: dict[str, Any] | None = None) -> str:
+    lines = [json.dumps(header_json(history, extra_header), ensure_ascii=False)]
+    lines += [json.dumps(step_to_json(step), ensure_ascii=False) for step in history.steps]
+    return "\n".join(lines) + "\n"
+
+
+def save(history: History, path: Path, extra_header: dict[str, Any] | None = None) -> None:
+    from difftest.base.files import write_atomically
+
+    write_atomically(path, dumps(history, extra_header))
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _require(obj: dict[str, Any], key: str, where: str) -> Any:
+    if key not in obj:
+        raise HistoryError(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = _require(obj, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HistoryError(f"{where} field {key!r}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True) -> str | None:
+    if key not in obj and not required:
+        return None
+    value = _require(obj, key, where)
+    if not isinstance(value, str) or not value:
+        raise HistoryError(f"{where} field {key!r}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _executor_field(obj: dict[str, Any], where: str) -> str | None:
+    if "executor" not in obj:
+        return None
+    value = obj["executor"]
+    if value not in EXECUTORS:
+        raise HistoryError(f"{where} field 'executor': expected {' or '.join(map(repr, EXECUTORS))} (the Lua scripts "
+                           f"run this call on the native server too), got {value!r}; leave it out for each "
+                           "server's own executor")  # fmt: skip
+    return str(value)
+
+
+def _protocol_field(obj: dict[str, Any], where: str) -> int:
+    if "resp" not in obj:
+        return 2
+    value = obj["resp"]
+    if value not in PROTOCOLS or isinstance(value, bool):
+        raise HistoryError(f"{where} field 'resp': expected 2 or 3 (the protocol the worker's connection speaks: "
+                           f"3 says HELLO 3 first), got {value!r}")  # fmt: skip
+    return int(value)
+
+
+def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
+    """A call's `target`: only "replica", on a plain call as the admin (its replica is reached over
+    the admin's own connection, as a worker pointed at the wrong node would be)."""
+    if "target" not in obj:
+        return None
+    value = obj["target"]
+    if value not in TARGETS:
+        raise HistoryError(f"{where} field 'target': expected {' or '.join(map(repr, TARGETS))} (the call goes "
+                           f"to each server's read-only replica), got {value!r}; else leave it out")  # fmt: skip
+    if op != "call":
+        raise HistoryError(f"{where} field 'target': only a 'call' goes to a replica, not a {op!r}")
+    others = [name for name in ("user", "worker", "executor", "resp") if name in obj]
+    if others:
+        raise HistoryError(f"{where} field 'target': a call to a replica runs as the admin, on RESP2, through each "
+                           f"server's own executor: drop its {', '.join(repr(o) for o in others)}")  # fmt: skip
+    return str(value)
+
+
+def _queue_field(value: Any, where: str) -> bytes:
+    """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
+    `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise HistoryError(f'{where}: a queue name is a string or {{"hex": ...}}, got the number {value!r}; '
+                           f'write "{value}" if the queue is named so')  # fmt: skip
+    return _decode_bytes(value, where)
+
+
+def _refusal(command: Sequence[bytes]) -> str | None:
+    """Why a raw command may not run in a history, or None when it may."""
+    name = command[0].decode("utf-8", "replace").upper()
+    if name in REFUSED_RAW:
+        return f"{name} {REFUSED_RAW[name]}"
+    sub = command[1].decode("utf-8", "replace").upper() if len(command) > 1 else ""
+    why = REFUSED_RAW_SUBCOMMANDS.get(name, {}).get(sub)
+    if why is not None:
+        return f"{name} {sub} {why}"
+    if name in ("XREAD", "XREADGROUP") and any(part.upper() == b"BLOCK" for part in command[1:]):
+        return f"{name} BLOCK blocks the connection"
+    return None
+
+
+def _parse_call(obj: dict[str, Any], where: str) -> Call:
+    verb = _require(obj, "verb", where)
+    if verb not in TRANSITIONS:
+        raise HistoryError(f"{where} field 'verb': {verb!r} is not a transition (one of {', '.join(TRANSITIONS)})")
+    if "queue" in obj:
+        args = obj.get("args", [])
+        if not isinstance(args, list):
+            raise HistoryError(f"{where} field 'args': expected a list, got {args!r}")
+        queue = _queue_field(obj["queue"], f"{where} field 'queue'")
+        decoded = [_decode_bytes(a, f"{where} field 'args'[{i}]") for i, a in enumerate(args)]
+        return Call.of(verb, queue, *decoded)
+    if "rest" in obj:
+        rest = obj["rest"]
+        if not isinstance(rest, list):
+            raise HistoryError(f"{where} field 'rest': expected a list, got {rest!r}")
+        numkeys = _decode_bytes(_require(obj, "numkeys", where), f"{where} field 'numkeys'")
+        parts = tuple(_decode_bytes(a, f"{where} field 'rest'[{i}]") for i, a in enumerate(rest))
+        return Call(verb, numkeys, parts)
+    raise HistoryError(f"{where}: a call needs 'queue' and 'args', or 'numkeys' and 'rest'")
+
+
+def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step:
+    if not isinstance(obj, dict):
+        raise HistoryError(f"{where}: expected a JSON object, got {obj!r}")
+    op = _require(obj, "op", where)
+    user = _name_field(obj, "user", where, required=False)
+    if user is not None and user not in users:
+        raise HistoryError(f"{where} field 'user': {user!r} is not declared in the header's 'users'")
+    executor = _executor_field(obj, where)
+    if executor is not None and op not in ("call", "begin"):
+        raise HistoryError(f"{where} field 'executor': only a 'call' or a 'begin' names its executor "
+                           "(an 'end' runs where its 'begin' did)")  # fmt: skip
+    protocol = _protocol_field(obj, where)
+    if protocol != 2 and op not in ("call", "begin"):
+        raise HistoryError(f"{where} field 'resp': only a 'call' or a 'begin' names its protocol "
+                           "(an 'end' runs on its 'begin's connection)")  # fmt: skip
+    target = _target_field(obj, op, where)
+    if op == "call":
+        worker = _name_field(obj, "worker", where, required=False)
+        return CallStep(_parse_call(obj, where), user, worker, executor, protocol, target)
+    if op == "begin":
+        call = _parse_call(obj, where)
+        if not TRANSITIONS[call.verb].splittable:
+            raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
+        return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor, protocol)
+    if op == "multi":
+        return Multi()
+    if op == "exec":
+        return Exec()
+    if op == "end":
+        return EndClaim(str(_name_field(obj, "worker", where)))
+    if op == "advance":
+        return Advance(_int_field(obj, "ms", where))
+    if op in ("restart", "crash"):
+        return Restart(crash=op == "crash")
+    if op == "memory":
+        limit = _require(obj, "limit", where)
+        if not isinstance(limit, bool):
+            raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
+                               f"or false (lifted), got {limit!r}")  # fmt: skip
+        return MemoryLimit(limit)
+    if op == "notify":
+        flags = _require(obj, "flags", where)
+        if not isinstance(flags, str):
+            raise HistoryError(f"{where} field 'flags': expected a string of notify-keyspace-events flags "
+                               f'("KEA": every event on both channels; "": off), got {flags!r}')  # fmt: skip
+        problem = flags_problem(flags)
+        if problem is not None:
+            raise HistoryError(f"{where} field 'flags': {problem}")
+        return Notify(flags)
+    if op == "raw":
+        command = _require(obj, "command", where)
+        if not isinstance(command, list) or not command:
+            raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
+        parts = tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command))
+        refused = _refusal(parts)
+        if refused is not None:
+            raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
+                               "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
+        return RawWrite(parts)
+    raise HistoryError(f"{where} field 'op': {op!r} is not a step "
+                       "(call, begin, end, advance, restart, crash, raw, notify, multi, exec, memory)")  # fmt: skip
+
+
+def pairing_problems(
+    steps: Sequence[Step], where: Callable[[int], str] = "step {}".format
+) -> Iterator[tuple[int, str]]:
+    """The one pairing rule for split claims, used by the loader, the shrinker and the replay: where
+    they do not pair up, as (step index, what is wrong): a begin while the worker's claim is open, an
+    end with no open begin, a restart while a claim is open. A claim still open at the end is
+    allowed: its second round trip never happens (a worker that died, or an artifact cut at its
+    failing step). `where` names a step in the messages."""
+    open_claims: dict[str, int] = {}
+    multi: int | None = None  # the open transaction's MULTI
+    for index, step in enumerate(steps):
+        if multi is not None:
+            problem = _in_transaction(step)
+            if isinstance(step, Exec):
+                multi = None
+            elif problem is not None:
+                yield index, f"{problem} inside the transaction {where(multi)} opened: close it with 'exec' first"
+            continue
+        if isinstance(step, Multi):
+            multi = index
+        elif isinstance(step, Exec):
+            yield index, "'exec' with no open 'multi'"
+        elif isinstance(step, BeginClaim):
+            if step.worker in open_claims:
+                yield index, (f"worker {step.worker!r} begins a CLAIM while its CLAIM from "
+                              f"{where(open_claims[step.worker])} is open: add its 'end' first")  # fmt: skip
+            open_claims[step.worker] = index
+        elif isinstance(step, EndClaim):
+            if open_claims.pop(step.worker, None) is None:
+                yield index, f"'end' for worker {step.worker!r}, which has no open 'begin'"
+        elif isinstance(step, Restart) and open_claims:
+            worker, begun = next(iter(open_claims.items()))
+            yield index, (f"a restart while worker {worker!r}'s CLAIM from {where(begun)} is open: end it first "
+                          "(a restart drops every connection)")  # fmt: skip
+
+
+def _in_transaction(step: Step) -> str | None:
+    """Why a step may not stand inside MULTI/EXEC, or None (an 'exec' closes it)."""
+    if isinstance(step, Exec):
+        return None
+    if not isinstance(step, CallStep):
+        return f"the step {step_to_json(step)['op']!r}"
+    if TRANSITIONS[step.call.verb].reads_meta:
+        return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
+    if step.user is not None or step.protocol != 2 or step.worker is not None:
+        return "a call with a 'user', 'worker' or 'resp' (a transaction runs as the admin, on RESP2)"
+    if step.target is not None:
+        return "a call to a replica (a transaction runs on the server itself)"
+    return None
+
+
+def well_paired(steps: Sequence[Step]) -> bool:
+    return next(pairing_problems(steps), None) is None
+
+
+def _check_workers(steps: list[tuple[int, Step]], name: str) -> None:
+    for index, problem in pairing_problems([step for _, step in steps], lambda i: f"line {steps[i][0]}"):
+        raise HistoryError(f"{name}:{steps[index][0]}: {problem}")
+
+
+def _check_clock(steps: Sequence[tuple[int, Step]], start_ms: int, name: str) -> None:
+    """The clock a history moves must stay showable: refused at load, not as a traceback mid-replay."""
+    now = start_ms
+    for line, step in steps:
+        if isinstance(step, Advance):
+            now += step.ms
+            if now > MAX_MS:
+                raise HistoryError(f"{name}:{line} field 'ms': advancing by {step.ms} takes the clock to {now} ms, "
+                                   f"past the last moment the frozen clock can show ({MAX_MS} ms, "
+                                   "9999-12-31T23:59:59.999Z); advance by less")  # fmt: skip
+
+
+def loads(text: str, name: str = "<history>") -> History:
+    lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+    if not lines:
+        raise HistoryError(f'{name}: empty file; a history starts with a header line {{"format": "{FORMAT}", ...}}')
+
+    def parse_json(line_no: int, line: str) -> Any:
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"{name}:{line_no}: not JSON ({exc.msg} at column {exc.colno})") from None
+
+    header_line, header_text = lines[0]
+    header = parse_json(header_line, header_text)
+    where = f"{name}:{header_line}"
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise HistoryError(f'{where}: the first line must be a header with "format": "{FORMAT}"')
+    version = header.get("version")
+    if version != VERSION:
+        raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")
+    start_ms = _int_field(header, "start_ms", where) if "start_ms" in header else DEFAULT_START_MS
+    if start_ms > MAX_MS:
+        raise HistoryError(f"{where} field 'start_ms': {start_ms} is past the last moment the frozen clock can show "
+                           f"({MAX_MS} ms, 9999-12-31T23:59:59.999Z); use a smaller start")  # fmt: skip
+    users_raw = header.get("users", {})
+    if not isinstance(users_raw, dict):
+        raise HistoryError(f"{where} field 'users': expected an object of name -> list of ACL rules")
+    users: dict[str, tuple[str, ...]] = {}
+    for user_name, rules in users_raw.items():
+        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+            raise HistoryError(f"{where} field 'users'.{user_name}: expected a list of ACL rule strings")
+        if user_name == "default":
+            raise HistoryError(f"{where} field 'users': 'default' is the admin; name the user otherwise")
+        users[user_name] = tuple(rules)
+    seed = header.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise HistoryError(f"{where} field 'seed': expected an integer, got {seed!r}")
+    if len(lines) - 1 > MAX_STEPS:
+        raise HistoryError(f"{name}: {len(lines) - 1:,} steps, past the {MAX_STEPS:,} a replay takes (every step's "
+                           "keyspaces are walked and compared whole, so the time grows with steps times keys; "
+                           "docs/design-notes.md, \"How long a history may be\"): split the history")  # fmt: skip
+    db = header.get("db", 0)
+    if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < DATABASES:
+        raise HistoryError(f"{where} field 'db': expected a database number from 0 to {DATABASES - 1} "
+                           f"(the servers' 'databases' is {DATABASES}), got {db!r}")  # fmt: skip
+    parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
+    _check_workers(parsed, name)
+    _check_clock(parsed, start_ms, name)
+    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")), db)
+
+
+def _kind_of(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bounded(path: Path, what: str = "a history (.jsonl) or an artifact's directory",
+                 limit: int = MAX_FILE_BYTES) -> bytes:  # fmt: skip
+    """A regular file's bytes, at most `limit` of them; anything else (a FIFO, a device, a socket, a
+    symlink loop, a file past the limit) is one line, before a read that could hang or never end."""
+    try:
+        mode = path.stat().st_mode  # follows symlinks: a loop is ELOOP here, not an internal error
+    except FileNotFoundError:
+        raise HistoryError(f"{path}: no such file") from None
+    except OSError as problem:
+        raise HistoryError(f"{path}: cannot be read ({problem.strerror}); pass {what}") from None
+    if not stat.S_ISREG(mode):
+        raise HistoryError(f"{path}: {_kind_of(mode)}, not a regular file; pass {what}")
+    try:
+        # O_NONBLOCK: should a FIFO take the file's place since the stat, opening it does not wait
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(handle, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise HistoryError(f"{path}: not a regular file; pass {what}")
+            data = stream.read(limit + 1)  # never more than the bound, whatever the file grows to
+    except OSError as problem:
+        raise HistoryError(f"{path}: cannot be read ({problem.strerror}); pass {what}") from None
+    if len(data) > limit:
+        raise HistoryError(f"{path}: larger than {limit // 2**20} MiB, the most a history may be "
+                           f"(at most {MAX_STEPS:,} steps); split it")  # fmt: skip
+    return data
+
+
+def load(path: Path) -> History:
+    return load_with_header(path)[0]
+
+
+def load_with_header(path: Path) -> tuple[History, dict[str, Any]]:
+    """The history in a file, and its header line as written (an artifact's records what it expects)."""
+    data = read_bounded(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HistoryError(f"{path}: not UTF-8 text; a history is JSON Lines") from None
+    history = loads(text, str(path))  # a malformed header is one line from here
+    header = json.loads(next(line for line in text.splitlines() if line.strip()))
+    return history, header
+
+
+def iter_calls(history: History) -> Iterator[Call]:
+    for step in history.steps:
+        if isinstance(step, CallStep | BeginClaim):
+            yield step.call
+
+
+def call_step(
+    verb: str, queue: str | bytes, *args: bytes | str | int, user: str | None = None, executor: str | None = None
+) -> CallStep:
+    return CallStep(Call.of(verb, queue, *args), user, executor=executor)
+
+
+def raw(*parts: bytes | str | int) -> RawWrite:
+    return RawWrite(tuple(as_bytes(p) for p in parts))

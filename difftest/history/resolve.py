@@ -1,0 +1,135 @@
+"""A history resolved once: every step with the call it sends, its user, its guards' verdict, and
+for a split CLAIM's end the begin it closes. One pairing rule for workers, used by the loader, the
+shrinker and the replay alike."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from difftest.history.format import (
+    SCRIPTS,
+    Advance,
+    BeginClaim,
+    CallStep,
+    EndClaim,
+    Exec,
+    MemoryLimit,
+    Multi,
+    Notify,
+    RawWrite,
+    Restart,
+    Step,
+)
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, Layout, Transition
+from difftest.spec.guards import GuardError, check_call
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A call the argument rules accept: its queue's layout and its parsed arguments."""
+
+    layout: Layout
+    args: tuple[int | bytes, ...]
+
+    @property
+    def job(self) -> bytes:
+        """The id argument (only for verbs whose first argument is an id)."""
+        job = self.args[0]
+        assert isinstance(job, bytes)
+        return job
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One step of a history, resolved against the steps before it.
+
+    What the step is (a begin, a raw write, ...) and its transition are worked out once, when it is
+    made: the judge asks them dozens of times a step, and as properties each was a call. They are
+    not fields for equality, hashing or repr, and `replace` works them out again."""
+
+    index: int
+    step: Step
+    call: Call | None = None  # the transition call this step sends (an end: its begin's call)
+    user: str | None = None
+    guarded: Guarded | None = None  # the call passed the guards
+    refusal: str | None = None  # the call failed them: the error text (contract row D6)
+    begun_at: int | None = None  # an end: the index of its begin
+    executor: str | None = None  # SCRIPTS: the native server runs the Lua scripts for it too (an end: its begin's)
+    protocol: int = 2  # 3: sent on the worker's RESP3 connection (an end: its begin's)
+    in_multi: bool = False  # a call between a 'multi' and its 'exec': an element of the transaction
+    on_replica: bool = False  # a call sent to each server's read-only replica (`target`)
+    transition: Transition | None = field(init=False, repr=False, compare=False)
+    # the call runs through the Lua scripts (the host adapter) on the native server too
+    via_scripts: bool = field(init=False, repr=False, compare=False)
+    is_begin: bool = field(init=False, repr=False, compare=False)
+    is_end: bool = field(init=False, repr=False, compare=False)
+    # the step runs a whole transition on the native side (a begin only reads, on the Lua side)
+    sends_transition: bool = field(init=False, repr=False, compare=False)
+    is_raw: bool = field(init=False, repr=False, compare=False)
+    is_restart: bool = field(init=False, repr=False, compare=False)
+    is_advance: bool = field(init=False, repr=False, compare=False)
+    is_notify: bool = field(init=False, repr=False, compare=False)  # keyspace notifications switched
+    is_memory: bool = field(init=False, repr=False, compare=False)  # the memory limit set or lifted
+    is_multi: bool = field(init=False, repr=False, compare=False)
+    is_exec: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        step, call = self.step, self.call
+        derive = object.__setattr__  # (frozen)
+        derive(self, "transition", TRANSITIONS[call.verb] if call is not None else None)
+        derive(self, "via_scripts", self.executor == SCRIPTS)
+        derive(self, "is_begin", isinstance(step, BeginClaim))
+        derive(self, "is_end", isinstance(step, EndClaim))
+        derive(self, "sends_transition", call is not None and not isinstance(step, BeginClaim))
+        derive(self, "is_raw", isinstance(step, RawWrite))
+        derive(self, "is_restart", isinstance(step, Restart))
+        derive(self, "is_advance", isinstance(step, Advance))
+        derive(self, "is_notify", isinstance(step, Notify))
+        derive(self, "is_memory", isinstance(step, MemoryLimit))
+        derive(self, "is_multi", isinstance(step, Multi))
+        derive(self, "is_exec", isinstance(step, Exec))
+
+
+def guard(call: Call) -> Guarded | str:
+    """The argument rules, once: the call's layout and arguments, or the refusal's text."""
+    try:
+        queue, args = check_call(call.verb, call.numkeys, call.rest)
+    except GuardError as refusal:
+        return refusal.message
+    return Guarded(Layout(queue), tuple(args))
+
+
+def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
+    """Every step resolved (the steps must be well paired: a loaded history is)."""
+    begun: dict[str, Resolved] = {}
+    out: list[Resolved] = []
+    in_multi = False
+    for index, step in enumerate(steps):
+        if isinstance(step, Multi | Exec):
+            in_multi = isinstance(step, Multi)
+        if isinstance(step, CallStep | BeginClaim):
+            outcome = guard(step.call)
+            resolved = Resolved(
+                index,
+                step,
+                step.call,
+                step.user,
+                outcome if isinstance(outcome, Guarded) else None,
+                outcome if isinstance(outcome, str) else None,
+                executor=step.executor,
+                protocol=step.protocol,
+                in_multi=in_multi,
+                on_replica=isinstance(step, CallStep) and step.target is not None,
+            )
+            if isinstance(step, BeginClaim):
+                begun[step.worker] = resolved
+        elif isinstance(step, EndClaim):
+            opened = begun.pop(step.worker)
+            resolved = Resolved(index, step, opened.call, opened.user, opened.guarded, opened.refusal, opened.index,
+                                opened.executor, opened.protocol)  # fmt: skip
+        else:
+            resolved = Resolved(index, step)
+        out.append(resolved)
+    return tuple(out)

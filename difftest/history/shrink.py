@@ -1,0 +1,82 @@
+"""A last pass over a failing history after Hypothesis has shrunk it: delete what still fails without.
+
+Hypothesis shrinks the choices behind a history; what it leaves can hold steps that only mattered
+to those choices. This pass deletes steps (a split claim's begin and end together) and keeps a
+deletion when the history still diverges at a step of the same kind. Each try is a replay, so
+the pass has a budget of tries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from difftest.history.format import BeginClaim, EndClaim, History, Step, well_paired
+
+Predicate = Callable[[History], bool]
+
+
+def _partners(steps: tuple[Step, ...], indices: range) -> set[int]:
+    """Where the split-claim partners of the steps at indices stand: a begin's next end of its
+    worker, an end's last begin before it (a begin left open at the history's end has none)."""
+    partners: set[int] = set()
+    for i in indices:
+        step = steps[i]
+        if isinstance(step, BeginClaim):
+            ahead = range(i + 1, len(steps))
+            partners.update(_first_of(steps, ahead, step.worker, EndClaim, BeginClaim))
+        elif isinstance(step, EndClaim):
+            behind = range(i - 1, -1, -1)
+            partners.update(_first_of(steps, behind, step.worker, BeginClaim, EndClaim))
+    return partners
+
+
+def _first_of(
+    steps: tuple[Step, ...],
+    order: range,
+    worker: str,
+    wanted: type[BeginClaim] | type[EndClaim],
+    stop: type[BeginClaim] | type[EndClaim],
+) -> list[int]:
+    """The index of the first `wanted` step of worker in that order, unless a `stop` of it comes first."""
+    for j in order:
+        step = steps[j]
+        if isinstance(step, wanted) and step.worker == worker:
+            return [j]
+        if isinstance(step, stop) and step.worker == worker:
+            return []
+    return []
+
+
+def _without(steps: tuple[Step, ...], start: int, stop: int) -> tuple[Step, ...] | None:
+    """The steps without [start, stop) and the split-claim partners of what that removes (only
+    those: removing every step of a worker lost a needed claim when one begin was left open), or
+    None if that would break a split claim's pairing."""
+    chunk = range(start, min(stop, len(steps)))
+    gone = set(chunk) | _partners(steps, chunk)
+    kept = tuple(step for i, step in enumerate(steps) if i not in gone)
+    return kept if kept != steps and well_paired(kept) else None
+
+
+def minimise(history: History, still_fails: Predicate, max_tries: int = 200) -> History:
+    """ddmin over steps, chunks halving from the whole length down to single steps."""
+    best = history
+    tries = 0
+    chunk = max(1, len(best.steps) // 2)
+    while chunk >= 1 and tries < max_tries:
+        start = 0
+        progressed = False
+        while start < len(best.steps) and tries < max_tries:
+            steps = _without(best.steps, start, start + chunk)
+            if steps is None or not steps:
+                start += chunk
+                continue
+            candidate = replace(best, steps=steps)
+            tries += 1
+            if still_fails(candidate):
+                best, progressed = candidate, True
+            else:
+                start += chunk
+        if not progressed:
+            chunk //= 2
+    return best

@@ -1,0 +1,247 @@
+"""Lua script coverage of a campaign (`difftest run --lua-coverage`): which lines of each retired
+script (executors/lua/*.lua) the histories ran.
+
+A copy of the scripts is instrumented at the source: each line that starts a statement gets a mark
+in front of it (`__h[12]=true`), the script's body runs as a function under `pcall`, and at the end
+the script logs the lines it marked to the server's log (`redis.log`, one line per call) and then
+returns the body's reply, or its error as the same reply: `pcall` hands a `redis.call` error over as
+its message, so it is answered as that error reply with the location Valkey appends (`script: on
+@user_script:<line>.`, the line of the last statement begun), and a Lua error is raised again as
+it was. Byte for byte the replies of the scripts (tests/test_lua_coverage.py).
+What the scripts write is untouched: no key, no extra command in the replication stream or the
+AOF, no ACL check (a restricted caller's script would be refused a coverage key), and a script that
+stops at an error still reports the lines it ran, the error-after-write paths of D3-D5, D8 and D9
+included. The two channels the issue offered were not honest here (docs/design-notes.md, "Lua script
+coverage"): a reply cannot carry the lines of a script that ended in an error, and a key is a write
+a restricted user is refused, that FLUSHALL and the re-sync wipe, and that the AOF and replicas see.
+
+Each replayer reads its Lua server's log when it closes (servers restarted and crashed meanwhile
+kept appending to it) and writes the counts to the run's directory; `collect` sums them into
+`lua-coverage.json` and a report.html section. The counts are of lines, as luacov counts them: a
+line such as `if ghost then return {} end` is reached when its condition is evaluated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from difftest.base.files import write_atomically
+
+ENVIRONMENT = "DIFFTEST_LUA_COVERAGE"  # the directory each replayer writes its counts to
+MARK = "difftest-lua-coverage"  # how a script's log line starts
+RAW_DIR = "lua-counts"
+JSON_FILE = "lua-coverage.json"
+FORMAT = "difftest-lua-coverage"
+# a line that does not start a statement: a block's end or next branch, or a continued expression
+_NOT_A_STATEMENT = re.compile(r"^(end|else|elseif|until|then|do|and|or)\b|^[)}\].,+*/%^<>=~-]|^\.\.")
+_CONTINUES = re.compile(r"(,|\(|\{|\[|\.\.|=|\+|-|\*|/|%|\^|<|>|\band|\bor|\bnot)\s*$")
+_LOGGED = re.compile(rb"difftest-lua-coverage (\w+) ([\d,]*)")
+
+
+# ---- instrumenting the scripts (pure) -------------------------------------------------------------------
+
+
+def _code(line: str) -> str:
+    """The line without a trailing comment (the scripts keep no `--` inside strings)."""
+    return line.split("--", 1)[0].rstrip()
+
+
+def countable_lines(source: str) -> list[int]:
+    """The line numbers that start a statement: the lines a mark goes in front of."""
+    numbers, continued = [], False
+    for number, line in enumerate(source.splitlines(), start=1):
+        code = _code(line).strip()
+        if not code:
+            continue
+        if not continued and not _NOT_A_STATEMENT.match(code):
+            numbers.append(number)
+        continued = bool(_CONTINUES.search(code))
+    return numbers
+
+
+def instrument(verb: str, source: bytes) -> bytes:
+    """The script with a mark in front of every statement line, run under pcall, logging the marked
+    lines before it answers or raises; line numbers and everything it calls are unchanged."""
+    text = source.decode()
+    marked = set(countable_lines(text))
+    lines = [f"__at={n} __h[{n}]=true {line}" if n in marked else line
+             for n, line in enumerate(text.splitlines(), start=1)]  # fmt: skip
+    # the prologue shares the first line, so that an error's line number is the original script's
+    prologue = "local __h, __at = {}, 0 local function __body() "
+    epilogue = f"""
+end
+local __ok, __r = pcall(__body)
+local __lines = {{}}
+for __n in pairs(__h) do __lines[#__lines + 1] = __n end
+redis.log(redis.LOG_WARNING, '{MARK} {verb.lower()} ' .. table.concat(__lines, ','))
+if __ok then return __r end
+if type(__r) == 'string' and not string.find(__r, '^user_script:%d+:') then
+  return redis.error_reply(__r .. ' script: on @user_script:' .. __at .. '.')
+end
+error(__r, 0)
+"""
+    return (prologue + "\n".join(lines) + epilogue).encode()
+
+
+def instrumented(scripts: dict[str, bytes]) -> dict[str, bytes]:
+    """Every script instrumented (by verb, as executors/lua/adapter.load_scripts gives them)."""
+    return {verb: instrument(verb, source) for verb, source in scripts.items()}
+
+
+def scripts_for_replay(scripts: dict[str, bytes]) -> dict[str, bytes]:
+    """The scripts a replayer loads: instrumented while a campaign measures Lua coverage."""
+    return instrumented(scripts) if os.environ.get(ENVIRONMENT) else scripts
+
+
+def parse_log(text: bytes) -> Counter[tuple[str, int]]:
+    """How many calls reached each (script, line), from a server log's coverage lines."""
+    counts: Counter[tuple[str, int]] = Counter()
+    for verb, numbers in _LOGGED.findall(text):
+        for number in filter(None, numbers.split(b",")):
+            counts[(verb.decode(), int(number))] += 1
+    return counts
+
+
+# ---- a campaign's counts (I/O) --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def measuring(run_dir: Path) -> Iterator[Path]:
+    """DIFFTEST_LUA_COVERAGE for the block: every replayer made in it (workers inherit the
+    environment) loads the instrumented scripts and leaves its counts under run_dir/lua-counts/."""
+    raw = (run_dir / RAW_DIR).absolute()
+    raw.mkdir(parents=True, exist_ok=True)
+    before = os.environ.get(ENVIRONMENT)
+    os.environ[ENVIRONMENT] = str(raw)
+    try:
+        yield raw
+    finally:
+        if before is None:
+            os.environ.pop(ENVIRONMENT, None)
+        else:
+            os.environ[ENVIRONMENT] = before
+
+
+def harvest(logfile: Path) -> None:
+    """A replayer's Lua server log read for coverage lines, the counts written to the run's directory
+    (nothing while no campaign measures)."""
+    out = os.environ.get(ENVIRONMENT)
+    if not out or not logfile.is_file():
+        return
+    counts = parse_log(logfile.read_bytes())
+    rows = [[verb, line, count] for (verb, line), count in sorted(counts.items())]
+    target = Path(out) / f"counts-{os.getpid()}-{id(logfile)}.json"
+    write_atomically(target, json.dumps(rows) + "\n")
+
+
+def _script_dir(lua_scripts: Path | None) -> Path:
+    import executors.lua.adapter as adapter
+
+    return lua_scripts or Path(adapter.__file__).parent
+
+
+def collect(run_dir: Path, lua_scripts: Path | None = None) -> dict[str, Any]:
+    """After the campaign: every replayer's counts summed, per script the lines reached of those that
+    start a statement, and the text of every line no history reached; lua-coverage.json written."""
+    raw = run_dir / RAW_DIR
+    counts: Counter[tuple[str, int]] = Counter()
+    files = sorted(raw.glob("*.json")) if raw.is_dir() else []
+    for path in files:
+        for verb, line, count in json.loads(path.read_text()):
+            counts[(verb, int(line))] += int(count)
+    shutil.rmtree(raw, ignore_errors=True)
+    document = report(counts, _script_dir(lua_scripts))
+    document["replayers"] = len(files)
+    write_atomically(run_dir / JSON_FILE, json.dumps(document, indent=1) + "\n")
+    return document
+
+
+def report(counts: Counter[tuple[str, int]], scripts: Path) -> dict[str, Any]:
+    """The document (pure but for reading the scripts' text)."""
+    files, unreached = [], []
+    reached_all = total_all = 0
+    for path in sorted(scripts.glob("*.lua")):
+        verb = path.stem
+        text = path.read_text()
+        lines = text.splitlines()
+        countable = countable_lines(text)
+        missed = [n for n in countable if counts[(verb, n)] == 0]
+        reached = len(countable) - len(missed)
+        calls = max((counts[(verb, n)] for n in countable), default=0)  # its first line runs at every call
+        files.append({"file": path.name, "transition": verb.upper(),
+                      "lines": {"reached": reached, "total": len(countable)}, "calls": calls})  # fmt: skip
+        if missed:
+            unreached.append({"file": path.name, "transition": verb.upper(),
+                              "lines": [[n, lines[n - 1]] for n in missed]})  # fmt: skip
+        reached_all += reached
+        total_all += len(countable)
+    rows = [[verb, line, count] for (verb, line), count in sorted(counts.items())]  # what a merge sums
+    return {"format": FORMAT, "version": 1, "scripts": str(scripts), "totals": {"lines": {"reached": reached_all,
+            "total": total_all}}, "files": files, "unreached": unreached, "counts": rows}  # fmt: skip
+
+
+def merge_runs(dirs: list[Path], out: Path) -> dict[str, Any] | None:
+    """`difftest merge`: the shards' counts summed into OUT/lua-coverage.json (with the scripts the
+    first shard measured, if they are on this machine, else executors/lua); None when no shard
+    measured Lua coverage."""
+    measured = [json.loads((d / JSON_FILE).read_text()) for d in dirs if (d / JSON_FILE).is_file()]
+    if not measured:
+        return None
+    counts: Counter[tuple[str, int]] = Counter()
+    for document in measured:
+        for verb, line, count in document.get("counts", []):
+            counts[(str(verb), int(line))] += int(count)
+    recorded = Path(measured[0].get("scripts", ""))
+    merged = report(counts, recorded if recorded.is_dir() else _script_dir(None))
+    merged["replayers"] = sum(int(document.get("replayers", 0)) for document in measured)
+    if len(measured) < len(dirs):
+        merged["note"] = f"{len(measured)} of {len(dirs)} shards measured Lua coverage"
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomically(out / JSON_FILE, json.dumps(merged, indent=1) + "\n")
+    return merged
+
+
+# ---- showing it -----------------------------------------------------------------------------------------
+
+
+def _ratio(pair: dict[str, int]) -> str:
+    total = pair["total"]
+    return f"{pair['reached']}/{total} ({100.0 * pair['reached'] / total if total else 100.0:.1f}%)"
+
+
+def summary_line(document: dict[str, Any]) -> str:
+    lines = document["totals"]["lines"]
+    return (f"Lua script coverage: lines {_ratio(lines)} of {len(document['files'])} scripts; "
+            f"{sum(len(g['lines']) for g in document['unreached'])} line(s) no history ran ({JSON_FILE})")  # fmt: skip
+
+
+def html_section(document: dict[str, Any]) -> list[str]:
+    """The report's section (pure): per script the lines reached, then the lines no history ran."""
+    esc = html.escape
+    out = [f"<p>{esc(summary_line(document))}.</p>",
+           '<p class="note">Counted by an instrumented copy of the scripts that logs the lines each call ran '
+           "(difftest/instrument/lua.py): what the scripts write is unchanged. A line is reached when it "
+           "starts to run (a one-line <code>if ... then return ... end</code> when its condition is "
+           "evaluated). The Lua host's refusals before sending run no script.</p>",
+           "<table><tr><th>script</th><th>transition</th><th>lines</th><th>calls</th></tr>"]  # fmt: skip
+    for entry in document["files"]:
+        lines = entry["lines"]
+        missing = ' class="missing"' if lines["reached"] < lines["total"] else ""
+        out.append(f"<tr{missing}><td>{esc(entry['file'])}</td><td>{esc(entry['transition'])}</td>"
+                   f'<td class="num">{_ratio(lines)}</td><td class="num">{entry["calls"]:,}</td></tr>')  # fmt: skip
+    out.append("</table>")
+    for group in document["unreached"]:
+        text = "\n".join(f"{number:>4}  {line}" for number, line in group["lines"])
+        out.append(f"<details open><summary><code>{esc(group['file'])}</code> <span class=\"note\">"
+                   f"({len(group['lines'])} line(s) no history ran)</span></summary>"
+                   f"<pre>{esc(text)}</pre></details>")  # fmt: skip
+    return out

@@ -1,0 +1,444 @@
+"""Behaviour coverage: the labels a replay reached, derived from its records (pure).
+
+Labels name each transition's reply kinds, each sweep verdict, each contract row and each
+invariant exercised. A default campaign must reach every label in `REQUIRED`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from difftest.history.format import MemoryLimit, Notify, RawWrite
+from difftest.history.resolve import Resolved
+from difftest.judge import accounting
+from difftest.judge.contract import RULES
+from difftest.judge.invariants import INVARIANTS
+from difftest.replay.replayer import ReplayResult
+from difftest.replay.upgrades import UPGRADE_LABELS, upgrade_labels
+from difftest.spec import domains
+from difftest.spec.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
+from difftest.spec.commands import reply_kind as _moved_kind
+from difftest.spec.model import hash_fields, zset
+from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.spec.snapshot import Snapshot
+
+REPLY_KINDS: dict[str, tuple[str, ...]] = {verb: t.reply_kinds for verb, t in TRANSITIONS.items()}
+
+# The classes where defects hide (issue 18), each label derived from the command table and the
+# decisions (difftest/spec/domains.py): every bound of every integer argument, every value another
+# writer may leave in a field a transition reads, every key a transition writes made of another
+# type just before it, every permission a caller may have on every key a transition reaches, ids,
+# payloads and errors at their edges, and counters and tokens past one digit.
+FIELD_NAMES: tuple[str, ...] = (*(f.decode() for f in domains.ROW_FIELDS), "paused", "count")
+CLASS_LABELS: tuple[str, ...] = (
+    *(f"bound:{verb}:{arg}:{edge}" for verb, arg in domains.INT_ARGS for edge in domains.BOUND_EDGES),
+    *(f"value:{field}:{cls}" for field, classes in domains.FIELD_CLASSES.items() for cls in classes),
+    *(f"value:score:{name}:{cls}" for name in domains.SCORE_READERS for cls in domains.SCORE_CLASSES),
+    *(f"edge:{arg}:{cls}" for arg in ("id", "payload", "error") for cls in domains.BYTES_EDGES),
+    *domains.argument_labels(),
+    *(f"wrongtype:{verb}:{kind}" for verb, t in TRANSITIONS.items() for kind in domains.written_keys(t)),
+    *(f"wrongtype:as:{wrong}" for wrong in domains.WRONG_TYPES),
+    *domains.acl_labels(),
+    "long:claimed", "long:fenced-held", "long:fenced-stale", "long:stalled",
+    *UPGRADE_LABELS,
+)  # fmt: skip
+
+# Server conditions production meets (issue 27), one label per condition and verb: a transition
+# sent on a worker's RESP3 connection, and one sent inside MULTI/EXEC (every verb but CLAIM, whose
+# Lua host reads `paused?` before it sends)
+CONDITION_LABELS: tuple[str, ...] = (
+    *(f"condition:resp3:{verb.lower()}" for verb in TRANSITIONS),
+    *(f"condition:multi:{verb.lower()}" for verb, t in TRANSITIONS.items() if not t.reads_meta),
+    # where production runs: a transition called while its queue lives in a database other than 0,
+    # while a key of its queue has a TTL another writer gave it, while its meta or a row holds a
+    # field another writer added
+    *(f"condition:{condition}:{verb.lower()}" for condition in ("db", "ttl", "fields") for verb in TRANSITIONS),
+    # over the memory limit (maxmemory below the used memory, noeviction), and sent to the server's
+    # read-only replica (docs/contract-decisions.md, "The memory limit", "A read-only replica as a call target")
+    *(f"condition:oom:{verb.lower()}" for verb in TRANSITIONS),
+    *(f"condition:replica:{verb.lower()}" for verb in TRANSITIONS),
+)
+# a module transition judged with keyspace notifications on (its events compared with the scripts')
+NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
+
+REQUIRED: tuple[str, ...] = (
+    *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
+    *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
+    *(f"contract:{rule}" for rule in RULES),
+    *(f"invariant:{name}" for name in INVARIANTS),
+    *(f"accounting:{name}" for name in accounting.FINDINGS),  # the queue's accounting's checks (issue 29)
+    *CLASS_LABELS,
+    *CONDITION_LABELS,
+    *NOTIFY_LABELS,
+)
+
+
+def reply_kind(verb: str, reply: Reply) -> str:
+    """A reply's kind for coverage: errors and refusals by their code."""
+    if isinstance(reply, ErrorReply):
+        return f"error:{reply.code}"
+    if isinstance(reply, Refused):
+        return f"refused:{reply.code}"
+    return _moved_kind(verb, reply)
+
+
+def labels(result: ReplayResult) -> Counter[str]:
+    """Every label the replay reached, counted (the native side's replies; they equal the Lua
+    side's except where a contract row was recorded)."""
+    reached: Counter[str] = Counter()
+    restarted = False
+    stale_refused = fenced_success = False
+    limited = False  # the memory limit is on (a `memory` step)
+    for record in result.records:
+        resolved = record.resolved
+        if resolved.is_memory:
+            limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
+        if record.verdict.rule:
+            reached[f"contract:{record.verdict.rule}"] += 1
+        if resolved.is_restart:
+            restarted = True
+            continue
+        if resolved.via_scripts:
+            continue  # the scripts on the native server (an upgrade): not the module's behaviour
+        transition = resolved.transition
+        if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
+            continue
+        reply = record.native_reply
+        if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
+            # the call reached both servers under the condition (a refused one never left the Lua host)
+            reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
+        if resolved.guarded is not None and (limited or resolved.on_replica):
+            reached[f"condition:{'replica' if resolved.on_replica else 'oom'}:{transition.verb.lower()}"] += 1
+        kind = reply_kind(transition.verb, reply)
+        moved = kind == transition.reply_kinds[0]
+        reached[f"reply:{transition.verb}:{kind}"] += 1
+        if transition.stamps is Stamp.CLAIMED and moved:
+            reached["contract:N1"] += 1
+        if transition.stamps is Stamp.JOB_ARG and moved and restarted:
+            reached["extend-after-restart"] += 1
+        if transition.moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == len(SWEEP_VERDICTS):
+            for verdict, count in zip(SWEEP_VERDICTS, reply, strict=True):
+                if isinstance(count, int) and count > 0:
+                    reached[f"sweep:{verdict}"] += count
+        if transition.fenced:
+            fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
+            stale_refused |= kind == "fenced"
+        _invariant_labels(reached, transition.moves, kind, moved)
+    if fenced_success and stale_refused:
+        reached["invariant:fence"] += 1
+    if result.records and not result.divergence:
+        reached["invariant:attempts-monotonic"] += int(reached["reply:CLAIM:claimed"] > 1)
+    reached.update(class_labels(result))
+    reached.update(upgrade_labels(result))
+    reached.update(notify_labels(result))
+    reached.update(condition_labels(result))
+    reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
+    reached.update(model_labels(result))
+    return reached
+
+
+MODEL_JUDGED = "model:judged"
+MODEL_UNJUDGED = "model:unjudged:"  # + the kind (difftest/model.py, UNJUDGED_KINDS)
+
+
+def model_labels(result: ReplayResult) -> Counter[str]:
+    """Each replayed step, counted as judged by the spec's model (`model:judged`) or as the kind of
+    step it does not predict (`model:unjudged:<kind>`): the campaign reports the share judged."""
+    reached: Counter[str] = Counter()
+    for record in result.records:
+        unjudged = record.verdict.unjudged
+        reached[MODEL_UNJUDGED + unjudged if unjudged else MODEL_JUDGED] += 1
+    return reached
+
+
+def model_share(labels: Counter[str]) -> dict[str, object]:
+    """The summary's `model` entry: the steps the spec's model judged, of all it was shown, and the
+    others by kind (the goal: at least 99% of the default mix)."""
+    judged = labels.get(MODEL_JUDGED, 0)
+    unjudged = {k[len(MODEL_UNJUDGED) :]: v for k, v in sorted(labels.items()) if k.startswith(MODEL_UNJUDGED) and v}
+    steps = judged + sum(unjudged.values())
+    return {"judged_steps": judged, "steps": steps, "share": round(judged / steps, 6) if steps else None,
+            "unjudged": unjudged}  # fmt: skip
+
+
+def model_line(labels: Counter[str]) -> str:
+    """The model-judged share in words, for the terminal and the page."""
+    share = model_share(labels)
+    if not share["steps"]:
+        return "no step judged"
+    unjudged = share["unjudged"]
+    assert isinstance(unjudged, dict)
+    others = ", ".join(f"{kind} {count:,}" for kind, count in unjudged.items())
+    return (f"{share['share']:.2%} ({share['judged_steps']:,} of {share['steps']:,} steps)"
+            + (f"; not predicted: {others}" if others else ""))  # fmt: skip
+
+
+def notify_labels(result: ReplayResult) -> Counter[str]:
+    """`condition:notify:<verb>`: a module transition sent while keyspace notifications were on,
+    and its events judged (not under a re-synchronising row, whose events are not compared)."""
+    reached: Counter[str] = Counter()
+    on = False
+    for record in result.records:
+        resolved = record.resolved
+        if isinstance(resolved.step, Notify):
+            on = bool(resolved.step.flags)
+            continue
+        transition = resolved.transition
+        if not on or transition is None or not resolved.sends_transition or resolved.via_scripts:
+            continue
+        if isinstance(record.native_reply, NotSent) or (record.verdict.rule and RULES[record.verdict.rule].resync):
+            continue
+        reached[f"condition:notify:{transition.verb.lower()}"] += 1
+    return reached
+
+
+def _key_kind(key: bytes) -> str | None:
+    """A key's kind as domains names it: a set, meta, "job:*" or "metrics:<which>"."""
+    name = parse_key(key)
+    if name is None:
+        return None
+    if name.job is not None:
+        return domains.ROWS_KEY
+    return name.rest.decode(errors="replace")
+
+
+def _raw_labels(command: tuple[bytes, ...]) -> tuple[str | None, tuple[str, str] | None]:
+    """What a raw write leaves for the next transition: a value label, and (kind, wrong type)."""
+    if len(command) < 2:
+        return None, None
+    verb, key = command[0].upper(), command[1]
+    kind = _key_kind(key)
+    if kind is None:
+        return None, None
+    own = domains.key_type(kind)
+    value_label = None
+    if verb in (b"HSET", b"HDEL") and own == "hash" and len(command) in (3, 4):
+        field = command[2].decode(errors="replace")
+        if field in FIELD_NAMES:
+            value = command[3] if len(command) == 4 else None
+            value_label = f"value:{field}:{domains.value_class(value)}"
+    if verb == b"ZADD" and own == "zset" and len(command) == 4 and kind in domains.SCORE_READERS:
+        classes = {v: k for k, v in domains.SCORE_CLASSES.items()}
+        if command[2] in classes:
+            value_label = f"value:score:{kind}:{classes[command[2]]}"
+    made = {b"SET": "string", b"RPUSH": "list", b"SADD": "set", b"HSET": "hash", b"ZADD": "zset"}.get(verb)
+    wrong = None
+    if made is not None and made != own:
+        wrong = (kind, made if made in ("string", "list", "set") else "other-container")
+    return value_label, wrong
+
+
+def _int_at(raw: bytes) -> int | None:
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def class_labels(result: ReplayResult) -> Counter[str]:
+    """The labels of the classes (CLASS_LABELS) this replay reached: what each call was sent with,
+    as whom, and what the raw writes just before it left (pure, over the records and observations)."""
+    reached: Counter[str] = Counter()
+    befores: dict[int, Snapshot] = {}
+    previous: Snapshot = {}
+    for observation in result.observations:
+        befores[observation.resolved.index] = previous
+        previous = observation.native_after
+    value_label: str | None = None
+    wrong: tuple[str, str] | None = None
+    for record in result.records:
+        resolved = record.resolved
+        if isinstance(resolved.step, RawWrite):
+            label, made = _raw_labels(resolved.step.command)
+            value_label, wrong = label or value_label, made or wrong
+            continue
+        transition, call = resolved.transition, resolved.call
+        sent = resolved.sends_transition and not isinstance(record.native_reply, NotSent)
+        if transition is None or call is None or not sent or resolved.via_scripts:
+            value_label = wrong = None
+            continue
+        if value_label is not None:
+            reached[value_label] += 1
+        if wrong is not None and wrong[0] in domains.written_keys(transition):
+            reached[f"wrongtype:{transition.verb}:{wrong[0]}"] += 1
+            reached[f"wrongtype:as:{wrong[1]}"] += 1
+        value_label = wrong = None
+        restriction = domains.RESTRICTIONS.get(resolved.user or "")
+        if restriction is not None:
+            reached.update(domains.acl_reached(transition, restriction))
+        reached.update(domains.argument_edges(transition, call.numkeys, call.rest))
+        args = call.rest[transition.numkeys :] if call.numkeys == str(transition.numkeys).encode() else ()
+        for spec, raw in zip(transition.args, args, strict=False):
+            if spec.kind is ArgKind.INT:
+                edge = domains.bound_edge(transition.verb, spec.name, raw)
+                if edge is not None:
+                    reached[f"bound:{transition.verb}:{spec.name}:{edge}"] += 1
+            else:
+                cls = domains.bytes_class(raw)
+                if cls is not None:
+                    reached[f"edge:{spec.name if spec.name in ('payload', 'error') else 'id'}:{cls}"] += 1
+        _long_labels(reached, resolved, record.native_reply, befores.get(resolved.index, {}))
+    return reached
+
+
+# raw commands that may leave a TTL or a foreign field (a history without any needs no keyspace look)
+_TTL_OR_FIELD_WRITES = frozenset((b"PEXPIRE", b"PEXPIREAT", b"EXPIRE", b"EXPIREAT", b"SET", b"HSET", b"HSETEX",
+                                  b"HMSET", b"HSETNX", b"RESTORE", b"COPY", b"MOVE", b"SWAPDB"))  # fmt: skip
+
+
+def _queues_with(snapshot: Snapshot) -> tuple[frozenset[bytes], frozenset[bytes]]:
+    """The queues (by base) one of whose keys has a TTL, and those whose meta or a row holds a field
+    another writer added (pure). Most keys have neither: a key's name is read only when it might."""
+    ttl: set[bytes] = set()
+    fields: set[bytes] = set()
+    rows, meta = domains.QUEUE_ROW_FIELDS, domains.QUEUE_META_FIELDS
+    for key, entry in snapshot.items():
+        value = entry.value
+        odd = entry.kind == "hash" and isinstance(value, dict) and not value.keys() <= rows
+        if entry.pttl <= 0 and not odd:
+            continue
+        name = parse_key(key)
+        if name is None:
+            continue
+        base = key[: len(key) - len(name.rest)]
+        if entry.pttl > 0:
+            ttl.add(base)
+        in_meta = name.rest == b"meta"
+        if odd and isinstance(value, dict) and ((in_meta and not value.keys() <= meta) or name.job is not None):
+            fields.add(base)
+    return frozenset(ttl), frozenset(fields)
+
+
+def condition_labels(result: ReplayResult) -> Counter[str]:
+    """The `condition:*` labels (CONDITION_LABELS) this replay reached: each transition sent in a
+    history on another database; each sent while a key of its queue had a TTL, or its queue's meta or
+    a row held a foreign field, in the native keyspace before it (pure)."""
+    reached: Counter[str] = Counter()
+    db = result.history.db
+    look = any(isinstance(s, RawWrite) and s.command[0].upper() in _TTL_OR_FIELD_WRITES for s in result.history.steps)
+    if not db and not look:
+        return reached
+    befores: dict[int, Snapshot] = {}
+    previous: Snapshot = {}
+    for observation in result.observations:
+        befores[observation.resolved.index] = previous
+        previous = observation.native_after
+    seen: dict[int, tuple[Snapshot, tuple[frozenset[bytes], frozenset[bytes]]]] = {}  # by the snapshot's identity
+    for record in result.records:
+        resolved = record.resolved
+        transition = resolved.transition
+        sent = resolved.sends_transition and not isinstance(record.native_reply, NotSent)
+        if transition is None or not sent or resolved.via_scripts:
+            continue
+        verb = transition.verb.lower()
+        if db:
+            reached[f"condition:db:{verb}"] += 1
+        guarded = resolved.guarded
+        if not look or guarded is None:
+            continue
+        before = befores.get(resolved.index, {})
+        known = seen.get(id(before))
+        if known is None or known[0] is not before:
+            known = seen[id(before)] = (before, _queues_with(before))
+        ttl, fields = known[1]
+        base = guarded.layout.base
+        if base in ttl:
+            reached[f"condition:ttl:{verb}"] += 1
+        if base in fields:
+            reached[f"condition:fields:{verb}"] += 1
+    return reached
+
+
+def _long_labels(reached: Counter[str], resolved: Resolved, reply: Reply, before: Snapshot) -> None:
+    """Counters and tokens past one digit: a claim of a tenth attempt or more, a fence that held or
+    refused a multi-digit token, a sweep of a lease stalled nine times or more."""
+    transition, guarded = resolved.transition, resolved.guarded
+    if transition is None or guarded is None:
+        return
+    layout = guarded.layout
+    claimed = isinstance(reply, list) and len(reply) == 3 and isinstance(reply[2], int) and reply[2] >= 10
+    if transition.verb == Verb.CLAIM and claimed:
+        reached["long:claimed"] += 1
+    if transition.fenced and transition.rows is Rows.JOB_ARG:
+        token = guarded.args[1]
+        stored = (hash_fields(before, layout.row(guarded.job)) or {}).get(b"attempts")
+        stored_int = _int_at(stored) if stored is not None else None
+        if isinstance(token, int) and stored_int is not None and stored_int >= 10:
+            kind = reply_kind(transition.verb, reply)
+            if token == stored_int and kind not in ("fenced",) and not kind.startswith(("error", "refused")):
+                reached["long:fenced-held"] += 1
+            elif token != stored_int and kind == "fenced":
+                reached["long:fenced-stale"] += 1
+    if transition.verb == Verb.SWEEP:
+        for member in zset(before, layout.active) or {}:
+            stalled = (hash_fields(before, layout.row(member)) or {}).get(b"stalled")
+            if stalled is not None and (_int_at(stalled) or 0) >= 9:
+                reached["long:stalled"] += 1
+                break
+
+
+def _invariant_labels(reached: Counter[str], moves: Moves, kind: str, moved: bool) -> None:
+    """An invariant counts as exercised when a step gave it something to hold."""
+    if moves is Moves.ENQUEUED and moved:
+        reached["invariant:placement"] += 1
+    if (moves is Moves.COMPLETED and moved) or (moves is Moves.DEAD_LETTERED and kind == "dead"):
+        reached["invariant:metrics"] += 1
+    if moves is Moves.COMPLETED and moved:
+        reached["invariant:done-final"] += 1
+    if moves is Moves.REVIVED and moved:
+        reached["invariant:revive-dead-only"] += 1
+
+
+def merge(counters: Iterable[Counter[str]]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for counter in counters:
+        total.update(counter)
+    return total
+
+
+def missing(reached: Counter[str]) -> list[str]:
+    return [label for label in REQUIRED if reached[label] == 0]
+
+
+TABLE_LABEL_WIDTH = 90
+
+
+def table(reached: Counter[str]) -> str:
+    """The coverage table: every required label with its count, then, as a second section, every
+    other label reached (error replies, refusals), one a row: a table that fits a terminal and a
+    diff, rather than one line of thousands of characters."""
+    extra = sorted(label for label in reached if label not in REQUIRED)
+    # labels past TABLE_LABEL_WIDTH are cut (with "…") so that no row is longer than ~100 characters
+    width = min(max(len(label) for label in (*REQUIRED, *extra)), TABLE_LABEL_WIDTH)
+
+    def row(label: str, count: int) -> str:
+        shown = label if len(label) <= width else label[: width - 1] + "…"
+        return f"{shown:<{width}}  {count:>7}"
+
+    lines = [f"{'behaviour':<{width}}  {'count':>7}"]
+    lines += [row(label, reached[label]) + ("  MISSING" if reached[label] == 0 else "") for label in REQUIRED]
+    if extra:
+        lines += ["", f"{'also reached (outside the required set)':<{width}}  {'count':>7}"]
+        lines += [row(label, reached[label]) for label in extra]
+    return "\n".join(lines)
+
+
+FOLDED_MISSING = 40  # at most this many missing labels on the terminal; coverage.txt lists them all
+
+
+def folded(reached: Counter[str]) -> str:
+    """The coverage table as the terminal shows it: one line when every required label was reached,
+    else that line and the labels not reached (coverage.txt keeps the whole table)."""
+    absent = missing(reached)
+    others = sum(1 for label in reached if label not in REQUIRED)
+    total = len(REQUIRED)
+    if not absent:
+        return (f"behaviour coverage: all {total:,} required labels reached, and {others:,} others "
+                "(the whole table: coverage.txt, or --coverage full)")  # fmt: skip
+    lines = [f"behaviour coverage: {total - len(absent):,} of {total:,} required labels reached; "
+             f"not reached ({len(absent):,}; the whole table: coverage.txt, or --coverage full):"]  # fmt: skip
+    lines += [f"  {label}  MISSING" for label in absent[:FOLDED_MISSING]]
+    if len(absent) > FOLDED_MISSING:
+        lines.append(f"  ... and {len(absent) - FOLDED_MISSING:,} more (coverage.txt)")
+    return "\n".join(lines)

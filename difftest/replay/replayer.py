@@ -1,0 +1,646 @@
+"""Replay one history on a Lua server and a native server side by side, recording what each did.
+
+Steps between clock advances and restarts form a segment: each side gets the whole segment as one
+pipeline (the Lua host breaks it only where it must read a reply before deciding), with a
+canonical keyspace walk after every step. Each step's observation (replies, snapshots, epochs, the
+ACL facts of its user) is handed to the judge (difftest/judge/verdicts.py), a pure fold that decides; replay
+only executes and records. After an allowed difference whose rule re-synchronises, the Lua server
+takes the native's keyspace and the rest of the segment runs again there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+
+from difftest.base.problems import ScriptDoesNotCompile, SetupProblem
+from difftest.history.format import Advance, CallStep, History, MemoryLimit, Notify, Restart, Step
+from difftest.history.resolve import Resolved, resolve
+from difftest.instrument import lua as lua_coverage
+from difftest.judge.contract import RULES, Verdict, acl_probe_keys
+from difftest.judge.events import Events, events_problem
+from difftest.judge.verdicts import JudgeState, Observation, judge
+from difftest.replay.replicas import KIND as PROPAGATION
+from difftest.replay.replicas import Propagation, Replicas, primary_options
+from difftest.replay.sides import LuaSide, NativeSide, Side, StepOutcome
+from difftest.servers.group import ServerGroup
+from difftest.servers.wire import Element, Future, Wire
+from difftest.spec.commands import TRANSITIONS
+from difftest.spec.replies import Died, NotSent, Reply, Simple
+from difftest.spec.snapshot import Epochs, Snapshot, WalkReader, parse_canonical, resync_commands, with_epochs
+from executors.lua.adapter import load_scripts
+
+# past this, a server's AOF is rewritten between histories, so that it does not grow without end
+# (measured: 200 histories took 4 s at the start of a campaign and 11 s after 1,200 without it)
+AOF_COMPACT_BYTES = 256 * 1024
+# before a history that restarts a server, past this already: a restart replays the whole AOF, and
+# the earlier histories' writes in it (up to AOF_COMPACT_BYTES, FLUSHALLs between) cost a restart
+# about 6 ms of the servers' CPU on average; a rewrite of the empty keyspace costs a fork
+AOF_COMPACT_BEFORE_RESTART_BYTES = 4 * 1024
+START_REWRITE, FINISH_REWRITE = "start", "finish"  # what the reset does about a server's AOF
+ACL_ANSWERS_KEPT = 100_000  # ACL DRYRUN answers remembered across histories (then forgotten at once)
+EVENTS = "events"  # a divergence's kind: the keyspace notifications of a step differ
+# A segment is one pipeline, every step's walk in it read only once the whole pipeline is sent:
+# longer runs (the clock unmoved) are cut into segments of this many steps, so that the replies a
+# server holds unread stay bounded. Uncut, 20,000 ENQUEUEs left the native server writing gigabytes
+# of walks its client did not read yet, and the client's write of the Lua pipeline timed out.
+SEGMENT_STEPS = 256
+
+
+class ReferenceLost(RuntimeError):
+    """The Lua server, the reference, exited or stopped answering. No history can stop it (only the
+    native server restarts or crashes; a raw SHUTDOWN stops both, a harness failure too): something
+    else did (a kill, the OOM killer). Never repaired: its keyspace, the reference, is gone, so the
+    run stops there as difftest's own failure (exit 70), not a verdict (README, exit codes)."""
+
+
+def _reference_lost(when: str, lost: BaseException | None = None) -> ReferenceLost:
+    why = f" ({type(lost).__name__}: {' '.join(str(lost).split())})" if lost is not None else ""
+    return ReferenceLost(f"the Lua server, the reference, was lost {when}{why}: no history stops it, so "
+                         "something else did (a kill, the OOM killer); not started again")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    index: int
+    step: Step
+    verdict: Verdict
+    lua_reply: Reply
+    native_reply: Reply
+    resolved: Resolved
+
+
+@dataclass
+class Divergence:
+    """The first step the contract does not allow, with everything needed to explain it."""
+
+    index: int
+    step: Step
+    reason: str
+    lua_reply: Reply
+    native_reply: Reply
+    before: Snapshot
+    lua_after: Snapshot
+    native_after: Snapshot
+    native_epochs: Epochs
+    kind: str = "divergence"  # or "propagation": a replica that does not hold its primary's keyspace
+    propagation: Propagation | None = None  # then: which side, and both keyspaces
+    # EVENTS: the keyspace notifications each server fired at the step differ (difftest/judge/events.py)
+    lua_events: Events = ()
+    native_events: Events = ()
+    # what the spec's model predicted each side does at the step (a model.Prediction; None: it did
+    # not predict it); the kind is SPEC when the executors agree with each other and not with it
+    prediction: object = None
+
+
+@dataclass
+class ReplayResult:
+    history: History
+    records: list[StepRecord] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)  # what the judge was given, step by step
+    divergence: Divergence | None = None
+    elapsed_s: float = 0.0
+    replicas: bool = False  # whether each server had a replica to keep up (`--replicas`)
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    @property
+    def rules_hit(self) -> Counter[str]:
+        return Counter(r.verdict.rule for r in self.records if r.verdict.rule)
+
+
+def can_write(segment: list[Resolved]) -> bool:
+    """Whether a segment holds a step that can write (a clock advance or a restart alone cannot)."""
+    return any(not (step.is_advance or step.is_restart or step.is_notify or step.is_memory) for step in segment)
+
+
+def segments(
+    steps: tuple[Resolved, ...], alone_from: int | None = None, longest: int | None = None
+) -> list[list[Resolved]]:
+    """Runs of steps between clock advances, restarts, notify and memory steps, of at most `longest`
+    steps (SEGMENT_STEPS); each of those stands alone, and so does a call to a replica (sent once both
+    replicas have caught up) and every step from index `alone_from` on (a round trip each: which
+    step a server died at)."""
+    longest = longest or SEGMENT_STEPS
+    out: list[list[Resolved]] = []
+    current: list[Resolved] = []
+    for step in steps:
+        alone = alone_from is not None and step.index >= alone_from
+        if step.is_advance or step.is_restart or step.is_notify or step.is_memory or step.on_replica or alone:
+            if current:
+                out.append(current)
+            out.append([step])
+            current = []
+        else:
+            current.append(step)
+            if len(current) >= longest:
+                out.append(current)
+                current = []
+    if current:
+        out.append(current)
+    return out
+
+
+class _Walks:
+    """Raw keyspace walks parsed into snapshots, an unchanged walk reusing its snapshot (most steps
+    change nothing), and a Lua walk equal to the native's sharing the native's snapshot."""
+
+    def __init__(self) -> None:
+        self.native_raw: Any = None
+        self.native: tuple[Snapshot, Epochs] = ({}, {})
+        self.lua_raw: Any = None
+        self.lua: Snapshot = {}
+        # each reader keeps the Entry of every key its walk left unchanged: a step's cost is then in
+        # the keys it changed, not in all it walks (a long history's keyspace grows)
+        self.native_reader, self.lua_reader = WalkReader(), WalkReader()
+
+    def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
+        if native_walk != self.native_raw:
+            self.native_raw, self.native = native_walk, self.native_reader.read(native_walk)
+        native_after, epochs = self.native
+        # (a third string: the keys of other databases, when any holds keys)
+        if lua_walk[0] == native_walk[0] and lua_walk[2:] == native_walk[2:]:
+            return native_after, native_after, epochs
+        if lua_walk[0::2] != self.lua_raw:
+            self.lua_raw, self.lua = lua_walk[0::2], self.lua_reader.read(lua_walk)[0]
+        return self.lua, native_after, epochs
+
+
+class Replayer:
+    """A Lua server and a native server on one frozen clock, reused from history to history."""
+
+    def __init__(
+        self,
+        module: Path,
+        group: ServerGroup | None = None,
+        lua_scripts: Path | None = None,
+        backend: str = "local",
+        replicas: bool = False,
+    ) -> None:
+        self.scripts = lua_coverage.scripts_for_replay(load_scripts(lua_scripts))  # instrumented: --lua-coverage
+        # the same scripts, as sent, for the steps an upgrade's Lua-era workers run on the native server
+        self.native_scripts = load_scripts(lua_scripts)
+        self._owns_group = group is None
+        self.group = ServerGroup(backend=backend) if group is None else group
+        self.module = module
+        self.replicas: Replicas | None = None
+        # replicas started for the histories that call one, and those the history being replayed keeps
+        # up (--replicas, those, or none)
+        self.call_replicas: Replicas | None = None
+        self.active_replicas: Replicas | None = None
+        try:
+            # a TCP port for each server's replica: with --replicas, and for the histories that call a
+            # replica (`target`), whose replicas start only for them (embedded servers only)
+            self.tcp = replicas or self.group.backend == "local"
+            options = primary_options() if self.tcp else {}
+            self.lua_server = self.group.add("lua", **options)
+            self.native_server = self.group.add("native", module=module, **options)
+            if replicas:
+                self.replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
+            check_compiles(self.lua_server.client, self.native_scripts, lua_scripts)
+        except BaseException:  # the first server (a container, an attached pair's lock) goes too
+            if self._owns_group:
+                self.group.close()
+            raise
+        self.lua: LuaSide | None = None
+        self.native: NativeSide | None = None
+        # (a user's ACL rules, key, perm) -> denied: what ACL DRYRUN answered, for every history (the
+        # answer depends on the rules alone, and histories declare the same users again and again)
+        self._acl: dict[tuple[tuple[str, ...], bytes, str], bool] = {}
+        # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
+        self.stages: defaultdict[str, float] = defaultdict(float)
+
+    def close(self) -> None:
+        for side in (self.lua, self.native):
+            if side is not None:
+                side.close()
+        if self.replicas is not None:
+            self.replicas.close()
+        if self.call_replicas is not None:
+            self.call_replicas.close()
+        logfile = getattr(self.lua_server, "logfile", None)  # the Lua scripts' coverage lines (--lua-coverage)
+        if logfile is not None:
+            lua_coverage.harvest(Path(logfile))
+        if self._owns_group:
+            self.group.close()
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one history ------------------------------------------------------------------------
+
+    def _reset(self, history: History) -> None:
+        """Empty keyspaces, the history's users and start time; connections kept where possible."""
+        if not self.lua_server.running:  # the reference is never started again (see ReferenceLost)
+            raise _reference_lost("between histories")
+        if not self.native_server.running:
+            self.native_server.kill()  # reaps a process that died (a crash of the module)
+            self.native_server.start()
+        if self.lua is None or self.native is None:
+            self.lua = LuaSide(self.lua_server, history.users, self.scripts, history.db)
+            self.native = NativeSide(self.native_server, history.users, self.native_scripts, history.db)
+        else:
+            self.lua.prepare(history.users, history.db)
+            self.native.prepare(history.users, history.db)
+            self.lua.open_claims.clear()
+            self.native.open_claims.clear()
+        self.group.clock.set(history.start_ms)
+        # both servers flushed (FLUSHALL: every database), asked their AOF's size and their time at
+        # once: one round trip for the pair, which also proves each reads the frozen clock before any step runs
+        for side in (self.lua, self.native):
+            side.wires[None].send([(b"FLUSHALL",), (b"INFO", b"persistence"), (b"TIME",)])
+        restarts = any(isinstance(step, Restart) for step in history.steps)
+        rewriting = []
+        for side, server in ((self.lua, self.lua_server), (self.native, self.native_server)):
+            admin = side.wires[None]
+            admin.read()
+            aof_bytes = aof_size(admin.read())
+            _check_clock(server.name, admin.read(), history.start_ms)
+            # only the native server restarts (see _boundary): the Lua server's AOF is compacted
+            # only once it has grown
+            rewrite = aof_rewrite(aof_bytes, restarts and side is self.native)
+            if rewrite is not None:
+                admin.send([(b"BGREWRITEAOF",)])
+                rewriting.append((admin, server, rewrite))
+        for admin, server, rewrite in rewriting:
+            # "started": the rewrite's child has forked, its snapshot the empty keyspace; not waited
+            # for: the history's writes go to a new incremental file meanwhile. A restart before the
+            # rewrite ends stops it (SHUTDOWN ends the child; a crash leaves it to finish its own
+            # temporary file), and the server loads the old files and the new one: the same
+            # keyspace, a longer load; the next reset starts another. "Already in progress" is an
+            # answer too. "Scheduled" (another child runs: a replica's sync, a raw BGSAVE) would
+            # fork later, mid-history: waited for, as is a rewrite past AOF_COMPACT_BYTES
+            answer = admin.read()
+            if rewrite == FINISH_REWRITE or (isinstance(answer, Simple) and b"scheduled" in answer.value):
+                server.await_aof_rewrite()
+
+    def replay(self, history: History, alone_from: int | None = None) -> ReplayResult:
+        """Every step replayed and judged, up to the first divergence. `alone_from`: the steps from
+        that index on go one round trip each (after the native died in a pipelined segment, its
+        replies were never written, so the replay is repeated to find the step that killed it)."""
+        started = time.perf_counter()
+        stages = self.stages
+        try:
+            self._reset(history)
+        except (ValkeyConnectionError, OSError) as lost:
+            if not self.lua_server.answers():
+                raise _reference_lost("at a history's start", lost) from lost
+            raise
+        if self.replicas is not None:
+            self.replicas.relink()  # a server started again by the reset: its replica synced before any step
+        replicas = self.active_replicas = self._replicas_for(history)
+        assert self.lua is not None and self.native is not None
+        result = ReplayResult(history, replicas=self.replicas is not None)
+        mark = time.perf_counter()
+        stages["reset"] += mark - started
+        state = JudgeState()
+        walks = _Walks()
+        runs = segments(resolve(history.steps), alone_from)
+        # --replicas compares from the first step on; a history's own replicas (it calls one) from its
+        # first call to a replica on, so that a verdict at a step depends on no later step: an
+        # artifact, the history up to its divergence, replays to the same verdict alone
+        comparing = self.replicas is not None
+        for segment in runs:
+            if segment[0].on_replica and replicas is not None:
+                # both replicas caught up and compared first, the history's first step too (a replica
+                # kept linked since an earlier history still applies that history's stream and the
+                # reset's FLUSHALL; a re-sync's writes reach the Lua replica after the check that closed
+                # their segment), so the call reads what its primary holds; one behind is the call's
+                # divergence: it would read it
+                comparing = True
+                behind = replicas.check()
+                if behind is not None:
+                    return self._propagated(result, state, segment, behind, started, sent=False)
+            mark = self._boundary(segment[0], mark)
+            native_out: list[StepOutcome] = []
+            try:
+                native_out = self.native.run_steps(segment)  # a change of connection reads replies
+                self.native.send()  # the native works on its pipeline while the Lua host runs
+                lua_out = self.lua.run_steps(segment)
+                lua_results = self.lua.finish(lua_out)
+                native_results = self.native.finish(native_out)
+            except (ValkeyConnectionError, OSError) as lost:
+                death = self._native_death(lost)  # the Lua server dying is the harness's failure: raised
+                if len(segment) > 1 and alone_from is None:
+                    return self.replay(history, alone_from=segment[0].index)
+                return self._died(result, state, segment, native_out, death, started)
+            mark = _lap(stages, "send", mark)
+            flags = self.native.notify_flags
+            if flags:  # each step's events, read from each subscriber up to the step's marker
+                lua_events, native_events = self.lua.events(lua_out), self.native.events(native_out)
+                mark = _lap(stages, "events", mark)
+            # every replica caught up and compared now, before the clock moves; a contract divergence
+            # in the segment is reported first (it comes at an earlier step)
+            propagation = None
+            if replicas is not None and comparing and can_write(segment):
+                propagation = replicas.check()
+                mark = _lap(stages, "replicas", mark)
+            now_ms = self.group.clock.now_ms
+            run_id = self.native.run_id.encode()
+            for position, resolved in enumerate(segment):
+                lua_reply, lua_walk = lua_results[position]
+                native_reply, native_walk = native_results[position]
+                lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+                mark = _lap(stages, "walk", mark)
+                observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
+                                          epochs, self._denied(resolved, state.before))  # fmt: skip
+                after_state, verdict = judge(state, observation)
+                result.observations.append(observation)
+                result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,
+                                                 resolved))  # fmt: skip
+                if not verdict.ok:
+                    result.divergence = Divergence(
+                        resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
+                        state.before, lua_after, native_after, epochs, verdict.finding or "divergence",
+                        prediction=verdict.prediction,
+                    )  # fmt: skip
+                    result.elapsed_s = time.perf_counter() - started
+                    return result
+                resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
+                if flags:
+                    problem = events_problem(resolved, resyncs, flags, lua_events[position], native_events[position],
+                                             native_reply, self.native.db)  # fmt: skip
+                    if problem is not None:
+                        result.divergence = Divergence(
+                            resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,
+                            native_after, epochs, EVENTS, None, lua_events[position], native_events[position],
+                        )  # fmt: skip
+                        result.elapsed_s = time.perf_counter() - started
+                        return result
+                state = after_state
+                mark = _lap(stages, "judge", mark)
+                if resyncs:
+                    rest = segment[position + 1 :]
+                    self._resync(state, lua_results[-1][1])  # the Lua keyspace now: after the segment's last step
+                    if rest:
+                        self.lua.restore_workers(lua_out[position].workers)
+                        again = self.lua.run_steps(rest)
+                        lua_results[position + 1 :] = self.lua.finish(again)
+                        lua_out[position + 1 :] = again
+                        if flags:
+                            lua_events[position + 1 :] = self.lua.events(again)
+                    mark = _lap(stages, "resync", mark)
+            if propagation is not None:
+                return self._propagated(result, state, segment, propagation, started)
+        result.elapsed_s = time.perf_counter() - started
+        return result
+
+    def _boundary(self, step: Resolved, mark: float) -> float:
+        """Clock advances and restarts; returns the time it ended (for the stage counters)."""
+        assert self.lua is not None and self.native is not None
+        if isinstance(step.step, Advance):
+            self.group.advance(step.step.ms)  # the servers' next commands read it
+            return _lap(self.stages, "clock", mark)
+        if isinstance(step.step, Restart):
+            # Not waited for: a rewrite the reset started (see there). Only the native server
+            # restarts: the Lua server, the reference, would reload from its AOF the keyspace it
+            # holds (every write it acknowledged is there, fsynced), and nothing else of it is
+            # compared (docs/design-notes.md, "A restart")
+            self.group.restart_all(crash=step.step.crash, only=[self.native_server])
+            if self.active_replicas is not None:
+                self.active_replicas.relink()  # fresh replicas, synced before the segment writes anything
+            self.native.reconnect()  # notifications, if on, set again on the started server (Side.connect)
+            return _lap(self.stages, "restart", mark)
+        if isinstance(step.step, Notify):
+            for side in (self.lua, self.native):
+                side.set_notify(step.step.flags)
+            return _lap(self.stages, "events", mark)
+        if isinstance(step.step, MemoryLimit):
+            for side in (self.lua, self.native):
+                side.set_memory_limit(step.step.limit)
+            return _lap(self.stages, "memory", mark)
+        return mark
+
+    def _propagated(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], found: Propagation,
+                    started: float, sent: bool = True) -> ReplayResult:  # fmt: skip
+        """A replica that does not hold its primary's keyspace, found at the end of the segment: a
+        divergence of its own kind at the segment's last step. `sent` False: found before the
+        segment (a call to a replica) was sent, the divergence is the call's, which sent nothing."""
+        last = segment[-1]
+        if sent:
+            record = result.records[-1]
+            lua_reply, native_reply = record.lua_reply, record.native_reply
+        else:
+            lua_reply = native_reply = NotSent("not sent: the replica it reads did not hold its primary's keyspace")
+        result.divergence = Divergence(last.index, last.step, found.reason, lua_reply, native_reply,
+                                       state.before, state.before, state.before, dict(state.before_epochs),
+                                       PROPAGATION, found)  # fmt: skip
+        result.elapsed_s = time.perf_counter() - started
+        return result
+
+    def _native_death(self, lost: BaseException) -> str:
+        """Why the native server is gone, once its process has exited; else `lost` is raised again.
+        Only the native's death is a finding: when the Lua server does not answer either (a raw step
+        stopped both, something killed them), it is the harness's failure."""
+        if not self.lua_server.answers():
+            raise _reference_lost("mid-history", lost) from lost
+        deadline = time.monotonic() + 2.0  # the socket closes a moment before the process is reaped
+        while self.native_server.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.native_server.running:
+            raise lost
+        self.native_server.kill()  # reaps it: the next history's reset starts it again
+        return f"its process exited mid-segment: {lost}"
+
+    def _died(self, result: ReplayResult, state: JudgeState, segment: list[Resolved], native_out: list[StepOutcome],
+              why: str, started: float) -> ReplayResult:  # fmt: skip
+        """The step the native was on when it died, observed as such and judged: the first whose
+        reply or walk never came."""
+        position = next(
+            (i for i, o in enumerate(native_out) if not (_ready(o.reply) and (o.walk is None or o.walk.ready))),
+            len(segment) - 1,
+        )
+        resolved = segment[position]
+        observation = Observation(resolved, self.group.clock.now_ms, b"", NotSent("not read: the native died"),
+                                  Died(why), state.before, state.before, dict(state.before_epochs))  # fmt: skip
+        _, verdict = judge(state, observation)
+        result.observations.append(observation)
+        result.records.append(StepRecord(resolved.index, resolved.step, verdict, observation.lua_reply,
+                                         observation.native_reply, resolved))  # fmt: skip
+        result.divergence = Divergence(resolved.index, resolved.step, verdict.reason, observation.lua_reply,
+                                       observation.native_reply, state.before, state.before, state.before,
+                                       dict(state.before_epochs))  # fmt: skip
+        result.elapsed_s = time.perf_counter() - started
+        return result
+
+    def _resync(self, state: JudgeState, lua_walk: Any) -> None:
+        """The Lua server's keyspace (`lua_walk`: as it is now) becomes the native's (epochs included):
+        equal ground again. Only the keys that differ are written (a key held alike keeps its TTL to
+        the millisecond)."""
+        assert self.lua is not None
+        admin: Wire = self.lua.wires[None]
+        limited = self.lua.memory_limited
+        if limited:
+            self.lua.set_memory_limit(False)  # RESTORE is deny-oom: the harness's writes never meet the limit
+        held = with_epochs(*parse_canonical(lua_walk))
+        commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
+        if commands:
+            admin.send(commands)
+            for _ in commands:
+                admin.read()
+        if at_expiry:
+            # keys at their expiry's very millisecond: given it with the clock a millisecond back (no
+            # other command reaches either server meanwhile), then the clock is where it was
+            clock = self.group.clock
+            now = clock.now_ms
+            clock.set(now - 1)
+            try:
+                admin.send(at_expiry)
+                for _ in at_expiry:
+                    admin.read()
+            finally:
+                clock.set(now)
+        if limited:
+            self.lua.set_memory_limit(True)
+        self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
+
+    def _replicas_for(self, history: History) -> Replicas | None:
+        """The replicas the history keeps up: --replicas', else, for a history that calls a replica,
+        a replica beside each server started for it (kept for the next such history, stopped at the
+        first that calls none: they cost a check after every segment that writes); each side told
+        where its replica is. A replica kept from an earlier history holds what a fresh one would once
+        it has caught up with the reset's FLUSHALL, which the check before the history's first call
+        to a replica waits for (replay): no verdict depends on the earlier history."""
+        assert self.lua is not None and self.native is not None
+        calls_replica = any(isinstance(step, CallStep) and step.target is not None for step in history.steps)
+        active = self.replicas
+        if active is None and calls_replica:
+            if not self.tcp:
+                raise SetupProblem("a history calls a replica ('target'): replicas run on embedded servers only")
+            if self.call_replicas is None:
+                self.call_replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
+            else:
+                self.call_replicas.relink()  # a server started since: its replica synced before any step
+            active = self.call_replicas
+        elif self.call_replicas is not None and not calls_replica:
+            # the Lua server never restarts: its replica stays linked for the next such history (a
+            # start and a full sync saved); the native's would re-sync on its own after the native's
+            # next restart (a fork mid-history), so it stops, and starts again when next called
+            for pair in self.call_replicas.pairs:
+                if pair.side == "native" and pair.replica.running:
+                    pair.close()
+        for side in (self.lua, self.native):
+            side.close_replica()
+            side.replica = None
+        if active is not None:
+            for pair in active.pairs:
+                (self.lua if pair.side == "lua" else self.native).replica = pair.replica
+        return active
+
+    def _denied(self, resolved: Resolved, before: Snapshot) -> frozenset[tuple[bytes, str]]:
+        """Which derived keys the step's user may not read or write: asked of the server (ACL
+        DRYRUN) before judging, remembered by the user's rules for every later history."""
+        user = resolved.user
+        keys = acl_probe_keys(resolved, before)
+        if user is None or not keys:
+            return frozenset()
+        assert self.native is not None
+        rules = tuple(self.native.users[user])
+        known = self._acl
+        unknown = [(key, perm) for key in keys for perm in ("read", "write") if (rules, key, perm) not in known]
+        if unknown:
+            if len(known) > ACL_ANSWERS_KEPT:
+                known.clear()
+            self.native.ensure_user(user)  # a step the native did not send (a split claim's begin) made none
+            pipe = self.native_server.client.pipeline(transaction=False)
+            for key, perm in unknown:
+                probe = [b"HGET", key, b"f"] if perm == "read" else [b"HSET", key, b"f", b"v"]
+                pipe.execute_command(b"ACL", b"DRYRUN", user.encode(), *probe)
+            for (key, perm), answer in zip(unknown, pipe.execute(raise_on_error=False), strict=True):
+                known[(rules, key, perm)] = answer not in (b"OK", "OK")
+        return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
+
+
+def check_compiles(client: Any, scripts: dict[str, bytes], directory: Path | None) -> None:
+    """Every script as the Lua server's own compiler sees it (SCRIPT LOAD compiles, runs nothing):
+    one that does not compile is one line naming its file and the compiler's message and line,
+    before any step (else every call of it would be a NOSCRIPT reply, read as a divergence)."""
+    from valkey.exceptions import ResponseError
+
+    from executors.lua.adapter import script_directory
+
+    for verb, source in scripts.items():
+        try:
+            client.execute_command(b"SCRIPT", b"LOAD", source)
+        except ResponseError as refused:
+            path = script_directory(directory) / TRANSITIONS[verb].script_name
+            message = " ".join(str(refused).split())
+            raise ScriptDoesNotCompile(
+                f"{path} does not compile: {message} (user_script:N is the file's line N); "
+                "fix it, or pass --lua-scripts a directory whose scripts compile"
+            ) from None
+
+
+def check_scripts(lua_scripts: Path | None) -> None:
+    """A user's scripts compiled once on an embedded Lua server of their own, before a campaign starts
+    its workers (each of which checks again as its Replayer starts)."""
+    scripts = load_scripts(lua_scripts)
+    with contextlib.closing(ServerGroup()) as group:
+        check_compiles(group.add("lua").client, scripts, lua_scripts)
+
+
+def _check_clock(server: str, time_reply: Reply, expected_ms: int) -> None:
+    """A server's TIME reply must be the frozen millisecond exactly, or no step may run on it."""
+    if isinstance(time_reply, list) and len(time_reply) == 2:
+        seconds, micros = time_reply
+        if (
+            isinstance(seconds, bytes)
+            and isinstance(micros, bytes)
+            and int(seconds) * 1000 + int(micros) // 1000 == expected_ms
+        ):
+            return
+    raise RuntimeError(
+        f"{server} answered TIME with {time_reply!r}, not the frozen {expected_ms} ms: is the clock library preloaded?"
+    )
+
+
+def aof_rewrite(aof_bytes: int, history_restarts: bool) -> str | None:
+    """What the reset does about a server's AOF before the next history (pure): nothing, start a
+    rewrite (START_REWRITE) or start it and wait for its end (FINISH_REWRITE). A rewrite starts when
+    the AOF has grown past AOF_COMPACT_BYTES, or before a history that restarts the server once it
+    holds more than the empty keyspace's few bytes (what a restart would replay of earlier
+    histories). Such a history's restart may stop the rewrite, so its AOF can keep growing: past
+    AOF_COMPACT_BYTES, the rewrite before a restarting history is waited for."""
+    if aof_bytes > AOF_COMPACT_BYTES:
+        return FINISH_REWRITE if history_restarts else START_REWRITE
+    if history_restarts and aof_bytes > AOF_COMPACT_BEFORE_RESTART_BYTES:
+        return START_REWRITE
+    return None
+
+
+def aof_size(info: Reply) -> int:
+    """aof_current_size from an INFO persistence reply (0 when absent: AOF off)."""
+    if isinstance(info, bytes):
+        for line in info.splitlines():
+            if line.startswith(b"aof_current_size:"):
+                return int(line.split(b":", 1)[1])
+    return 0
+
+
+def _lap(stages: defaultdict[str, float], stage: str, since: float) -> float:
+    now = time.perf_counter()
+    stages[stage] += now - since
+    return now
+
+
+def _ready(reply: Reply | Future | Element) -> bool:
+    return not isinstance(reply, Future | Element) or reply.ready
+
+
+def replay_once(history: History, module: Path, lua_scripts: Path | None = None) -> ReplayResult:
+    with Replayer(module, lua_scripts=lua_scripts) as replayer:
+        return replayer.replay(history)
+
+
+__all__ = ["Divergence", "ReplayResult", "Replayer", "Side", "StepRecord", "replay_once", "segments"]

