@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from difftest.cli import main as cli
 from difftest.cli.main import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
-from difftest.cli.main import main as cli
 from difftest.history import format as hist
 from difftest.history.format import DEFAULT_START_MS, MAX_MS
 from difftest.replay import labels as coverage
