@@ -126,8 +126,9 @@ def test_the_judge_imports_no_server_client_or_replay() -> None:
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-JUDGING_CODE = ["judge.py", "contract.py", "model.py", "invariants.py", "replay.py", "sides.py", "campaign.py",
-                "coverage.py", "resolve.py", "shrink.py"]  # fmt: skip
+JUDGING_CODE = ["judge/verdicts.py", "judge/contract.py", "spec/model.py", "judge/invariants.py", "replay/replayer.py",
+                "replay/sides.py", "campaign/driver.py", "replay/labels.py", "history/resolve.py",
+                "history/shrink.py"]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", JUDGING_CODE)

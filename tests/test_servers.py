@@ -272,7 +272,7 @@ def test_a_group_whose_clock_cannot_be_built_leaves_no_directory(
     """No C compiler refuses the group before any server, in one line: its temporary root goes too."""
     import tempfile
 
-    from difftest.servers import compiled, local
+    from difftest.servers import compiled, group
 
     made: list[str] = []
     real = tempfile.mkdtemp
@@ -281,7 +281,7 @@ def test_a_group_whose_clock_cannot_be_built_leaves_no_directory(
         made.append(real(**options))
         return made[-1]
 
-    monkeypatch.setattr(local.tempfile, "mkdtemp", recorded)
+    monkeypatch.setattr(group.tempfile, "mkdtemp", recorded)
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no cc, no gcc
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no clock library built before
     compiled.clock_library.cache_clear()

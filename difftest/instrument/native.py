@@ -36,7 +36,7 @@ from typing import Any
 from difftest.base.files import write_atomically
 from difftest.base.problems import SetupProblem
 
-CRATE_DIR = Path(__file__).resolve().parent.parent / "executors" / "native"
+CRATE_DIR = Path(__file__).resolve().parents[2] / "executors" / "native"
 TARGET_DIR = CRATE_DIR / "target" / "coverage"
 MODULE_NAME = "libemq_native.so"
 PROFILE_VARIABLE = "LLVM_PROFILE_FILE"
