@@ -43,11 +43,11 @@ sys.path.insert(0, str(ROOT))
 def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, mode: str, budget: int | None,
             seconds: float | None, work: Path) -> dict[str, Any]:  # fmt: skip
     """One single-worker service run on a flushed store; what it found and reached."""
-    from difftest import build as builds
     from difftest.fuzz.service import serve
     from difftest.fuzz.store import Store
     from difftest.fuzz.worker import FuzzConfig
-    from difftest.lua_coverage import measuring
+    from difftest.instrument.lua import measuring
+    from difftest.replay import build as builds
 
     store = Store(store_url)
     store.client.flushdb()
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
-    from difftest import native_coverage
-    from difftest.servers.local import ServerGroup
+    from difftest.instrument import native as native_coverage
+    from difftest.servers.group import ServerGroup
     from mutants.catalogue import load
     from mutants.workspace import apply_patch, prepare, source_files
     from tests.helpers import LUA_DIR

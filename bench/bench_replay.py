@@ -14,7 +14,7 @@ replay). The servers' CPU counts each zygote's reaped children (every server sta
 history replayed on a pair without replicas and at once on a pair with them, and the ratio of the
 two replay rates in steps/s (generation excluded: it is the same for both).
 
-`--model` adds the cost of the spec's model (difftest/model.py, held to each executor at every
+`--model` adds the cost of the spec's model (difftest/spec/model.py, held to each executor at every
 step): per mix, each history replayed with the model off and at once with it on, on the same pair
 (in alternating order), and the ratio of the two replay rates, with the judge stage's µs per step
 each way.
@@ -227,8 +227,8 @@ def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer)
 def model_cost(mix: str, examples: int, replayer: Replayer) -> ModelCost:
     """The same histories replayed with the spec's model off and on, on one pair, in alternating
     order (so the machine's noise and any warm-up fall on both alike)."""
-    from difftest import judge
-    from difftest.coverage import MODEL_JUDGED, model_labels
+    from difftest.judge import verdicts as judge
+    from difftest.replay.labels import MODEL_JUDGED, model_labels
 
     shape = MIXES[mix]
     spent = {False: 0.0, True: 0.0}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
 from mutants import trend
 from mutants.breakdown import blocks
 from mutants.catalogue import EXECUTOR_DIRS, REPO, Mutant

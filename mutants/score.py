@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.campaign.driver import CampaignConfig, run_campaign
 from difftest.base.problems import ScriptDoesNotCompile
+from difftest.campaign.driver import CampaignConfig, run_campaign
 from mutants.catalogue import TRANSITIONS
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from difftest.filelock import file_lock
-from difftest.files import write_atomically
+from difftest.base.filelock import file_lock
+from difftest.base.files import write_atomically
 from mutants.breakdown import DIMENSIONS, percent_text
 from mutants.catalogue import REPO
 

@@ -12,19 +12,19 @@ import pytest
 import valkey
 import valkey.exceptions
 
-from difftest.history import format as hist
-from difftest.replay.artifacts import save_divergence
-from difftest.spec.calls import Call
 from difftest.campaign.driver import _last_pass
 from difftest.cli.main import EXIT_DIVERGENCE, main
+from difftest.history import format as hist
 from difftest.history.format import REPLICA as TO_REPLICA
 from difftest.history.format import CallStep
+from difftest.replay.artifacts import save_divergence
 from difftest.replay.replayer import Replayer, ReplayResult
 from difftest.replay.replicas import KIND, Replicas, primary_options
-from difftest.spec.replies import ErrorReply, NotSent, Simple
-from difftest.servers.local import EmbeddedServer
-from difftest.servers.group import ServerGroup
 from difftest.replay.sides import LuaSide, NativeSide, Side
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.spec.calls import Call
+from difftest.spec.replies import ErrorReply, NotSent, Simple
 from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
 from executors.native.adapter import DEFAULT_MODULE
 

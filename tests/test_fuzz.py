@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED
 from difftest.fuzz.store import Store
-from difftest.servers.local import ServerGroup
+from difftest.servers.group import ServerGroup
 from tests.helpers import planted_scripts
 from tests.test_run_signals import Footprint, await_gone
 
@@ -174,7 +174,7 @@ def test_sigterm_drains_a_service_a_killed_worker_is_replaced_and_nothing_is_lef
 
 
 def test_a_failure_a_dead_worker_left_is_recorded_by_another(database: str, planted: Path, tmp_path: Path) -> None:
-    from difftest import history as hist
+    from difftest.history import format as hist
 
     failing = hist.History((
         hist.call_step("ENQUEUE", "q", "j1", "p", 0),
@@ -213,7 +213,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_to_the_whole_process_group_drains_and_leaves_nothing(database: str, tmp_path: Path) -> None:
-    from difftest.exits import EXIT_INTERRUPTED
+    from difftest.base.exits import EXIT_INTERRUPTED
 
     fuzz = Fuzz(tmp_path, "interrupted", "--database", database, "--workers", "1", "--no-class-corpus")
     store = Store(database)

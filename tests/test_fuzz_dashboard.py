@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from difftest.exits import EXIT_TERMINATED
+from difftest.base.exits import EXIT_TERMINATED
 from difftest.fuzz.store import Store
 from tests.test_fuzz import WAIT_S, Fuzz, database, planted, until  # noqa: F401 (fixtures)
 from tests.test_reports import browser

@@ -26,6 +26,7 @@ LAYERS = (
     "difftest.campaign",
     "difftest.report",
     "mutants",
+    "difftest.fuzz",
     "difftest.cli",
     "difftest.__main__",
 )

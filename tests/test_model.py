@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest import model, observations
-from difftest.campaign import CampaignConfig, run_campaign
-from difftest.commands import Layout, Verb
-from difftest.coverage import MODEL_JUDGED, model_labels, model_share
-from difftest.judge import (
+from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.history import format as hist
+from difftest.judge.verdicts import (
     LUA_WRONG,
     NATIVE_WRONG,
     SHARED,
@@ -27,8 +24,12 @@ from difftest.judge import (
     spec_prediction,
     voters_of,
 )
-from difftest.replay import Replayer
-from difftest.snapshot import Entry, Snapshot
+from difftest.replay import observations
+from difftest.replay.labels import MODEL_JUDGED, model_labels, model_share
+from difftest.replay.replayer import Replayer
+from difftest.spec import model
+from difftest.spec.commands import Layout, Verb
+from difftest.spec.snapshot import Entry, Snapshot
 from executors.native.adapter import DEFAULT_MODULE
 from mutants.score import caught_by
 from tests.helpers import planted_scripts
@@ -269,8 +270,8 @@ def test_a_campaign_reports_the_share_of_steps_the_model_judged(tmp_path: Path) 
     """summary.json's `model` entry and the terminal's summary row, from a campaign on real servers."""
     import io
 
-    from difftest import reports
-    from difftest.progress import print_table, summary_table
+    from difftest.campaign.progress import print_table, summary_table
+    from difftest.report import reports
 
     config = CampaignConfig(seed=5, module=DEFAULT_MODULE, reports=tmp_path / "run", examples=8, workers=1, pin=False,
                             corpus=False)  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP
 from mutants import breakdown, report, trend
 from mutants import catalogue as cat
 from mutants.__main__ import main
@@ -262,7 +262,7 @@ def test_annotations_escape_what_github_reads_as_syntax() -> None:
 
 
 def test_a_merge_appends_to_the_score_history(tmp_path: Path) -> None:
-    from difftest.nightly import mutants_section
+    from difftest.report.nightly import mutants_section
     from tests.test_mutants_report import STATUSES, _document
 
     report.write_outcomes(tmp_path / "s1", _document(STATUSES, thresholds={"break": 20}))

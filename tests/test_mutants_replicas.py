@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.history import format as hist
 from difftest.cli.main import EXIT_DIVERGENCE, main
+from difftest.history import format as hist
 from difftest.history.format import REPLICA, CallStep, Restart
 from difftest.replay.replicas import KIND
 from mutants import catalogue as cat

@@ -11,9 +11,9 @@ from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 from rich.table import Table
 
-from difftest.replay import labels as coverage
-from difftest.campaign.driver import Progress
 from difftest.base.problems import SetupProblem
+from difftest.campaign.driver import Progress
+from difftest.replay import labels as coverage
 
 if TYPE_CHECKING:
     from difftest.campaign.driver import CampaignResult

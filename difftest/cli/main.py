@@ -938,7 +938,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a directory of <verb>.lua scripts to use instead of executors/lua")  # fmt: skip
     fuzz.add_argument("--reports", type=Path, default=DEFAULT_REPORTS,
                       help="findings go to REPORTS/fuzz/findings/<signature>/ (default: reports/)")  # fmt: skip
-    from difftest.valkeys import argument as valkey_argument
+    from difftest.servers.valkeys import argument as valkey_argument
 
     fuzz.add_argument("--valkey", metavar="VERSION", type=valkey_argument, default=None,
                       help="run the valkey-server of this Valkey release")  # fmt: skip

@@ -14,15 +14,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from difftest.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
-from difftest.problems import SetupProblem
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
+from difftest.base.problems import SetupProblem
 
 
 @contextlib.contextmanager
 def database_of(args: argparse.Namespace) -> Iterator[str]:
     """--database (or $DIFFTEST_DATABASE) when it names a Valkey server; else this machine's own store
     in --state (a valkey-server this command keeps there, or the one a running service keeps)."""
-    from difftest.exampledb import ENVIRONMENT, check_spec, is_server
+    from difftest.campaign.exampledb import ENVIRONMENT, check_spec, is_server
     from difftest.fuzz.service import local_store
 
     spec = args.database or os.environ.get(ENVIRONMENT)
@@ -88,7 +88,7 @@ def _dashboard_only(args: argparse.Namespace) -> int:
 
 
 def _shown(database: str) -> str:
-    from difftest.exampledb import describe
+    from difftest.campaign.exampledb import describe
 
     return describe(database)
 
@@ -97,12 +97,12 @@ def _fuzz(args: argparse.Namespace) -> int:
     from difftest.fuzz.service import serve, service_name
     from difftest.fuzz.worker import FuzzConfig
 
-    build = args.build  # the command line checked the module and recorded the build (difftest/cli.py)
+    build = args.build  # the command line checked the module and recorded the build (difftest/cli/main.py)
     module = args.module
     native = args.native_coverage or args.guidance != "off"
     if native:
-        from difftest.native_coverage import build as coverage_build
-        from difftest.native_coverage import find_tools
+        from difftest.instrument.native import build as coverage_build
+        from difftest.instrument.native import find_tools
 
         if args.module_given:
             raise SetupProblem("--native-coverage and --guidance build and load this checkout's module, "
@@ -112,7 +112,7 @@ def _fuzz(args: argparse.Namespace) -> int:
 
     clock_library()
     if args.lua_scripts is not None:
-        from difftest.replay import check_scripts
+        from difftest.replay.replayer import check_scripts
 
         check_scripts(args.lua_scripts)
     run_dir = (args.reports / "fuzz" / f"service-{os.getpid()}").absolute()
@@ -164,11 +164,11 @@ def _fuzz(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _lua_lines(on: bool, run_dir: Path) -> Iterator[bool]:
-    """--lua-coverage: the workers' Lua servers run the instrumented scripts (difftest/lua_coverage.py)."""
+    """--lua-coverage: the workers' Lua servers run the instrumented scripts (difftest/instrument/lua.py)."""
     if not on:
         yield False
         return
-    from difftest.lua_coverage import measuring
+    from difftest.instrument.lua import measuring
 
     with measuring(run_dir):
         yield True

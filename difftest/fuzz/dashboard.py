@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest.fuzz.store import STALE_S, Store
+from difftest.fuzz.worker import local_artifact, reproduce_line
 
 REFRESH_MS = 2000
 RECENT_S = 600.0  # stopped workers heard within this long are listed (older ones only counted)
@@ -24,8 +25,6 @@ RECENT_S = 600.0  # stopped workers heard within this long are listed (older one
 def status_document(store: Store, reports: Path | None = None) -> dict[str, Any]:
     """The snapshot with what a person reads off it: each finding's reproduce line on this machine,
     each worker's liveness, throughput per minute."""
-    from difftest.fuzz.service import local_artifact, reproduce_line
-
     snapshot = store.snapshot()
     now = snapshot["at"]
     for finding in snapshot["findings"]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from difftest.fuzz.store import Store
-from difftest.fuzz.worker import FuzzConfig, finding_directory, run_worker, worker_id
+from difftest.fuzz.worker import FuzzConfig, local_artifact, reproduce_line, run_worker, worker_id
 
 SAMPLE_S = 5.0  # the store's totals and coverage sampled into the series this often
 PRINT_S = 30.0  # a progress line this often
@@ -42,7 +42,7 @@ def local_store(state: Path) -> Iterator[str]:
     """A store of this machine's own: the valkey-server this process keeps in `state` (its data in an
     append-only file there, so a later service resumes from it), or, while another service holds it,
     that one's (its URL in state/store.url)."""
-    from difftest.servers.local import ServerGroup
+    from difftest.servers.group import ServerGroup
 
     state = state.absolute()
     state.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def local_store(state: Path) -> Iterator[str]:
         except BlockingIOError:
             url = (state / STORE_URL).read_text().strip() if (state / STORE_URL).is_file() else ""
             if not url:
-                from difftest.problems import SetupProblem
+                from difftest.base.problems import SetupProblem
 
                 raise SetupProblem(f"{state} is held by a service that has not started its store yet: try again, "
                                    "or pass --database") from None  # fmt: skip
@@ -105,7 +105,7 @@ class Service:
         return config.histories is not None and int(self.shared.value) >= config.histories
 
     def replace_dead(self) -> None:
-        from difftest.campaign import sweep_leftovers
+        from difftest.campaign.driver import sweep_leftovers
 
         for slot, process in list(self.processes.items()):
             if process.exitcode is None:
@@ -168,7 +168,7 @@ class Service:
     def drain(self) -> list[int]:
         """Every worker asked to finish its history and end; those still running after DRAIN_S killed
         (their pending failures handed on, their servers' directories removed). Returns the killed slots."""
-        from difftest.campaign import sweep_leftovers
+        from difftest.campaign.driver import sweep_leftovers
 
         for process in self.processes.values():
             if process.exitcode is None and process.pid is not None:
@@ -187,33 +187,6 @@ class Service:
         return killed
 
 
-def local_artifact(reports: Path, finding: dict[str, Any]) -> Path:
-    """The finding's artifact on this machine: where it was saved, else a copy written from the store."""
-    from difftest.files import write_atomically
-
-    recorded = Path(str(finding.get("artifact", "")))
-    if recorded.is_dir() and (recorded / "history.jsonl").is_file() and finding.get("host") == socket.gethostname():
-        return recorded
-    directory = reports / "fuzz" / "findings" / str(finding["signature"])
-    if (directory / "history.jsonl").is_file():
-        return directory
-    directory = finding_directory(reports, str(finding["signature"]))
-    directory.mkdir(parents=True)
-    import json
-
-    write_atomically(directory / "report.json", json.dumps(finding.get("report", {}), indent=2) + "\n")
-    write_atomically(directory / "report.txt", str(finding.get("report_txt", "")))
-    write_atomically(directory / "history.jsonl", str(finding["history"]))  # last: its presence marks it whole
-    return directory
-
-
-def reproduce_line(finding: dict[str, Any], artifact: Path) -> str:
-    from difftest.build import replay_command
-
-    replicas = bool((finding.get("report") or {}).get("replicas"))
-    return replay_command(artifact, finding.get("build") or {}, replicas)
-
-
 def progress_line(point: dict[str, Any], elapsed: float) -> str:
     return (f"fuzz: {elapsed:,.0f} s, {point['histories']:,} histories, {point['steps']:,} steps, "
             f"{point['labels']} labels, {point['native']:,} native counters, {point['lua']} Lua lines, "
@@ -227,7 +200,7 @@ def service_name() -> str:
 def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = None) -> tuple[int, dict[str, Any]]:
     """Run the service until a budget ends or SIGTERM/SIGINT; returns the signal that stopped it (0:
     a budget) and what this service's workers did (histories, findings, met_again)."""
-    from difftest.campaign import sweep_leftovers
+    from difftest.campaign.driver import sweep_leftovers
 
     store = Store(config.database)
     store.check()

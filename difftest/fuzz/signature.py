@@ -17,11 +17,11 @@ import json
 import re
 from typing import Any
 
-from difftest import model
-from difftest.commands import parse_key
-from difftest.history import step_to_json
-from difftest.replay import ReplayResult
-from difftest.snapshot import diff
+from difftest.history.format import step_to_json
+from difftest.replay.replayer import ReplayResult
+from difftest.spec import model
+from difftest.spec.commands import parse_key
+from difftest.spec.snapshot import diff
 
 _VALUES = re.compile(r"b'[^']*'|b\"[^\"]*\"|'[^']*'|\"[^\"]*\"|\d+")
 

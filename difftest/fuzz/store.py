@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from difftest.exampledb import _client, describe
-from difftest.problems import SetupProblem
+from difftest.base.problems import SetupProblem
+from difftest.campaign.exampledb import _client, describe
 
 FORMAT = "difftest-fuzz"
 VERSION = 1

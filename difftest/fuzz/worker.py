@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest import coverage
 from difftest.fuzz import signature as signatures
 from difftest.fuzz.store import Store
+from difftest.replay import labels as coverage
 
 BATCH = 20  # histories per Hypothesis run: short enough that draining and budgets act soon
 BEAT_S = 0.5  # a worker's record and the totals are written at most this often (and at every change of state)
@@ -192,7 +192,7 @@ class Worker:
 
     def _lua_lines(self) -> set[str]:
         """The Lua lines run since the last look, from the Lua server's log (`script:line`)."""
-        from difftest.lua_coverage import parse_log
+        from difftest.instrument.lua import parse_log
 
         assert self.lua_log is not None
         try:
@@ -206,7 +206,7 @@ class Worker:
         return {f"{verb}:{line}" for verb, line in parse_log(text[:cut])}
 
     def _keep(self, history: Any, new: dict[str, Any]) -> None:
-        from difftest.history import dumps
+        from difftest.history.format import dumps
 
         text = dumps(history)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -221,8 +221,8 @@ class Worker:
 
     def record_failure(self, result: Any, raw: str, pending: str | None) -> str:
         """A shrunk failure recorded (a new finding, or one met again); returns its signature."""
-        from difftest.artifacts import save_divergence
-        from difftest.build import replay_command
+        from difftest.replay.artifacts import save_divergence
+        from difftest.replay.build import replay_command
 
         global _draining
         name = signatures.signature(result)
@@ -257,8 +257,8 @@ class Worker:
 
     def adopt_orphans(self) -> None:
         """Failures a dead worker found but did not record: replayed, minimised and recorded here."""
-        from difftest.campaign import _last_pass
-        from difftest.history import loads
+        from difftest.campaign.driver import _last_pass
+        from difftest.history.format import loads
 
         while (orphan := self.store.take_orphan()) is not None:
             self.state = "recording a dead worker's failure"
@@ -287,10 +287,10 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     """One Hypothesis run of the worker's batch size (the explicit histories first)."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings, target
 
-    from difftest.campaign import _last_pass
-    from difftest.exampledb import open_database
-    from difftest.history import dumps
-    from difftest.replay import ReferenceLost
+    from difftest.campaign.driver import _last_pass
+    from difftest.campaign.exampledb import open_database
+    from difftest.history.format import dumps
+    from difftest.replay.replayer import ReferenceLost
     from strategies.corpus import CORPUS_NOTE
     from strategies.histories import HistoryShape
     from strategies.machine import run_machine
@@ -356,9 +356,10 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
 
 def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
     """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
-    from difftest.campaign import _bind_to_parent, _mark_owner, quiet_swallowed_interrupts
-    from difftest.replay import Replayer
-    from difftest.servers.local import ServerGroup, pin_to_core
+    from difftest.campaign.driver import _bind_to_parent, _mark_owner, quiet_swallowed_interrupts
+    from difftest.replay.replayer import Replayer
+    from difftest.servers.group import ServerGroup
+    from difftest.servers.local import pin_to_core
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _ask_to_drain)
@@ -429,7 +430,7 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
 def _first_histories(config: FuzzConfig, slot: int, store: Store) -> list[Any]:
     """What a worker replays before generating: its share of the service's corpus, and for the
     first worker the class corpus (one short history per behaviour label)."""
-    from difftest.history import HistoryError, loads
+    from difftest.history.format import HistoryError, loads
 
     histories = []
     for number, entry in enumerate(store.corpus()):
@@ -448,3 +449,28 @@ def drained() -> bool:
 
 
 __all__ = ["BATCH", "GUIDANCE_MODES", "FuzzConfig", "guidance_mode", "run_worker"]
+
+
+def local_artifact(reports: Path, finding: dict[str, Any]) -> Path:
+    """The finding's artifact on this machine: where it was saved, else a copy written from the store."""
+    from difftest.base.files import write_atomically
+
+    recorded = Path(str(finding.get("artifact", "")))
+    if recorded.is_dir() and (recorded / "history.jsonl").is_file() and finding.get("host") == socket.gethostname():
+        return recorded
+    directory = reports / "fuzz" / "findings" / str(finding["signature"])
+    if (directory / "history.jsonl").is_file():
+        return directory
+    directory = finding_directory(reports, str(finding["signature"]))
+    directory.mkdir(parents=True)
+    write_atomically(directory / "report.json", json.dumps(finding.get("report", {}), indent=2) + "\n")
+    write_atomically(directory / "report.txt", str(finding.get("report_txt", "")))
+    write_atomically(directory / "history.jsonl", str(finding["history"]))  # last: its presence marks it whole
+    return directory
+
+
+def reproduce_line(finding: dict[str, Any], artifact: Path) -> str:
+    from difftest.replay.build import replay_command
+
+    replicas = bool((finding.get("report") or {}).get("replicas"))
+    return replay_command(artifact, finding.get("build") or {}, replicas)

@@ -106,7 +106,7 @@ class Verdict:
     rule: str | None = None
     reason: str = ""
     # a divergence's finding: "" when the executors differ (the pair), SPEC when they agree with each
-    # other and not with the spec's model (difftest/model.py): a shared defect, or a defect of the model
+    # other and not with the spec's model (difftest/spec/model.py): a shared defect, or a defect of the model
     finding: str = field(default="", compare=False)
     # the step the spec's model did not predict: the kind (model.UNJUDGED_KINDS); "" when it did
     unjudged: str = field(default="", compare=False)

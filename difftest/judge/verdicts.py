@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from difftest.spec import model
+from difftest.history.resolve import Resolved
 from difftest.judge.accounting import follow
-from difftest.spec.commands import Rows, Stamp
 from difftest.judge.contract import (
     MATCH,
     RULES,
@@ -32,8 +31,9 @@ from difftest.judge.contract import (
     verdict_of,
 )
 from difftest.judge.invariants import INVARIANTS, Ledger, violations
+from difftest.spec import model
+from difftest.spec.commands import Rows, Stamp
 from difftest.spec.replies import Died, ErrorReply, NotSent, Reply
-from difftest.history.resolve import Resolved
 from difftest.spec.snapshot import Epochs, Snapshot, diff
 
 

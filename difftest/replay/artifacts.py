@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from difftest.base.files import write_atomically
 from difftest.history import format as hist
+from difftest.history.format import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
+from difftest.judge.events import show
+from difftest.replay.replayer import Divergence, ReplayResult
 from difftest.spec import model
 from difftest.spec.calls import Call
-from difftest.judge.events import show
-from difftest.base.files import write_atomically
-from difftest.history.format import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
-from difftest.replay.replayer import Divergence, ReplayResult
 from difftest.spec.replies import Reply
 from difftest.spec.snapshot import Entry, Snapshot, diff
 

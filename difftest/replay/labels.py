@@ -139,7 +139,7 @@ def labels(result: ReplayResult) -> Counter[str]:
 
 
 MODEL_JUDGED = "model:judged"
-MODEL_UNJUDGED = "model:unjudged:"  # + the kind (difftest/model.py, UNJUDGED_KINDS)
+MODEL_UNJUDGED = "model:unjudged:"  # + the kind (difftest/spec/model.py, UNJUDGED_KINDS)
 
 
 def model_labels(result: ReplayResult) -> Counter[str]:

@@ -55,7 +55,7 @@ def coverage_fields(labels: Counter[str]) -> dict[str, Any]:
         "coverage": {label: labels[label] for label in coverage.REQUIRED},
         "coverage_missing": coverage.missing(labels),
         "also_reached": {k: v for k, v in sorted(labels.items()) if k not in coverage.REQUIRED},
-        # the steps the spec's model judged (the rest the pair alone): difftest/model.py
+        # the steps the spec's model judged (the rest the pair alone): difftest/spec/model.py
         "model": coverage.model_share(labels),
     }
 
@@ -115,13 +115,13 @@ def junit(document: dict[str, Any]) -> str:
     cases = []
     for entry in document.get("batches", []):
         batch = int(entry["batch"])
-        case = TestCase(f"batch-{batch}", classname="difftest.campaign.parity", elapsed_sec=None,
+        case = TestCase(f"batch-{batch}", classname="difftest.campaign.driver.parity", elapsed_sec=None,
                         stdout=f"histories: {entry['histories']}, steps: {entry['steps']}")  # fmt: skip
         if batch in failures:
             case.add_failure_info(message=failures[batch]["reason"], output=failures[batch]["artifact"])
         cases.append(case)
     for label, count in document.get("coverage", {}).items():
-        case = TestCase(label, classname="difftest.campaign.coverage")
+        case = TestCase(label, classname="difftest.campaign.driver.coverage")
         if count == 0:
             case.add_skipped_info(message="not reached by this campaign")
         cases.append(case)
