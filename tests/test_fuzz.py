@@ -205,7 +205,7 @@ def test_a_failure_a_dead_worker_left_is_recorded_by_another(database: str, plan
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    from difftest.cli import main
+    from difftest.cli.main import main
 
     reports = ["--reports", str(tmp_path / "r")]
     assert main(["fuzz", "--database", str(tmp_path / "dir"), *reports]) == EXIT_SETUP
