@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from difftest import history as hist
-from difftest import native_coverage
-from difftest.exits import EXIT_OK
+from difftest.base.exits import EXIT_OK
 from difftest.fuzz.counters import Counters, read_counters
 from difftest.fuzz.store import Store
-from difftest.replay import replay_once
+from difftest.history import format as hist
+from difftest.instrument import native as native_coverage
+from difftest.replay.replayer import replay_once
 from tests.test_fuzz import WAIT_S, database  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -244,7 +244,7 @@ def test_a_planted_shared_defect_is_reported_as_a_shared_defect(tmp_path: Path) 
     assert divergence.lua_reply == divergence.native_reply == 1
     assert caught_by(divergence.reason).split(", ")[0] == "model" and "pair" not in caught_by(divergence.reason)
     # the artifact and the summary's brief say what the model expected of each side
-    from difftest.artifacts import brief, save_divergence
+    from difftest.replay.artifacts import brief, save_divergence
 
     assert brief(divergence)["model"]["native"]["expects"] == "reply 0"
     report = (save_divergence(result, tmp_path / "artifact") / "report.txt").read_text()

@@ -6,7 +6,7 @@ observation is what replay recorded at one step on both servers (replies, snapsh
 ACL facts it gathered before judging). Nothing here reads a server: the same observations give the
 same verdicts, which is how the judge's tests run without servers (tests/observations/).
 
-Four voters: the pair (the contract's rules over both sides), the spec's model (difftest/model.py:
+Four voters: the pair (the contract's rules over both sides), the spec's model (difftest/spec/model.py:
 each side held to what the spec says it does), the healthy-queue invariants and the queue's
 accounting (each side's). A divergence's reason names who found it and, where the model judged the
 step, which side is wrong.
