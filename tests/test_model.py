@@ -195,16 +195,13 @@ def test_raw_writes_as_valkey_does_them() -> None:
     assert model.raw_write((b"HDEL", row, b"payload", b"lease_epoch"), before, 0) == {L.pending: before[L.pending]}
     epoch_only: Snapshot = {row: Entry("hash", {}, -1)}  # a row holding only lease_epoch (null run, seed 275953678)
     assert model.raw_write((b"HDEL", row, b"stalled"), epoch_only, 0) is epoch_only
+    meta = {L.meta: Entry("hash", {b"paused": b"1"}, -1)}
+    assert model.raw_write((b"HDEL", L.meta, b"paused"), meta, 0, {}) == {}  # its last field: the key goes
+    kept = {L.meta: b"r1"}  # an epoch may keep it on one side
+    assert model.raw_write((b"HDEL", L.meta, b"paused"), meta, 0, kept) == "raw-command"
     assert model.raw_write((b"FLUSHALL",), before, 0) == "raw-command"
-    assert [model.zset_score(s) for s in (b"+inf", b"-inf", b"1.5", b"-0", b"7", b"1_0", b"nan")] == [
-        b"inf",
-        b"-inf",
-        b"1.5",
-        b"-0",
-        b"7",
-        None,
-        None,
-    ]
+    scores = [model.zset_score(s) for s in (b"+inf", b"-inf", b"1.5", b"-0", b"7", b"1_0", b"nan")]
+    assert scores == [b"inf", b"-inf", b"1.5", b"-0", b"7", None, None]
 
 
 def test_a_step_the_model_does_not_predict_is_marked_and_counted() -> None:

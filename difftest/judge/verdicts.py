@@ -222,7 +222,8 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
     if isinstance(observation.native_reply, Died):
         return "died"
     if resolved.is_raw:
-        return model.raw_prediction(resolved.step.command, before, observation.now_ms, limited)  # type: ignore[union-attr]
+        command = resolved.step.command  # type: ignore[union-attr]
+        return model.raw_prediction(command, before, observation.now_ms, limited, state.before_epochs)
     if resolved.is_advance:
         return model.advanced(before, resolved.step.ms)  # type: ignore[union-attr]
     transition, call = resolved.transition, resolved.call

@@ -715,10 +715,13 @@ _RAW_VERBS = frozenset({b"SET", b"DEL", b"HSET", b"HDEL", b"ZADD", b"RPUSH", b"S
                         b"PERSIST"})  # fmt: skip
 
 
-def raw_write(command: tuple[bytes, ...], before: Snapshot, now_ms: int) -> Snapshot | str:
+def raw_write(
+    command: tuple[bytes, ...], before: Snapshot, now_ms: int, epochs: Epochs | None = None
+) -> Snapshot | str:
     """The keyspace after another writer's command (the corruption, other writers' values, fields
     and TTLs the generator writes); the unjudged kind for a command the model does not read. A
-    command a key's type refuses changes nothing."""
+    command a key's type refuses changes nothing. `epochs`: the native's `lease_epoch` fields before
+    it (the Lua server holds none the native lacks: only raw writes and re-syncs give it any)."""
     verb = command[0].upper() if command else b""
     if verb not in _RAW_VERBS or len(command) < 2:
         return "raw-command"
@@ -752,6 +755,8 @@ def raw_write(command: tuple[bytes, ...], before: Snapshot, now_ms: int) -> Snap
             del after[key]  # every field gone, the epoch a row may hold too
         elif len(fields) == len(entry.value):
             return before  # none of them there (a hash of an epoch alone shows empty): nothing changes
+        elif epochs is not None and key not in epochs:
+            del after[key]  # its last field gone, and no epoch on either side to keep it
         else:
             return "raw-command"  # its last field gone: whether an epoch alone keeps it, one side may know
     elif verb == b"ZADD":
@@ -794,11 +799,12 @@ def raw_write(command: tuple[bytes, ...], before: Snapshot, now_ms: int) -> Snap
     return after
 
 
-def raw_prediction(command: tuple[bytes, ...], before: Snapshot, now_ms: int, limited: bool) -> Prediction | str:
+def raw_prediction(command: tuple[bytes, ...], before: Snapshot, now_ms: int, limited: bool,
+                   epochs: Epochs | None = None) -> Prediction | str:  # fmt: skip
     """A raw write on both sides (its reply is not compared: the harness's own), or the unjudged kind."""
     if limited:
         return "raw-over-limit"
-    after = raw_write(command, before, now_ms)
+    after = raw_write(command, before, now_ms, epochs)
     if isinstance(after, str):
         return after
     same = Expected(after=after, reply_judged=False)
