@@ -6,6 +6,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from difftest.judge.contract import TABLE_ORDER
+from difftest.spec.commands import TRANSITIONS as COMMANDS
+
 HERE = Path(__file__).resolve().parent
 CATALOGUE_DIR = HERE / "catalogue"
 CATALOGUE_FILE = CATALOGUE_DIR / "catalogue.toml"
@@ -13,8 +16,10 @@ REPO = HERE.parent
 EXECUTOR_DIRS = {"native": REPO / "executors" / "native", "lua": REPO / "executors" / "lua"}
 BOTH = "both"  # a shared defect: one patch for each executor (catalogue/both/<id>.<executor>.patch), applied together
 
-TRANSITIONS = ("ENQUEUE", "CLAIM", "EXTEND", "COMPLETE", "FAIL", "PROMOTE", "SWEEP", "REVIVE", "PAUSE", "RESUME")
-CONTRACT_ROWS = ("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8", "D9", "N1", "N2")
+# what a mutant may name: the command table's verbs and the contract's rows (the reports' order), derived
+# so that a verb or a row added there is one a mutant can aim at
+TRANSITIONS: tuple[str, ...] = tuple(str(verb) for verb in COMMANDS)
+CONTRACT_ROWS: tuple[str, ...] = tuple(rule.id for rule in TABLE_ORDER)
 NEEDS = ("restarts", "corruption", "users", "malformed")
 REQUIRED_FIELDS = ("id", "executor", "transition", "defect_class", "contract_rows", "why", "exposure", "needs")
 
