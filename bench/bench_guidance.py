@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                     run = one_run(url, module, scripts, seed, mode, args.budget, None, work)
                     run.pop("series")
                     runs.append(run)
-                    print(f"{mutant.id} seed {seed} {mode:>5}: {run['killed_after'] or 'survived'} histories "
+                    killed = "survived" if run["killed_after"] is None else run["killed_after"]
+                    print(f"{mutant.id} seed {seed} {mode:>5}: {killed} histories "
                           f"({run['elapsed_s']} s)", flush=True)  # fmt: skip
             results["mutants"][mutant.id] = runs
         if not args.no_coverage_runs:
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{run['native_total']} native counters, {run['lua']} Lua lines, {run['labels']} labels, "
                           f"{run['histories']} histories in {run['elapsed_s']} s", flush=True)  # fmt: skip
     for side in args.modes:
-        kills = [run["killed_after"] or args.budget for runs in results["mutants"].values() for run in runs
-                 if run["mode"] == side]  # fmt: skip
+        kills = [args.budget if run["killed_after"] is None else run["killed_after"]
+                 for runs in results["mutants"].values() for run in runs if run["mode"] == side]  # fmt: skip
         survived = sorted({m for m, runs in results["mutants"].items() for r in runs
                            if r["mode"] == side and r["killed_after"] is None})  # fmt: skip
         coverage = [r for r in results["coverage_runs"] if r["mode"] == side]
