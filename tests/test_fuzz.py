@@ -5,6 +5,7 @@ prints the store's figures."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -233,3 +234,14 @@ def test_ctrl_c_to_the_whole_process_group_drains_and_leaves_nothing(database: s
     finally:
         fuzz.kill()
         store.close()
+
+
+def test_a_long_series_is_thinned_evenly_for_the_page() -> None:
+    from difftest.fuzz.dashboard import thinned
+
+    points = [{"t": float(i), "histories": i} for i in range(10_001)]
+    shown = thinned(points, 720)
+    assert len(shown) == 720 and shown[0] is points[0] and shown[-1] is points[-1]
+    gaps = {b["t"] - a["t"] for a, b in itertools.pairwise(shown)}
+    assert gaps <= {13.0, 14.0, 15.0}  # even: 10,000 / 719 = 13.9 between neighbours
+    assert thinned(points[:5], 720) == points[:5]

@@ -19,6 +19,7 @@ from difftest.fuzz.store import STALE_S, Store
 from difftest.fuzz.worker import local_artifact, reproduce_line
 
 REFRESH_MS = 2000
+MAX_POINTS = 720  # the series sent to the page at most (and printed nowhere else)
 RECENT_S = 600.0  # stopped workers heard within this long are listed (older ones only counted)
 
 
@@ -46,7 +47,17 @@ def status_document(store: Store, reports: Path | None = None) -> dict[str, Any]
         snapshot["histories_per_min"] = round(60.0 * (recent[-1]["histories"] - recent[0]["histories"]) / span, 1)
     else:
         snapshot["histories_per_min"] = 0.0
+    snapshot["series"] = thinned(series, MAX_POINTS)
     return snapshot
+
+
+def thinned(points: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """At most `most` points, evenly spaced over the series, its first and last kept (a day's series
+    of a few services is tens of thousands of points; a chart 720 pixels wide shows fewer)."""
+    if len(points) <= most:
+        return points
+    step = (len(points) - 1) / (most - 1)
+    return [points[round(i * step)] for i in range(most)]
 
 
 class _Handler(BaseHTTPRequestHandler):
