@@ -14,7 +14,8 @@ one file can be copied into an older worktree):
 (batches of the campaign's size, each seeded with `batch_seed(seed, batch)`), the generate phase only so
 that no replay feeds back into what is drawn, and writes each as a history file plus, per seed, the
 sha256 of every history's text (`s<seed>.digests.json`): `compare DIR_A DIR_B` tells whether two trees'
-generators drew the same histories from the same seeds.
+generators drew the same histories from the same seeds (saved with the same --histories and --max-steps:
+a batch's size changes what Hypothesis draws in it).
 
 `judge` replays every history of DIR on a real server pair (the Replayer's defaults) and writes one JSON
 line per history (its name, each step's verdict and rule, the divergence if any), then a totals line.
@@ -124,6 +125,17 @@ class Saved:
         self.steps += len(history.steps)
 
 
+def engine_hooks() -> list[str] | None:
+    """The engine's hooks on while drawing (strategies/engine.py); None before the generator had them apart."""
+    try:
+        engine = importlib.import_module("strategies.engine")
+    except ModuleNotFoundError as missing:
+        if missing.name != "strategies.engine":
+            raise
+        return None
+    return sorted(engine.hooks())
+
+
 def save_seed(seed: int, histories: int, out: Path, max_steps: int, commit: str) -> None:
     """One seed's histories drawn batch by batch as a campaign draws them (generate phase only)."""
     from hypothesis import Phase
@@ -132,7 +144,8 @@ def save_seed(seed: int, histories: int, out: Path, max_steps: int, commit: str)
     campaign = _module("difftest.campaign.driver", "difftest.campaign")
     started = time.perf_counter()
     saved = Saved(seed, out, history_module())
-    shape = machine.HistoryShape(max_steps=max_steps)  # the campaign's shape on the local backend
+    shapes = _module("strategies.shape", "strategies.histories")
+    shape = shapes.HistoryShape(max_steps=max_steps)  # the campaign's shape on the local backend
     batch = 0
     while len(saved.digests) < histories:
         size = min(campaign.BATCH, histories - len(saved.digests))
@@ -145,8 +158,8 @@ def save_seed(seed: int, histories: int, out: Path, max_steps: int, commit: str)
     seconds = time.perf_counter() - started
     manifest = {"seed": seed, "histories": len(saved.digests), "steps": saved.steps, "batches": batch,
                 "batch": campaign.BATCH, "max_steps": max_steps, "tree": commit, "seconds": round(seconds, 2),
-                "not_round_tripped": saved.not_round_tripped, "unloadable": saved.unloadable,
-                "digests": saved.digests}  # fmt: skip
+                "engine_hooks": engine_hooks(), "not_round_tripped": saved.not_round_tripped,
+                "unloadable": saved.unloadable, "digests": saved.digests}  # fmt: skip
     write_atomically(out / f"s{seed}.digests.json", json.dumps(manifest, indent=1) + "\n")
     print(f"seed {seed}: {len(saved.digests):,} histories, {saved.steps:,} steps in {seconds:.1f} s "
           f"({saved.steps / seconds:,.0f} steps/s drawn and written), tree {commit}"
@@ -356,26 +369,43 @@ def compare_judgements(a: Path, b: Path) -> int:
     return EXIT_DIFFER
 
 
-def read_digests(directory: Path) -> tuple[dict[str, str], set[str]]:
+@dataclass
+class Generation:
+    """A `save` directory's manifests: each history's digest, the trees, and how each seed was drawn."""
+
+    digests: dict[str, str] = field(default_factory=dict)
+    trees: set[str] = field(default_factory=set)
+    drawn: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # seed -> histories, batch, max steps
+    hooks: set[str] = field(default_factory=set)  # the engine's hooks of each seed, as text
+
+
+def read_digests(directory: Path) -> Generation:
     manifests = sorted(directory.glob("s*.digests.json"))
     if not manifests:
         raise BadInput(f"{directory}: no s<seed>.digests.json; pass a directory `save` wrote")
-    digests: dict[str, str] = {}
-    trees: set[str] = set()
+    generation = Generation()
     for manifest in manifests:
         try:
             data = json.loads(manifest.read_text(encoding="utf-8"))
-            digests.update(data["digests"])
-            trees.add(str(data.get("tree", "?")))
+            generation.digests.update(data["digests"])
+            generation.trees.add(str(data.get("tree", "?")))
+            generation.drawn[int(data["seed"])] = (int(data["histories"]), int(data["batch"]), int(data["max_steps"]))
+            generation.hooks.add(str(data.get("engine_hooks")))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise BadInput(f"{manifest}: not a digests file `save` wrote") from None
-    return digests, trees
+    return generation
 
 
 def compare_generations(a: Path, b: Path) -> int:
     """Two `save` directories: the same histories drawn from the same seeds?"""
-    left, left_trees = read_digests(a)
-    right, right_trees = read_digests(b)
+    one, other = read_digests(a), read_digests(b)
+    for seed in sorted(one.drawn.keys() & other.drawn.keys()):
+        if one.drawn[seed] != other.drawn[seed]:  # a batch's size changes what Hypothesis draws in it
+            raise BadInput(
+                f"seed {seed}: drawn as (histories, batch, max steps) {one.drawn[seed]} in {a} and "
+                f"{other.drawn[seed]} in {b}; save both with the same --histories and --max-steps"
+            )
+    left, right = one.digests, other.digests
     differences = [f"{name}: only in {a}" for name in sorted(left.keys() - right.keys())]
     differences += [f"{name}: only in {b}" for name in sorted(right.keys() - left.keys())]
     both = sorted(left.keys() & right.keys())
@@ -384,7 +414,9 @@ def compare_generations(a: Path, b: Path) -> int:
         print(line)
     if len(differences) > SHOWN:
         print(f"... and {len(differences) - SHOWN} more")
-    trees = f"trees {','.join(sorted(left_trees))} / {','.join(sorted(right_trees))}"
+    trees = f"trees {','.join(sorted(one.trees))} / {','.join(sorted(other.trees))}"
+    if one.hooks != other.hooks:
+        trees += f"; engine hooks {'; '.join(sorted(one.hooks))} / {'; '.join(sorted(other.hooks))}"
     if not differences:
         print(f"same: {len(both):,} histories drawn alike from the same seeds ({trees})")
         return EXIT_OK
