@@ -45,13 +45,15 @@ def planted(tmp_path: Path) -> Path:
 
 
 class Fuzz:
-    """`difftest fuzz` in its own session (a process group, as a shell gives a command), its output in a file."""
+    """`difftest fuzz` in its own session (a process group, as a shell gives a command), its output in a
+    file; run from `tmp_path`, so that the lines it prints run from there and write nothing in the checkout."""
 
     def __init__(self, tmp_path: Path, name: str, *args: str) -> None:
         self.out = tmp_path / f"{name}.out"
+        self.cwd = tmp_path
         command = [sys.executable, "-m", "difftest", "fuzz", "--reports", str(tmp_path / "reports"), *args]
         with self.out.open("wb") as out:
-            self.process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)  # fmt: skip
 
     @property
@@ -118,8 +120,8 @@ def test_a_planted_defect_is_found_once_by_two_services_and_replays_as_printed(
         printed[fuzz.pid] = lines[0]
     assert {Path(artifact).name for artifact, _ in printed.values()} == {finding["signature"]}
     artifact, reproduce = printed[first.pid]
-    assert Path(ROOT, artifact, "history.jsonl").is_file()
-    done = subprocess.run(shlex.split(reproduce), cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S,
+    assert Path(first.cwd, artifact, "history.jsonl").is_file()
+    done = subprocess.run(shlex.split(reproduce), cwd=first.cwd, capture_output=True, text=True, timeout=WAIT_S,
                           check=False)  # fmt: skip
     assert done.returncode == EXIT_DIVERGENCE, done.stdout + done.stderr
     assert "reproduced: yes, the same step and reason" in done.stdout
