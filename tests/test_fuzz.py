@@ -24,7 +24,7 @@ from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_TERMI
 from difftest.fuzz.store import Store
 from difftest.servers.group import ServerGroup
 from tests.helpers import planted_scripts
-from tests.test_run_signals import Footprint, await_gone
+from tests.test_run_signals import Footprint, _cmdline, await_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT_S = 240.0  # a guard against a hung service, never a measure of speed (a loaded machine is slow)
@@ -247,3 +247,32 @@ def test_a_long_series_is_thinned_evenly_for_the_page() -> None:
     gaps = {b["t"] - a["t"] for a, b in itertools.pairwise(shown)}
     assert gaps <= {13.0, 14.0, 15.0}  # even: 10,000 / 719 = 13.9 between neighbours
     assert thinned(points[:5], 720) == points[:5]
+
+
+def test_without_a_database_the_store_is_this_machines_own_and_a_later_service_resumes_from_it(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    first = Fuzz(tmp_path, "first", "--state", str(state), "--workers", "1", "--no-class-corpus", "--no-dashboard",
+                 "--histories", "5")  # fmt: skip
+    try:
+        assert first.wait() == EXIT_OK, first.text()
+    finally:
+        first.kill()
+    # its store server stopped with it; its data stayed in the state directory
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if str(state) in " ".join(_cmdline(pid))]  # fmt: skip
+    assert list((state / "store").glob("appendonlydir/*")) and not (state / "store.url").exists()
+    again = Fuzz(tmp_path, "again", "--state", str(state), "--workers", "1", "--no-class-corpus", "--no-dashboard",
+                 "--histories", "5")  # fmt: skip
+    try:
+        assert again.wait() == EXIT_OK, again.text()
+    finally:
+        again.kill()
+    # the second service's totals add to the first's: the records were resumed, not started again
+    status = subprocess.run([sys.executable, "-m", "difftest", "fuzz", "status", "--state", str(state)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=WAIT_S, check=False)  # fmt: skip
+    assert status.returncode == EXIT_OK, status.stderr
+    histories = int(re.search(r"histories ([\d,]+),", status.stdout)[1].replace(",", ""))  # type: ignore[index]
+    assert histories >= 10, status.stdout
+    assert "workers: 0 live of 2 known" in status.stdout
