@@ -11,7 +11,7 @@ import pytest
 from difftest.replay.labels import CLASS_LABELS, REQUIRED
 from difftest.spec import domains, errors, guards
 from difftest.spec.calls import Call
-from difftest.spec.commands import TRANSITIONS, ArgKind
+from difftest.spec.commands import TRANSITIONS, ArgKind, Layout, queue_of_base
 from strategies.histories import BAD_INTEGERS, QUEUES, Chooser, _malformed
 
 INT_ARGS = [(verb, a) for verb, t in TRANSITIONS.items() for a in t.args if a.kind is ArgKind.INT]
@@ -144,3 +144,15 @@ def test_the_generator_draws_every_class() -> None:
         call = _malformed(draw, _plain(verb, rng.choice(QUEUES)))
         reached.update(domains.argument_edges(TRANSITIONS[verb], call.numkeys, call.rest))
     assert [label for label in domains.argument_labels() if label not in reached] == []
+
+
+def test_the_base_classes_read_the_base_as_the_guards_do() -> None:
+    """One reader of `emq:{q}:` (commands.parse_key): a base a class breaks is no base to the guards,
+    and an accepted queue's base is read back as that queue and classed by it."""
+    for cls, make in domains.BASE_CLASSES.items():
+        base = make(b"q")
+        assert queue_of_base(base) is None and domains.base_class(base) == cls, cls
+    for cls, name in domains.ACCEPTED_QUEUES.items():
+        base = Layout(name(b"q")).base
+        assert queue_of_base(base) == name(b"q") and domains.base_class(base) == cls, cls
+    assert domains.base_class(Layout(b"q").base) is None

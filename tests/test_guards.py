@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from difftest.spec import errors
-from difftest.spec.commands import MAX_DURATION_MS, TRANSITIONS, queue_keys
+from difftest.spec.commands import MAX_DURATION_MS, TRANSITIONS, queue_keys, queue_of_base
 from difftest.spec.errors import error_code
-from difftest.spec.guards import GuardError, check_call, parse_integer, queue_of_base
+from difftest.spec.guards import GuardError, check_call, parse_integer
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
 
@@ -56,6 +56,8 @@ def test_range_is_checked_after_form() -> None:
         (b"emq:q:", None),
         (b"emq:{q}", None),
         (b"", None),
+        (b"emq:{q}:job:j1", None),  # a key of the queue, not its base
+        (b"emq:{a}:b}:", None),
     ],
 )
 def test_queue_of_base(base: bytes, queue: bytes | None) -> None:

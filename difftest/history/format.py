@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from difftest.spec.calls import Call, as_bytes
-from difftest.spec.commands import TRANSITIONS, queue_keys
-from difftest.spec.guards import queue_of_base
+from difftest.spec.commands import TRANSITIONS, queue_keys, queue_of_base
 from difftest.spec.notifications import flags_problem
 
 # 2026-01-01T00:00:00Z: a fixed origin so that every run's scores are reproducible.

@@ -330,7 +330,10 @@ class KeyName:
 
 
 def parse_key(key: bytes) -> KeyName | None:
-    """`emq:{q}:<rest>` read back; None for a key of no queue (a q with braces is none either)."""
+    """`emq:{q}:<rest>` read back; None for a key of no queue (q empty or with braces is none either).
+
+    The one reader of the base: `queue_of_base` (the guards' layout check) and the domains' base
+    classes read it through this."""
     if not key.startswith(b"emq:{"):
         return None
     close = key.find(b"}:", 5)
@@ -340,6 +343,12 @@ def parse_key(key: bytes) -> KeyName | None:
     if b"{" in queue or b"}" in queue:
         return None
     return KeyName(queue, key[close + 2 :])
+
+
+def queue_of_base(base: bytes) -> bytes | None:
+    """`emq:{q}:` → q, for a non-empty q without braces; anything else is not a base."""
+    name = parse_key(base)
+    return name.queue if name is not None and not name.rest else None
 
 
 def base_key(queue: bytes) -> bytes:

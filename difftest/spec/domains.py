@@ -26,6 +26,7 @@ from difftest.spec.commands import (
     Transition,
     Verb,
     parse_key,
+    queue_of_base,
 )
 
 # The largest counter both executors still read exactly: a Lua number is a double (docs/contract-decisions.md,
@@ -514,7 +515,11 @@ def laid_out(transition: Transition, queue: bytes, position: str, cls: str, othe
 
 
 def base_class(base: bytes) -> str | None:
-    """The class of a base key's form (None: a plain base, or none that BASE_CLASSES names)."""
+    """The class of a base key's form (None: a plain base, or none that BASE_CLASSES names): the
+    accepted queue's (`queue_of_base`, the guards' reading), else the rule of the form it breaks."""
+    accepted = queue_of_base(base)
+    if accepted is not None:
+        return queue_class(accepted)
     if not base.startswith(b"emq:"):
         if base[:4].lower() == b"emq:":
             return "wrong-prefix"
@@ -528,9 +533,7 @@ def base_class(base: bytes) -> str | None:
         return "empty-queue"
     if b"{" in queue:
         return "braces" if b"}" in queue else "open-brace"
-    if b"}" in queue:
-        return "close-brace"
-    return queue_class(queue)
+    return "close-brace" if b"}" in queue else None
 
 
 def queue_class(queue: bytes) -> str | None:
@@ -574,7 +577,7 @@ def layout_reached(transition: Transition, keys: tuple[bytes, ...]) -> list[tupl
         reached.append((BASE, form))
     if form in BASE_CLASSES:
         return reached
-    queue = guards.queue_of_base(base) if base is not None else None
+    queue = queue_of_base(base) if base is not None else None
     derived = [(k, key) for k, key in zip(transition.keys, keys, strict=True) if k]
     queues = [_queue_of(key, k) for k, key in derived]
     if _has_base(transition) and queue is not None and len(derived) >= 2:

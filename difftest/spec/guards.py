@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 
 from difftest.spec import errors
-from difftest.spec.commands import TRANSITIONS, ArgKind, Transition
+from difftest.spec.commands import TRANSITIONS, ArgKind, Transition, queue_of_base
 
 _INTEGER = re.compile(rb"0|-?[1-9][0-9]*")  # string2ll: "-0", "007", "+1" are not integers
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -44,16 +44,6 @@ def parse_numkeys(raw: bytes) -> int | None:
     if not _INTEGER.fullmatch(raw) or len(raw) > _MAX_INTEGER_BYTES:
         return None
     return int(raw)
-
-
-def queue_of_base(base: bytes) -> bytes | None:
-    """`emq:{q}:` → q, for a non-empty q without braces; anything else is not a base."""
-    if not (base.startswith(b"emq:{") and base.endswith(b"}:")):
-        return None
-    queue = base[len(b"emq:{") : -len(b"}:")]
-    if not queue or b"{" in queue or b"}" in queue:
-        return None
-    return queue
 
 
 def layout_queue(transition: Transition, keys: Sequence[bytes]) -> bytes:
