@@ -31,7 +31,7 @@ from difftest.history.format import (
 )
 from difftest.spec import domains
 from difftest.spec.calls import Call
-from difftest.spec.commands import TRANSITIONS, Layout, Transition, Verb
+from difftest.spec.commands import TRANSITIONS, Layout, Rows, Transition, Verb
 from strategies.histories import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -51,24 +51,22 @@ PRELUDE: tuple[Step, ...] = (
     Advance(10),
 )
 
-# each verb's arguments aimed at the prelude's jobs (the held token is 1)
+# the prelude's job in each set a transition takes a job from (the command table's `takes_from`), and
+# the new id an ENQUEUE adds ("")
+JOB_IN: dict[str, bytes] = {"active": HELD, "delayed": DUE, "dead": DEAD, "pending": SPARE, "": b"j5"}
+# each argument's plain value by its name in the command table (the held token is 1); an id is the
+# job of the set the transition takes from
+PLAIN_VALUES: dict[str, bytes | int] = {
+    "payload": b"p", "delay_ms": 0, "lease_ms": 10, "token": 1, "error": b"e", "max_attempts": 1, "backoff_ms": 0,
+    "limit": 3, "max_stalled": 1,
+}  # fmt: skip
+# each verb's arguments aimed at the prelude's jobs
 PLAIN_ARGS: dict[str, tuple[bytes | int, ...]] = {
-    Verb.ENQUEUE: (b"j5", b"p", 0),
-    Verb.CLAIM: (10,),
-    Verb.EXTEND: (HELD, 1, 10),
-    Verb.COMPLETE: (HELD, 1),
-    Verb.FAIL: (HELD, 1, b"e", 1, 0),
-    Verb.PROMOTE: (3,),
-    Verb.SWEEP: (1, 3),
-    Verb.REVIVE: (DEAD,),
-    Verb.PAUSE: (),
-    Verb.RESUME: (),
+    verb: tuple(JOB_IN[t.takes_from] if a.name == "id" else PLAIN_VALUES[a.name] for a in t.args)
+    for verb, t in TRANSITIONS.items()
 }
 # a call that reaches each kind of key through the row or set the prelude left for it
-ROW_OF: dict[str, bytes] = {
-    Verb.ENQUEUE: b"j5", Verb.CLAIM: SPARE, Verb.EXTEND: HELD, Verb.COMPLETE: HELD, Verb.FAIL: HELD,
-    Verb.PROMOTE: DUE, Verb.SWEEP: HELD, Verb.REVIVE: DEAD,
-}  # fmt: skip
+ROW_OF: dict[str, bytes] = {verb: JOB_IN[t.takes_from] for verb, t in TRANSITIONS.items() if t.rows is not Rows.NONE}
 
 
 def _call(verb: str, *args: bytes | int) -> Call:
@@ -118,7 +116,7 @@ def _values() -> Iterator[History]:
         write = (b"HDEL", metrics, b"count") if value is None else (b"HSET", metrics, b"count", value)
         yield _history(f"value:count:{cls}", RawWrite(write), CallStep(_call(Verb.COMPLETE)))
     for name, readers in domains.SCORE_READERS.items():
-        member = {"pending": SPARE, "delayed": DUE, "active": HELD}[name]
+        member = JOB_IN[name]
         for cls, score in domains.SCORE_CLASSES.items():
             write = (b"ZADD", LAYOUT.key(name), score, member)
             yield _history(f"value:score:{name}:{cls}", RawWrite(write), CallStep(_call(readers[0])))

@@ -17,7 +17,18 @@ from difftest.judge.invariants import INVARIANTS
 from difftest.replay.replayer import ReplayResult
 from difftest.replay.upgrades import UPGRADE_LABELS, upgrade_labels
 from difftest.spec import domains
-from difftest.spec.commands import SWEEP_VERDICTS, TRANSITIONS, ArgKind, Moves, Rows, Stamp, Verb, parse_key
+from difftest.spec.commands import (
+    ATTEMPTS,
+    STALLED,
+    SWEEP_VERDICTS,
+    TRANSITIONS,
+    ArgKind,
+    Increment,
+    Moves,
+    Rows,
+    Stamp,
+    parse_key,
+)
 from difftest.spec.commands import reply_kind as _moved_kind
 from difftest.spec.model import hash_fields, zset
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
@@ -30,7 +41,7 @@ REPLY_KINDS: dict[str, tuple[str, ...]] = {verb: t.reply_kinds for verb, t in TR
 # writer may leave in a field a transition reads, every key a transition writes made of another
 # type just before it, every permission a caller may have on every key a transition reaches, ids,
 # payloads and errors at their edges, and counters and tokens past one digit.
-FIELD_NAMES: tuple[str, ...] = (*(f.decode() for f in domains.ROW_FIELDS), "paused", "count")
+FIELD_NAMES: tuple[str, ...] = tuple(domains.FIELD_CLASSES)
 CLASS_LABELS: tuple[str, ...] = (
     *(f"bound:{verb}:{arg}:{edge}" for verb, arg in domains.INT_ARGS for edge in domains.BOUND_EDGES),
     *(f"value:{field}:{cls}" for field, classes in domains.FIELD_CLASSES.items() for cls in classes),
@@ -358,7 +369,7 @@ def _long_labels(reached: Counter[str], resolved: Resolved, reply: Reply, before
         return
     layout = guarded.layout
     claimed = isinstance(reply, list) and len(reply) == 3 and isinstance(reply[2], int) and reply[2] >= 10
-    if transition.verb == Verb.CLAIM and claimed:
+    if Increment(ATTEMPTS) in transition.increments and claimed:  # CLAIM: its reply's attempts
         reached["long:claimed"] += 1
     if transition.fenced and transition.rows is Rows.JOB_ARG:
         token = guarded.args[1]
@@ -370,7 +381,7 @@ def _long_labels(reached: Counter[str], resolved: Resolved, reply: Reply, before
                 reached["long:fenced-held"] += 1
             elif token != stored_int and kind == "fenced":
                 reached["long:fenced-stale"] += 1
-    if transition.verb == Verb.SWEEP:
+    if Increment(STALLED) in transition.increments:  # SWEEP: the stalled counts of the leases it selects
         for member in zset(before, layout.active) or {}:
             stalled = (hash_fields(before, layout.row(member)) or {}).get(b"stalled")
             if stalled is not None and (_int_at(stalled) or 0) >= 9:

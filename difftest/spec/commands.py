@@ -1,9 +1,11 @@
-"""The spec as one declarative table: per verb its keys, arguments, derived keys, counters and replies.
+"""The spec as one declarative table: per verb its keys, arguments, derived keys, the fields it reads,
+counters, replies, and how often the generator draws it.
 
 The Lua host's guards, the native module's registration (checked by a test against `COMMAND INFO`),
-the adapters, the history generator, the judge and the coverage labels all read this table; keys are
-spelled in one place, `Layout`. Outside this module no judge, replay or campaign code quotes a verb
-name or splices a key.
+the adapters, the value domains (difftest/spec/domains.py), the history generator, the judge, the
+coverage labels and the mutant catalogue all read this table; keys are spelled in one place, `Layout`,
+and read back in one, `parse_key`. Outside this module no judge, replay or campaign code quotes a verb
+name or splices a key. `tests/test_verb_table.py` fails when a verb lacks an entry anywhere it must have one.
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ class Rows(Enum):
     DUE_DELAYED = "due-delayed"  # PROMOTE: the rows of the due members of delayed
     EXPIRED_ACTIVE = "expired-active"  # SWEEP: the rows of the expired members of active
 
+    @property
+    def by_score(self) -> bool:
+        """The rows are picked in the score order of the set the transition takes from."""
+        return self in (Rows.PENDING_HEAD, Rows.DUE_DELAYED, Rows.EXPIRED_ACTIVE)
+
+    @property
+    def bulk(self) -> bool:
+        """Several rows in one call (PROMOTE's due members, SWEEP's expired ones)."""
+        return self in (Rows.DUE_DELAYED, Rows.EXPIRED_ACTIVE)
+
 
 @dataclass(frozen=True)
 class Increment:
@@ -87,6 +99,29 @@ class Moves(Enum):
 
 
 @dataclass(frozen=True)
+class Aim:
+    """How often the generator draws a transition where the hints (its rough model of the queues) say
+    there is work for it: `base`, plus each weight in `by` whose fact holds. The facts: pending (a
+    queue not paused has pending ids), active (a lease is held), expired, due (a delayed id is due),
+    dead, paused, claim_to_split (a split CLAIM is open and its queue not paused: D1), done_broken and
+    dead_broken (with a lease held, that set is wrong-typed)."""
+
+    base: int
+    by: tuple[tuple[str, int], ...] = ()
+
+    def weight(self, facts: dict[str, bool]) -> int:
+        return self.base + sum(w for fact, w in self.by if facts[fact])
+
+
+AIM_FACTS = ("pending", "active", "expired", "due", "dead", "paused", "claim_to_split", "done_broken", "dead_broken")
+
+
+def _aim(base: int, **by: int) -> Aim:
+    assert set(by) <= set(AIM_FACTS), set(by) - set(AIM_FACTS)
+    return Aim(base, tuple(by.items()))
+
+
+@dataclass(frozen=True)
 class Transition:
     """One EMQ transition: its verb, its declared keys in order, its arguments, and what it reaches."""
 
@@ -104,6 +139,17 @@ class Transition:
     moves: Moves = Moves.NONE
     splittable: bool = False  # the Lua host's two round trips may be split by other workers (D1)
     host_command: tuple[bytes, ...] = ()  # not scripted: the host's plain command after the meta key
+    # the row fields its outcome reads (of the rows `rows` names): a value another writer left in one
+    # is followed by a call of it (difftest/spec/domains.py, ROW_FIELDS); a counter it increments and
+    # a fenced transition's attempts among them
+    reads: tuple[bytes, ...] = ()
+    reads_paused: bool = False  # its outcome reads meta's `paused` (CLAIM's pop, PAUSE's and RESUME's reply)
+    takes_from: str = ""  # the set a job it moves leaves ("": none; ENQUEUE adds one)
+    # its first write (the retired script's, or the host's command) is a deny-oom command (HSET, ZADD):
+    # over the memory limit it is refused on both servers, writing nothing (docs/contract-decisions.md)
+    first_write_grows: bool = False
+    weight: int = 0  # the generator's fixed weight for it (a third of the transitions drawn)
+    aim: Aim = Aim(0)  # the generator's weight by what the hints say is waiting (two thirds)
 
     @property
     def numkeys(self) -> int:
@@ -131,7 +177,25 @@ def _duration(name: str, minimum: int) -> Arg:
 
 
 ATTEMPTS, STALLED, COUNT = b"attempts", b"stalled", b"count"
+PAYLOAD, GROUP, LEASE_EPOCH, STATE, PAUSED = b"payload", b"group", b"lease_epoch", b"state", b"paused"
 FAILED, COMPLETED = "failed", "completed"
+
+
+@dataclass(frozen=True)
+class Field:
+    """A field of a queue's hash: a counter (an integer the transitions increment or compare) or not."""
+
+    name: bytes
+    counter: bool = False
+
+
+# A job row's fields (the read ones in the order the generator draws them), meta's, a metrics hash's
+ROW: tuple[Field, ...] = (
+    Field(ATTEMPTS, counter=True), Field(STALLED, counter=True), Field(PAYLOAD), Field(GROUP), Field(LEASE_EPOCH),
+    Field(STATE), Field(b"enqueued_at"), Field(b"last_error"), Field(b"finished_at"),
+)  # fmt: skip
+META: tuple[Field, ...] = (Field(PAUSED),)
+METRICS: tuple[Field, ...] = (Field(COUNT, counter=True),)
 
 TRANSITIONS: dict[str, Transition] = {
     t.verb: t
@@ -143,6 +207,9 @@ TRANSITIONS: dict[str, Transition] = {
             ("added", "duplicate"),
             rows=Rows.JOB_ARG,
             moves=Moves.ENQUEUED,
+            first_write_grows=True,
+            weight=20,
+            aim=_aim(20),
         ),
         Transition(
             Verb.CLAIM,
@@ -154,6 +221,11 @@ TRANSITIONS: dict[str, Transition] = {
             increments=(Increment(ATTEMPTS),),
             stamps=Stamp.CLAIMED,
             splittable=True,
+            reads=(ATTEMPTS, PAYLOAD, STATE),
+            reads_paused=True,
+            takes_from="pending",
+            weight=18,
+            aim=_aim(6, pending=24),
         ),
         Transition(
             Verb.EXTEND,
@@ -163,6 +235,11 @@ TRANSITIONS: dict[str, Transition] = {
             rows=Rows.JOB_ARG,
             stamps=Stamp.JOB_ARG,
             fenced=True,
+            reads=(ATTEMPTS,),
+            takes_from="active",
+            first_write_grows=True,
+            weight=8,
+            aim=_aim(2, active=8),
         ),
         Transition(
             Verb.COMPLETE,
@@ -174,6 +251,10 @@ TRANSITIONS: dict[str, Transition] = {
             metrics=(COMPLETED,),
             fenced=True,
             moves=Moves.COMPLETED,
+            reads=(ATTEMPTS, STATE),
+            takes_from="active",
+            weight=10,
+            aim=_aim(3, active=15, done_broken=12),
         ),
         Transition(
             Verb.FAIL,
@@ -185,6 +266,10 @@ TRANSITIONS: dict[str, Transition] = {
             metrics=(FAILED,),
             fenced=True,
             moves=Moves.DEAD_LETTERED,
+            reads=(ATTEMPTS, STATE),
+            takes_from="active",
+            weight=10,
+            aim=_aim(3, active=10, dead_broken=12),
         ),
         Transition(
             Verb.PROMOTE,
@@ -192,6 +277,10 @@ TRANSITIONS: dict[str, Transition] = {
             (_int("limit", 1),),
             ("promoted", "none-due"),
             rows=Rows.DUE_DELAYED,
+            reads=(STATE,),
+            takes_from="delayed",
+            weight=8,
+            aim=_aim(4, due=24),
         ),
         Transition(
             Verb.SWEEP,
@@ -202,6 +291,10 @@ TRANSITIONS: dict[str, Transition] = {
             increments=(Increment(STALLED), Increment(COUNT, FAILED)),
             metrics=(FAILED,),
             moves=Moves.SWEPT,
+            reads=(STALLED, GROUP, LEASE_EPOCH, STATE),
+            takes_from="active",
+            weight=10,
+            aim=_aim(4, expired=24),
         ),
         Transition(
             Verb.REVIVE,
@@ -210,17 +303,40 @@ TRANSITIONS: dict[str, Transition] = {
             ("revived", "not-dead"),
             rows=Rows.JOB_ARG,
             moves=Moves.REVIVED,
+            reads=(STATE,),
+            takes_from="dead",
+            weight=6,
+            aim=_aim(2, dead=12),
         ),
         Transition(
-            Verb.PAUSE, ("meta",), (), ("paused", "already"), scripted=False, host_command=(b"HSET", b"paused", b"1")
+            Verb.PAUSE,
+            ("meta",),
+            (),
+            ("paused", "already"),
+            scripted=False,
+            host_command=(b"HSET", PAUSED, b"1"),
+            reads_paused=True,
+            first_write_grows=True,
+            weight=4,
+            aim=_aim(2, claim_to_split=12),
         ),
         Transition(
-            Verb.RESUME, ("meta",), (), ("resumed", "already"), scripted=False, host_command=(b"HDEL", b"paused")
+            Verb.RESUME,
+            ("meta",),
+            (),
+            ("resumed", "already"),
+            scripted=False,
+            host_command=(b"HDEL", PAUSED),
+            reads_paused=True,
+            weight=4,
+            aim=_aim(2, paused=12),
         ),
     )
 }
 
 VERBS: tuple[str, ...] = tuple(TRANSITIONS)
+# the transitions the memory limit refuses (the rest drain the queue, or write nothing new)
+REFUSED_OVER_THE_LIMIT: frozenset[str] = frozenset(str(verb) for verb, t in TRANSITIONS.items() if t.first_write_grows)
 SETS: tuple[str, ...] = ("pending", "active", "delayed", "dead", "done")  # a job's homes, by its `state`
 SWEEP_VERDICTS: tuple[str, ...] = ("recover", "die", "ghost", "exempt")  # SWEEP's reply, in order
 

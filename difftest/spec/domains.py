@@ -1,7 +1,11 @@
 """Value domains derived from the command table and docs/contract-decisions.md, not from literals: the bounds of
 every integer argument, the values other writers leave in the fields a transition reads, the keys each
 transition reaches (for wrong types and permission classes), ids, payloads and errors at their edges,
-and every class of the argument rules (shape, each key's layout, the integer form) from both sides.
+every class of the argument rules (shape, each key's layout, the integer form) from both sides, and the
+generator's weight for each transition.
+
+Every per-verb table here is derived from the command table (difftest/spec/commands.py): a verb added
+there is in each of them.
 
 The generator (strategies/histories.py) draws from these with small weight; `difftest/replay/labels.py`
 names what a replay reached with the same classifiers (`bound:*`, `value:*`, `edge:*`, `wrongtype:*`, `acl:*`,
@@ -15,16 +19,19 @@ from dataclasses import dataclass
 
 from difftest.spec import guards
 from difftest.spec.commands import (
-    COMPLETED,
-    FAILED,
+    AIM_FACTS,
     I64_MAX,
+    META,
+    METRICS,
+    PAUSED,
+    ROW,
     SETS,
     TRANSITIONS,
     ArgKind,
+    Field,
     Layout,
     Rows,
     Transition,
-    Verb,
     parse_key,
     queue_of_base,
 )
@@ -81,35 +88,43 @@ FIELD_VALUE_CLASSES: dict[str, bytes | None] = {
 TEXT_CLASSES = ("absent", "empty", "zero", "text", "spaces")
 COUNTER_CLASSES = tuple(FIELD_VALUE_CLASSES)
 
-# The fields a transition reads, with the transitions that read them (a corruption step is
-# followed by one of them) and the value classes each may hold.
-ROW_FIELDS: dict[bytes, tuple[str, ...]] = {
-    b"attempts": (Verb.CLAIM, Verb.EXTEND, Verb.COMPLETE, Verb.FAIL),
-    b"stalled": (Verb.SWEEP,),
-    b"payload": (Verb.CLAIM,),
-    b"group": (Verb.SWEEP,),
-    b"lease_epoch": (Verb.SWEEP,),
-    b"state": (Verb.CLAIM, Verb.COMPLETE, Verb.FAIL, Verb.REVIVE, Verb.PROMOTE, Verb.SWEEP),
+# The fields a transition reads (the command table's `reads`, `reads_paused` and `increments`), with
+# the transitions that read them (a value another writer left is followed by one of them) and the
+# value classes each may hold.
+
+
+def _row_readers(field: bytes) -> tuple[str, ...]:
+    """The transitions that read a row field, in the order the generator draws them: those that read
+    one row (their id argument's, the pending head's) first, then those that read rows in bulk
+    (PROMOTE's due members, SWEEP's expired ones), each in the table's order."""
+    readers = [verb for verb, t in TRANSITIONS.items() if field in t.reads]
+    return tuple(sorted(readers, key=lambda verb: TRANSITIONS[verb].rows.bulk))
+
+
+ROW_FIELDS: dict[bytes, tuple[str, ...]] = {f.name: _row_readers(f.name) for f in ROW if _row_readers(f.name)}
+META_FIELD = PAUSED
+META_READERS: tuple[str, ...] = tuple(verb for verb, t in TRANSITIONS.items() if t.reads_paused)
+# a metrics hash's count, by the hash: the transitions that increment it
+COUNT_READERS: dict[str, tuple[str, ...]] = {
+    which: tuple(verb for verb, t in TRANSITIONS.items() if which in (i.metrics for i in t.increments))
+    for which in dict.fromkeys(i.metrics for t in TRANSITIONS.values() for i in t.increments if i.metrics)
 }
-META_FIELD = b"paused"
-META_READERS: tuple[str, ...] = (Verb.CLAIM, Verb.PAUSE, Verb.RESUME)
-COUNT_READERS: dict[str, tuple[str, ...]] = {COMPLETED: (Verb.COMPLETE,), FAILED: (Verb.FAIL, Verb.SWEEP)}
+_READ: tuple[Field, ...] = (
+    *(f for f in ROW if f.name in ROW_FIELDS),
+    *(METRICS if COUNT_READERS else ()),
+    *(META if META_READERS else ()),
+)
+# every field read, counters first: counters get every integer form, the others the text forms
 FIELD_CLASSES: dict[str, tuple[str, ...]] = {
-    "attempts": COUNTER_CLASSES, "stalled": COUNTER_CLASSES, "count": COUNTER_CLASSES,
-    "payload": TEXT_CLASSES, "group": TEXT_CLASSES, "lease_epoch": TEXT_CLASSES, "state": TEXT_CLASSES,
-    "paused": TEXT_CLASSES,
-}  # fmt: skip
+    f.name.decode(): COUNTER_CLASSES if f.counter else TEXT_CLASSES for f in sorted(_READ, key=lambda f: not f.counter)
+}
 
 
 # Fields of their own that an operator or a dashboard adds to `meta` and to rows (no transition
 # reads them; every transition keeps them, as the scripts' HSET, HDEL and ZADD do), and their values.
-# A field is foreign when it is none of the queue's own (the spec's row fields, `lease_epoch`, the
-# `group` SWEEP reads; `paused` in meta).
-QUEUE_ROW_FIELDS = frozenset(
-    (b"payload", b"state", b"enqueued_at", b"attempts", b"stalled", b"last_error", b"finished_at", b"lease_epoch",
-     b"group")
-)  # fmt: skip
-QUEUE_META_FIELDS = frozenset((META_FIELD,))
+# A field is foreign when it is none of the queue's own (the command table's ROW and META).
+QUEUE_ROW_FIELDS = frozenset(f.name for f in ROW)
+QUEUE_META_FIELDS = frozenset(f.name for f in META)
 FOREIGN_FIELDS: tuple[bytes, ...] = (b"owner", b"note", b"dashboard:seen_at", b"priority", b"\xff\x00")
 FOREIGN_VALUES: tuple[bytes, ...] = (b"ops", b"", b"1", b"\x00\xff")
 
@@ -128,9 +143,11 @@ SCORE_CLASSES: dict[str, bytes] = {
     "zero": b"0",
     "exponent": b"1e3",
 }
+# a set whose order a transition picks its rows in: the transitions that do
 SCORE_READERS: dict[str, tuple[str, ...]] = {
-    "pending": (Verb.CLAIM,), "delayed": (Verb.PROMOTE,), "active": (Verb.SWEEP,),
-}  # fmt: skip
+    name: tuple(verb for verb, t in TRANSITIONS.items() if t.rows.by_score and t.takes_from == name)
+    for name in dict.fromkeys(t.takes_from for t in TRANSITIONS.values() if t.rows.by_score)
+}
 
 
 def value_class(value: bytes | None) -> str:
@@ -149,6 +166,38 @@ def lenient_integer(value: bytes | None) -> int | None:
         return int(value.strip())
     except ValueError:
         return None
+
+
+# -- the generator's weight for each transition ----------------------------------------------------
+
+# The fixed weights (the command table's `weight`), heaviest first and in the table's order among
+# equals: the order a weighted draw shrinks towards
+PLAIN_VERB_WEIGHTS: tuple[tuple[str, int], ...] = tuple(
+    sorted(((verb, t.weight) for verb, t in TRANSITIONS.items()), key=lambda weighed: -weighed[1])
+)
+
+
+def aimed_verb_weights(
+    *,
+    pending: bool,
+    active: bool,
+    expired: bool,
+    due: bool,
+    dead: bool,
+    paused: bool,
+    claims_open: bool,
+    done_broken: bool,
+    dead_broken: bool,
+) -> tuple[tuple[str, int], ...]:
+    """Transitions weighted by what the queues hold as far as the generator's hints know (the command
+    table's `aim`): work that is waiting draws the transition that does it; a corrupt set with a lease
+    held draws the transition that meets it (dead: FAIL's dead-letter path; done: COMPLETE); an open
+    split claim draws PAUSE and RESUME (D1). In the table's order."""
+    facts = {"pending": pending, "active": active, "expired": expired, "due": due, "dead": dead, "paused": paused,
+             "claim_to_split": claims_open and not paused, "done_broken": done_broken,
+             "dead_broken": dead_broken}  # fmt: skip
+    assert set(facts) == set(AIM_FACTS)
+    return tuple((verb, t.aim.weight(facts)) for verb, t in TRANSITIONS.items())
 
 
 # -- ids, payloads and errors at their edges -------------------------------------------------------
@@ -190,8 +239,9 @@ def reached_keys(transition: Transition) -> tuple[str, ...]:
 
 
 def written_keys(transition: Transition) -> tuple[str, ...]:
-    """The key kinds a transition may write: what reached_keys names, but CLAIM's meta (read only)."""
-    return tuple(k for k in reached_keys(transition) if not (k == "meta" and transition.verb == Verb.CLAIM))
+    """The key kinds a transition may write: what reached_keys names, but a meta it only reads (CLAIM's,
+    which it does not declare)."""
+    return tuple(k for k in reached_keys(transition) if not (k == "meta" and k not in transition.keys))
 
 
 KEY_KINDS: tuple[str, ...] = tuple(dict.fromkeys(k for t in TRANSITIONS.values() for k in reached_keys(t)))
