@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from difftest.cli import arguments
 from difftest.cli import main as cli
 from difftest.cli.main import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
 from difftest.history import format as hist
@@ -64,7 +65,7 @@ BAD_RUN_OPTIONS = [
     (["--examples", "0"], ["--examples", "0 histories", "1 to"]),
     (["--examples", "-5"], ["--examples", "-5 histories"]),
     (["--examples", "many"], ["--examples", "'many'"]),
-    (["--examples", str(cli.MAX_EXAMPLES + 1)], ["--examples", "out of range"]),
+    (["--examples", str(arguments.MAX_EXAMPLES + 1)], ["--examples", "out of range"]),
     (["--workers", "0"], ["--workers", "0 workers", "1 to"]),
     (["--workers", "-1"], ["--workers", "-1 workers"]),
     (["--shard", "3/2"], ["--shard", "3/2", "between 1 and N"]),
@@ -393,7 +394,7 @@ def test_a_lost_connection_is_the_tool_failure_code(
     # the real servers, and one of them really goes away mid-replay
     stopping = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0), hist.raw("SHUTDOWN", "NOSAVE"),
                              hist.call_step("CLAIM", "q", 100)), DEFAULT_START_MS)  # fmt: skip
-    monkeypatch.setattr(cli.hist, "load_with_header", lambda path: (stopping, {}))
+    monkeypatch.setattr(hist, "load_with_header", lambda path: (stopping, {}))
     code, _, err = outcome(["replay", str(tmp_path / "any.jsonl"), "--reports", str(tmp_path / "r")], capsys)
     assert code == EXIT_INTERNAL
     line = one_line(err, "internal error", "the Lua server, the reference, was lost", "the traceback is in")

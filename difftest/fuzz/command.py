@@ -97,7 +97,7 @@ def _fuzz(args: argparse.Namespace) -> int:
     from difftest.fuzz.service import serve, service_name
     from difftest.fuzz.worker import FuzzConfig
 
-    build = args.build  # the command line checked the module and recorded the build (difftest/cli/main.py)
+    build = args.build  # the command line checked the module and recorded the build (difftest/cli/fuzz.py)
     module = args.module
     native = args.native_coverage or args.guidance != "off"
     if native:

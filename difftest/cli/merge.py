@@ -1,0 +1,123 @@
+"""`difftest merge OUT DIR...`: one report, and one verdict, from the run directories of a campaign's shards."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from difftest.base.exits import (
+    EXIT_COVERAGE,
+    EXIT_DIVERGENCE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_IOERR,
+    EXIT_MEANINGS,
+    EXIT_OK,
+    EXIT_SETUP,
+    EXIT_TERMINATED,
+    EXIT_VOID,
+    OneLineParser,
+)
+from difftest.base.problems import SetupProblem
+from difftest.cli.arguments import subcommand
+from difftest.cli.rundirs import MALFORMED, malformed, summary_of, write_reports
+
+
+def command_merge(args: argparse.Namespace) -> int:
+    """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
+    from difftest.report.shards import ShardMismatch, merge
+
+    if args.out.exists() and not args.out.is_dir():
+        raise SetupProblem(f"{args.out} is a file: merge into a new directory")
+    if args.out.exists() and any(args.out.iterdir()):
+        raise SetupProblem(f"{args.out} is not empty: merge into a new directory (no report is overwritten)")
+    parts = [(directory, summary_of(directory)) for directory in args.dirs]
+    try:
+        document = merge(parts, args.out)
+    except ShardMismatch as problem:
+        raise SetupProblem(str(problem)) from None
+    except MALFORMED as problem:
+        raise malformed(Path("a shard's summary.json"), problem) from None
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise SetupProblem(
+            f"cannot create {args.out} ({problem.strerror}): merge into a directory you can write"
+        ) from None
+    from difftest.instrument.native import merge_runs
+
+    native = merge_runs(args.dirs, args.out)  # the shards' native coverage profiles summed, if any
+    if native is not None:
+        document["native_coverage"] = native
+    from difftest.instrument import lua as lua_coverage
+
+    lua = lua_coverage.merge_runs(args.dirs, args.out)  # and their Lua script line counts
+    if lua is not None:
+        document["lua_coverage"] = lua
+    from difftest.replay.build import program, replay_command
+    from difftest.report import html as html_report
+
+    document["program"] = program()  # the commands below and in report.html, as they run from here
+    for failure in document["divergences"]:
+        failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
+    document["reproduce"] = html_report.reproduce_command(document)
+    lost = write_reports(document, args.out)  # a full disk loses the files, never the verdict below
+    print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
+          f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
+    for failure in document["divergences"]:
+        print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
+        print(f"artifact: {failure['artifact']} (reproduce: {failure['reproduce']})")
+    written = f"{args.out} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
+    print(f"reports: {written}", flush=True)
+    if lost is not None:
+        print(f"difftest: {lost}", file=sys.stderr)
+    verdict, missing = document["verdict"], document["coverage_missing"]
+    if verdict == "void":
+        print("difftest: void: the shards compared no history; run them with a larger budget", file=sys.stderr)
+    elif args.require_coverage and missing and verdict == "agree":
+        print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
+    sys.stderr.flush()
+    from difftest.campaign.progress import verdict_line
+
+    print(verdict_line(verdict, document["histories"], document["steps"], len(document["divergences"]), len(missing),
+                       require_coverage=args.require_coverage, reports_lost=lost is not None), flush=True)  # fmt: skip
+    if verdict == "divergence":
+        return EXIT_DIVERGENCE
+    if verdict == "interrupted":
+        return EXIT_INTERRUPTED
+    if lost is not None:
+        return EXIT_IOERR
+    if verdict == "void":
+        return EXIT_VOID
+    if args.require_coverage and missing:
+        return EXIT_COVERAGE
+    return EXIT_OK
+
+
+def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    """`merge`'s page: the new directory, the shards' directories, --require-coverage."""
+    merge = subcommand(
+        commands, "merge", "join the run directories of a campaign's shards into one report",
+        """Join the run directories that `difftest run --shard K/N` wrote (on one machine or many) into
+        one report in OUT: summary.json, coverage.txt, junit.xml and report.html. The merged verdict,
+        first divergent batch, histories, steps and coverage counts equal those of the unsharded run
+        with the same seed and budget (one worker, no stored failures in the example database).
+        Shards that do not fit together (another seed or budget, a shard twice or missing, a batch
+        never finished) are refused with one line and exit code 2.""",
+        [
+            "difftest run --seed 7 --examples 4000 --shard 1/2   # on machine A",
+            "difftest run --seed 7 --examples 4000 --shard 2/2   # on machine B",
+            "difftest merge reports/merged-7 reports/<run-on-A> reports/<run-on-B>",
+        ],
+        {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence: the first divergent batch's artifact, "
+         "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
+         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_VOID: "void: the shards compared no history",
+         EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: "the machine refused a write: the merged report "
+         "is not complete (one line)", EXIT_INTERRUPTED: "a shard of a time budget was interrupted",
+         EXIT_TERMINATED: "terminated (SIGTERM): the merge stopped"},
+    )  # fmt: skip
+    merge.add_argument("out", type=Path, help="a new directory for the merged report")
+    merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
+    merge.add_argument("--require-coverage", action="store_true",
+                       help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip

@@ -1,0 +1,276 @@
+"""`difftest run`: a campaign of generated histories on server pairs, its reports and its verdict."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from difftest.base.exits import (
+    EXIT_COVERAGE,
+    EXIT_DIVERGENCE,
+    EXIT_INTERRUPTED,
+    EXIT_IOERR,
+    EXIT_MEANINGS,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_VOID,
+    OneLineParser,
+)
+from difftest.base.problems import EnvironmentFailure, SetupProblem
+from difftest.cli.arguments import (
+    DEFAULT_EXAMPLES,
+    MAX_EXAMPLES,
+    MAX_WORKERS,
+    backend_of,
+    build_of,
+    check_module,
+    common_options,
+    histories_count,
+    module_of,
+    replicas_of,
+    seconds_budget,
+    shard_of,
+    shard_spec,
+    subcommand,
+    workers_count,
+)
+from difftest.cli.rundirs import check_reports, make_run_dir, new_run_dir, remove_if_empty, write_reports
+
+
+def _database_of(args: argparse.Namespace) -> str | None:
+    """--database, else $DIFFTEST_DATABASE, else the local directory; --no-database: none at all.
+    Checked here, naming where the spec came from, so a typo is one line and not a silent default."""
+    from difftest.campaign.exampledb import DEFAULT_DIRECTORY, ENVIRONMENT, check_spec
+
+    if args.no_database:
+        return None
+    if args.database:
+        return check_spec(args.database, "--database")
+    if os.environ.get(ENVIRONMENT):
+        return check_spec(os.environ[ENVIRONMENT], ENVIRONMENT)
+    return check_spec(str(DEFAULT_DIRECTORY), "the default example database")
+
+
+def _check_budget(examples: int | None, shard: tuple[int, int]) -> None:
+    """A shard that owns no batch of an example budget would compare nothing: refused up front."""
+    from difftest.campaign.driver import BATCH
+
+    if examples is None:
+        return
+    batches = -(-examples // BATCH)
+    index, count = shard
+    if index > batches:
+        raise SetupProblem(f"--shard {index}/{count} gets no batch of --examples {examples} ({batches} batch(es) of "
+                           f"up to {BATCH}): use at most {batches} shard(s), or a larger --examples")  # fmt: skip
+
+
+def command_run(args: argparse.Namespace) -> int:
+    import random
+
+    if args.lua_coverage and (args.attach is not None or args.backend != "local"):
+        raise SetupProblem("--lua-coverage reads the Lua servers' logs: embedded servers only, drop --attach "
+                           "and --backend docker")  # fmt: skip
+    module_of(args)
+    if args.native_coverage:
+        from difftest.instrument.native import prepare
+
+        args.module, args.coverage_tools = prepare(args)  # checks, then the instrumented build
+    check_module(args.module)
+    if args.attach is not None:
+        args.workers = 1  # an attached pair is one pair: one worker replays on it
+    if args.backend == "local" and args.attach is None:
+        from difftest.servers.compiled import clock_library
+
+        clock_library()  # built once here: no C compiler is one line now, not one per worker
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    shard = shard_of(args.shard)
+    examples = None if args.seconds is not None and args.examples is None else (args.examples or DEFAULT_EXAMPLES)
+    _check_budget(examples, shard)
+    args.replicas = replicas_of(args)
+    from difftest.campaign.progress import plain_interval
+
+    args.progress_interval = plain_interval(os.environ)  # a bad DIFFTEST_PROGRESS_SECONDS: one line now
+    database = _database_of(args)
+    check_reports(args.reports)
+    if args.lua_scripts is not None and args.backend == "local" and args.attach is None:
+        from difftest.replay.replayer import check_scripts
+
+        check_scripts(args.lua_scripts)  # a script that does not compile: one line now, not one per worker
+    directory = new_run_dir(args.reports, "run")
+    make_run_dir(directory)
+    args.run_dir = directory  # where main() writes the traceback, should the tool itself fail
+    try:
+        return _campaign(args, seed, shard, examples, database, directory)
+    finally:
+        remove_if_empty(directory)  # a start that failed leaves no empty run directory
+
+
+def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examples: int | None,
+              database: str | None, directory: Path) -> int:  # fmt: skip
+    from difftest.campaign.driver import BATCH, CampaignConfig, run_campaign
+    from difftest.campaign.exampledb import describe
+    from difftest.campaign.progress import CampaignProgress, print_table, summary_table, verdict_line
+    from difftest.replay import labels as coverage
+    from difftest.report import html as html_report
+    from difftest.report import reports
+
+    config = CampaignConfig(
+        seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
+        workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
+        database=database,
+        backend=backend_of(args), shard=shard, replicas=args.replicas, build=build_of(args),
+    )  # fmt: skip
+    budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
+    part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
+    print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
+    # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
+    from difftest.instrument import lua as lua_coverage
+    from difftest.instrument import native as native_coverage
+
+    profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
+    measuring = lua_coverage.measuring(directory) if args.lua_coverage else contextlib.nullcontext()
+    with profiling, measuring, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
+                                     interval_s=args.progress_interval) as progress:  # fmt: skip
+        result = run_campaign(config, on_progress=progress)
+    document = reports.summary(result)
+    from difftest.replay.build import command, program, replay_command
+
+    document["program"] = program()  # how the printed commands start, as run from here
+    for entry in document["divergences"]:  # as printed below, and as report.html shows them
+        entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
+    document["reproduce"] = html_report.reproduce_command(document)
+    from difftest.base.files import environment_failure, is_environmental
+
+    collected: EnvironmentFailure | None = None
+    try:
+        if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
+            document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
+        if args.lua_coverage:  # lua-coverage.json, and report.html's section from the summary
+            document["lua_coverage"] = lua_coverage.collect(directory, config.lua_scripts)
+    except OSError as problem:  # a full disk while collecting them: the verdict below still prints
+        if not is_environmental(problem):
+            raise
+        collected = environment_failure(problem, "the code coverage files", directory)
+    # a full disk loses the files, never the verdict below
+    unwritten = write_reports(document, directory)
+    lost = unwritten or collected
+    print()
+    print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
+    print()
+    # the terminal gets what is missing (or one line); coverage.txt and --coverage full the whole table
+    print(coverage.table(result.labels) if args.coverage == "full" else coverage.folded(result.labels))
+    unsaved = [failure for failure in result.failures if failure.unsaved]
+    histories = {failure.batch: failure.history for failure in unsaved}
+    for entry in document["divergences"]:
+        print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
+        if entry.get("unsaved"):  # the file is lost, the divergence is not: its shrunk history, to save and replay
+            replay = command("replay", "history.jsonl")
+            print(f"artifact: NOT written to {entry['artifact']}: {entry['unsaved']}; the shrunk history (save it as "
+                  f"history.jsonl and run {replay}: its header names the build):")  # fmt: skip
+            print(histories.get(entry["batch"], ""), end="")
+        else:
+            print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
+    if args.native_coverage and "native_coverage" in document:
+        print(native_coverage.summary_line(document["native_coverage"]))
+    if args.lua_coverage and "lua_coverage" in document:
+        print(lua_coverage.summary_line(document["lua_coverage"]))
+    # the same line report.html shows: every option that changes the histories or which is found first
+    files = "report.html, summary.json, coverage.txt, junit.xml"
+    written = f"{directory} ({files})" if unwritten is None else "NOT written"
+    print(f"\nreports: {written}; reproduce: {document['reproduce']}")  # fmt: skip
+    sys.stdout.flush()
+    if lost is not None:
+        print(f"difftest: {lost}", file=sys.stderr)
+    for failure in unsaved:
+        print(f"difftest: the artifact of batch {failure.batch} could not be written to {failure.artifact}: "
+              f"{failure.unsaved}; its history is printed above; free some space or pass another --reports",
+              file=sys.stderr)  # fmt: skip
+    missing = coverage.missing(result.labels)
+    if document["verdict"] == "void":
+        budget = f"--seconds {args.seconds:g}" if examples is None else f"--examples {examples}"
+        print(f"difftest: void: no history was compared ({budget} ran out before the first batch of {BATCH} "
+              "histories began: the servers' start took longer); give a larger budget", file=sys.stderr)  # fmt: skip
+    elif args.require_coverage and missing and not result.interrupted and not result.failures:
+        print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
+    sys.stderr.flush()
+    # the run's last line: its verdict, whatever happened to the files
+    stopped_by = "" if not result.interrupted else ("SIGTERM" if result.interrupted_by == signal.SIGTERM else "Ctrl-C")
+    print(verdict_line(document["verdict"], result.histories, result.steps, len(result.failures), len(missing),
+                       require_coverage=args.require_coverage, stopped_by=stopped_by,
+                       reports_lost=lost is not None or bool(unsaved)), flush=True)  # fmt: skip
+    if result.interrupted:
+        return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
+    if result.failures:
+        return EXIT_DIVERGENCE  # outranks a lost file: the executors diverged, and the history is printed
+    if lost is not None:
+        return EXIT_IOERR
+    if document["verdict"] == "void":
+        return EXIT_VOID
+    if args.require_coverage and missing:
+        return EXIT_COVERAGE
+    return EXIT_OK
+
+
+def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
+    """`run`'s page: the options every replaying command has, then the campaign's own."""
+    run = subcommand(
+        commands, "run", "the main job: a campaign of generated histories on server pairs",
+        """Generate queue histories with Hypothesis and replay each on a Lua-script server and a
+        native-module server, in seeded batches spread over worker processes (a server pair each). The
+        budget is a number of histories (--examples) or of seconds (--seconds). The first divergence
+        stops the run; it is shrunk to a minimal history, saved under reports/<run>/failures/ and kept
+        in Hypothesis's example database (a local directory, or a Valkey server that many machines
+        share), which replays it first next time. Progress goes to stderr: a live bar on a terminal, a
+        plain line every 30 s otherwise. summary.json, coverage.txt and junit.xml go to reports/<run>/.""",
+        [
+            "difftest run --examples 400 --seed 7",
+            "difftest run --seconds 1800 --backend docker",
+            "difftest run --lua-scripts my-scripts/ --module my-build/libemq_native.so",
+            "difftest run --seconds 3600 --database valkey://10.0.0.5:6379/2   # one of many machines",
+            "DIFFTEST_DATABASE=valkey://10.0.0.5:6379/2 difftest run",
+            "difftest run --no-database --require-coverage",
+            "difftest run --examples 400 --valkey 9.1.0                         # another Valkey release",
+        ],
+        EXIT_MEANINGS,
+    )  # fmt: skip
+    common_options(run)
+    _campaign_options(run)
+
+
+def _campaign_options(run: argparse.ArgumentParser) -> None:
+    """The budget, seed, workers, coverage, example database and shard of a campaign."""
+    run.add_argument("--examples", type=histories_count, default=None,
+                     help=f"histories to run, 1 to {MAX_EXAMPLES:,} (default {DEFAULT_EXAMPLES})")  # fmt: skip
+    run.add_argument("--seconds", type=seconds_budget, default=None,
+                     help="run for this long (seconds above 0) instead of a count")  # fmt: skip
+    run.add_argument("--seed", type=int, default=None, help="reproduce a run exactly (default: random, printed)")
+    run.add_argument("--workers", type=workers_count, default=min(len(os.sched_getaffinity(0)), MAX_WORKERS),
+                     help=f"worker processes (1 to {MAX_WORKERS}), each with its own server pair pinned to a core "
+                     "(default: one per core)")  # fmt: skip
+    run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    run.add_argument("--native-coverage", action="store_true",
+                     help="measure which lines of the module's source the histories reach: the module built "
+                     "instrumented (executors/native/target/coverage), native-coverage.json and a report.html "
+                     "section (needs rustup's llvm-tools)")  # fmt: skip
+    run.add_argument("--lua-coverage", action="store_true",
+                     help="measure which lines of each Lua script the histories run: an instrumented copy of the "
+                     "scripts logs the lines each call ran (what they write is unchanged); lua-coverage.json and "
+                     "a report.html section")  # fmt: skip
+    database = run.add_mutually_exclusive_group()
+    database.add_argument("--database", metavar="SPEC", default=None,
+                          help="Hypothesis's example database: a directory, or valkey://HOST:PORT[/DB] "
+                          "shared by many machines (default: $DIFFTEST_DATABASE, else "
+                          ".hypothesis/difftest-examples)")  # fmt: skip
+    database.add_argument("--no-database", action="store_true", help="keep no Hypothesis example database")
+    run.add_argument("--require-coverage", action="store_true",
+                     help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip
+    run.add_argument("--coverage", choices=("missing", "full"), default="missing",
+                     help="the coverage table on the terminal: only the labels not reached, or one line when "
+                     "none is missing (default), or the whole table (coverage.txt always holds it)")  # fmt: skip
+    run.add_argument("--shard", metavar="K/N", type=shard_spec, default=None,
+                     help="run only shard K of N of the seed's batches (batches b with b %% N == K-1); "
+                     "join the shards' run directories with difftest merge")  # fmt: skip
