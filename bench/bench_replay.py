@@ -19,14 +19,14 @@ step): per mix, each history replayed with the model off and at once with it on,
 (in alternating order), and the ratio of the two replay rates, with the judge stage's µs per step
 each way.
 
-`--generators` names the generators measured side by side: `machine` (the state machine,
-strategies/machine.py, what campaigns run) and `seeds` (the earlier generator that decodes lists of
-integer seeds, strategies/histories.py), each over the same mixes in the same run.
+`--engines` names the ways of drawing measured side by side: `hooks` (strategies/engine.py's hooks,
+what campaigns run on the pinned Hypothesis) and `public` (Hypothesis's public API alone, as with
+DIFFTEST_ENGINE_HOOKS=0 or another Hypothesis version), each over the same mixes in the same run.
 
 `--campaigns N` adds whole `difftest run --examples N` campaigns (one process each, as a user runs
 them): one worker against two, and the docker backend against local when a Docker engine answers.
 
-Usage: python bench/bench_replay.py [--examples N] [--pin] [--generators machine seeds] [--replicas]
+Usage: python bench/bench_replay.py [--examples N] [--pin] [--engines hooks public] [--replicas]
                                    [--model] [--campaigns N] [--json PATH]
 """
 
@@ -43,15 +43,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as seed_of
+from hypothesis import Phase
 
 from difftest.history.format import History
 from difftest.replay.replayer import Replayer
 from difftest.servers.local import pin_to_core
 from executors.native.adapter import DEFAULT_MODULE
-from strategies.histories import HistoryShape, histories
+from strategies import engine
 from strategies.machine import machine_settings, run_machine
+from strategies.shape import HistoryShape
 
 MIXES = {
     "default": HistoryShape(),
@@ -59,15 +59,15 @@ MIXES = {
     "calls-only": HistoryShape(restarts=False, crashes=False, corruption=False, users=False,
                                interleaving=False, malformed=False),
 }  # fmt: skip
-GENERATORS = ("machine", "seeds")
-BENCH_SEED = 7  # both generators draw from one fixed seed: the generation-only and compared runs alike
+ENGINES = {"hooks": engine.AVAILABLE, "public": frozenset[str]()}
+BENCH_SEED = 7  # one fixed seed: the generation-only and compared runs draw the same histories
 STAGES = ("generate", "send", "walk", "judge", "restart", "clock", "reset", "resync", "events", "other")
 
 
 @dataclass
 class Figure:
     mix: str
-    generator: str
+    engine: str
     histories: int
     steps: int
     generate_steps_per_s: float
@@ -114,23 +114,14 @@ class Campaign:
     steps_per_s: float
 
 
-def each_history(generator: str, shape: HistoryShape, examples: int, body: Callable[[History], None]) -> None:
-    """`examples` histories of the generator, from the one fixed seed, each handed to `body`."""
-    if generator == "machine":
+def each_history(shape: HistoryShape, examples: int, body: Callable[[History], None], drawn_by: str = "hooks") -> None:
+    """`examples` histories of the machine, from the one fixed seed, each handed to `body`; `drawn_by`
+    names the engine's hooks on (`ENGINES`)."""
+    with engine.using(ENGINES[drawn_by]):
         run_machine(shape, body, machine_settings(examples, shape.max_steps, phases=[Phase.generate]), seed=BENCH_SEED)
-        return
-
-    @settings(max_examples=examples, deadline=None, database=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
-    @seed_of(BENCH_SEED)
-    @given(histories(shape))
-    def test(history: History) -> None:
-        body(history)
-
-    test()
 
 
-def _run(generator: str, shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple[int, int, float, int]:
+def _run(drawn_by: str, shape: HistoryShape, examples: int, replayer: Replayer | None) -> tuple[int, int, float, int]:
     counts = {"histories": 0, "steps": 0, "divergences": 0}
 
     def body(history: History) -> None:
@@ -140,7 +131,7 @@ def _run(generator: str, shape: HistoryShape, examples: int, replayer: Replayer 
             counts["divergences"] += 1
 
     started = time.perf_counter()
-    each_history(generator, shape, examples, body)
+    each_history(shape, examples, body, drawn_by)
     return counts["histories"], counts["steps"], time.perf_counter() - started, counts["divergences"]
 
 
@@ -167,13 +158,13 @@ def _servers_cpu(replayer: Replayer) -> dict[int, float]:
     return cpu
 
 
-def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machine") -> Figure:
+def measure(mix: str, examples: int, replayer: Replayer, drawn_by: str = "hooks") -> Figure:
     shape = MIXES[mix]
-    _, gen_steps, gen_s, _ = _run(generator, shape, examples, None)
+    _, gen_steps, gen_s, _ = _run(drawn_by, shape, examples, None)
     stages = getattr(replayer, "stages", {})  # a checkout from before the counters: all "other"
     before = dict(stages)
     times_before, servers_before = os.times(), _servers_cpu(replayer)
-    count, steps, total_s, divergences = _run(generator, shape, examples, replayer)
+    count, steps, total_s, divergences = _run(drawn_by, shape, examples, replayer)
     times_after, servers_after = os.times(), _servers_cpu(replayer)
     assert steps == gen_steps, "the same seed must give the same histories"
     spent = {stage: stages.get(stage, 0.0) - before.get(stage, 0.0) for stage in STAGES}
@@ -192,7 +183,7 @@ def measure(mix: str, examples: int, replayer: Replayer, generator: str = "machi
     servers -= sum(cpu for pid, cpu in servers_before.items() if pid not in servers_after)
     cpu = {"harness": harness, "servers": servers, "idle": max(total_s - harness - servers, 0.0)}
     cpu_per_step = {name: round(seconds / steps * 1e6, 1) for name, seconds in cpu.items()}
-    return Figure(mix, generator, count, steps, generate_rate, compared_rate, ratio, divergences, per_step,
+    return Figure(mix, drawn_by, count, steps, generate_rate, compared_rate, ratio, divergences, per_step,
                   cpu_per_step)  # fmt: skip
 
 
@@ -214,7 +205,7 @@ def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer)
                 counts["divergences"] += 1
 
     started = time.perf_counter()
-    each_history("machine", shape, examples, body)
+    each_history(shape, examples, body)
     generate_s = time.perf_counter() - started - spent["plain"] - spent["replicated"]
     steps = counts["steps"]
     checks_s = replicated.stages.get("replicas", 0.0) - before
@@ -253,7 +244,7 @@ def model_cost(mix: str, examples: int, replayer: Replayer) -> ModelCost:
                 counts["divergences"] += result.divergence is not None
 
     try:
-        each_history("machine", shape, examples, body)
+        each_history(shape, examples, body)
     finally:
         judge.MODEL_ON = True
     steps = counts["steps"]
@@ -306,31 +297,31 @@ def docker_answers() -> bool:
 
 
 def print_mixes(figures: list[Figure]) -> None:
-    header = ("mix", "generator", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
+    header = ("mix", "engine", "histories", "steps", "gen steps/s", "compared steps/s", "ratio", "div")
     widths = (9, 9, 7, 12, 17, 6, 4)
     print(f"{header[0]:<12} " + " ".join(f"{h:>{w}}" for h, w in zip(header[1:], widths, strict=True)))
     for f in figures:
-        print(f"{f.mix:<12} {f.generator:>9} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
+        print(f"{f.mix:<12} {f.engine:>9} {f.histories:>9} {f.steps:>7} {f.generate_steps_per_s:>12.0f} "
               f"{f.compared_steps_per_s:>17.0f} {f.ratio:>6.2f} {f.divergences:>4}")  # fmt: skip
     print("\nµs per step, by stage (the compared rate's inverse is their sum)")
-    print(f"{'mix':<12} {'generator':>9} " + " ".join(f"{s:>8}" for s in STAGES) + f" {'total':>8}")
+    print(f"{'mix':<12} {'engine':>9} " + " ".join(f"{s:>8}" for s in STAGES) + f" {'total':>8}")
     for f in figures:
         total = sum(f.us_per_step.values())
-        print(f"{f.mix:<12} {f.generator:>9} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES)
+        print(f"{f.mix:<12} {f.engine:>9} " + " ".join(f"{f.us_per_step[s]:>8.0f}" for s in STAGES)
               + f" {total:>8.0f}")  # fmt: skip
     print("\nCPU per step of the compared run, µs: the harness (generation included), the servers, the core idle")
-    print(f"{'mix':<12} {'generator':>9} {'harness':>8} {'servers':>8} {'idle':>8}")
+    print(f"{'mix':<12} {'engine':>9} {'harness':>8} {'servers':>8} {'idle':>8}")
     for f in figures:
         cpu = " ".join(f"{f.cpu_us_per_step.get(part, 0.0):>8.0f}" for part in ("harness", "servers", "idle"))
-        print(f"{f.mix:<12} {f.generator:>9} {cpu}")
-    by = {(f.mix, f.generator): f for f in figures}
+        print(f"{f.mix:<12} {f.engine:>9} {cpu}")
+    by = {(f.mix, f.engine): f for f in figures}
     for mix in dict.fromkeys(f.mix for f in figures):
-        machine, seeds = by.get((mix, "machine")), by.get((mix, "seeds"))
-        if machine and seeds:
-            generated = machine.generate_steps_per_s / seeds.generate_steps_per_s
-            compared = machine.compared_steps_per_s / seeds.compared_steps_per_s
-            print(f"{mix}: machine / seeds, generation only {generated:.2f}, compared {compared:.2f}; "
-                  f"ratio {machine.ratio:.2f} against {seeds.ratio:.2f}")  # fmt: skip
+        hooked, public = by.get((mix, "hooks")), by.get((mix, "public"))
+        if hooked and public:
+            generated = public.generate_steps_per_s / hooked.generate_steps_per_s
+            compared = public.compared_steps_per_s / hooked.compared_steps_per_s
+            print(f"{mix}: public / hooks, generation only {generated:.2f}, compared {compared:.2f}; "
+                  f"ratio {public.ratio:.2f} against {hooked.ratio:.2f}")  # fmt: skip
 
 
 def print_campaigns(runs: list[Campaign]) -> None:
@@ -358,8 +349,8 @@ def main() -> None:
                         help="also measure the cost of the spec's model, per mix (a ratio: on / off)")  # fmt: skip
     parser.add_argument("--campaigns", type=int, default=0, metavar="N",
                         help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
-    parser.add_argument("--generators", nargs="*", default=["machine"], choices=GENERATORS,
-                        help="which generators, side by side (default: the machine)")  # fmt: skip
+    parser.add_argument("--engines", nargs="*", default=["hooks"], choices=list(ENGINES),
+                        help="how the machine draws, side by side (default: with the engine's hooks)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     figures: list[Figure] = []
@@ -369,8 +360,8 @@ def main() -> None:
             print(f"pinned to core {pin_to_core(args.core)}")
         with Replayer(DEFAULT_MODULE) as replayer:
             for mix in args.mixes:
-                for generator in args.generators:
-                    figures.append(measure(mix, args.examples, replayer, generator))
+                for drawn_by in args.engines:
+                    figures.append(measure(mix, args.examples, replayer, drawn_by))
         print_mixes(figures)
     costs: list[ReplicaCost] = []
     if args.mixes and args.replicas:

@@ -32,7 +32,7 @@ from difftest.history.format import (
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, Layout, Rows, Transition, Verb
-from strategies.histories import QUEUES, USERS
+from strategies.pools import QUEUES, USERS
 from strategies.upgrade import lua_era
 
 QUEUE = QUEUES[0]

@@ -14,20 +14,15 @@ Adding a transition, a fault or a class of values is one method here (docs/exten
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
-from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-import hypothesis
 from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import seed as seed_of
 from hypothesis import strategies as st
-from hypothesis.internal.conjecture.choice import IntegerConstraints
-from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
@@ -37,11 +32,13 @@ from hypothesis.stateful import (
     multiple,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.servers.clock import DEFAULT_START_MS
+from difftest.spec.commands import TRANSITIONS, Layout, Rows
 from difftest.history.format import (
-    DEFAULT_START_MS,
     REPLICA,
     Advance,
     BeginClaim,
@@ -56,11 +53,9 @@ from difftest.history.format import (
     Restart,
     Step,
 )
-from difftest.spec import domains
-from difftest.spec.calls import Call
-from difftest.spec.commands import TRANSITIONS, Layout, Rows
+from strategies import engine
 from strategies.hints import QueueHints
-from strategies.histories import (
+from strategies.pools import (
     ADVANCES,
     BACKOFFS,
     DELAYS,
@@ -76,59 +71,38 @@ from strategies.histories import (
     USER_PROBES,
     USERS,
     WORKERS,
-    Chooser,
-    HistoryShape,
-    _at_a_bound,
-    _corruption,
-    _edged,
-    _long_step,
-    _malformed,
-    _reader_row,
-    _then,
-    _transition_call,
-    _typed_step,
-    _value_step,
     aimed_verb_weights,
 )
-from strategies.seeded import draw_from_the_seed_alone
+from strategies.shape import HistoryShape
+from strategies.steps import (
+    at_a_bound,
+    corruption,
+    edged,
+    long_step,
+    malformed,
+    reader_row,
+    then,
+    transition_call,
+    typed_step,
+    value_step,
+)
 from strategies.upgrade import lua_era, via_scripts
-
-draw_from_the_seed_alone()
-
 
 # How often each rule runs, per about 256 steps, from what the queues hold as far as the hints know:
 # work that is waiting draws the transition that does it (a corrupt set the transition that meets it;
 # an open split claim PAUSE and RESUME, D1). A restart costs the servers ~12 ms and an advance ~1 ms
 # until they read the new time, against ~0.1 ms for a call: both are rare enough that a campaign
 # spends its time on transitions, often enough that a default campaign reaches D7.
-Weight = Callable[["QueueMachine"], int]
-RULE_WEIGHTS: dict[str, Weight] = {}
+RULE_WEIGHTS: dict[str, engine.Weight] = {}
 DEFAULT_SHAPE = HistoryShape()
 
 
-class _Constant:
-    """A weight that is a number: the rule choice reads it once per machine class, not every step."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __call__(self, _: QueueMachine) -> int:
-        return self.value
-
-
+@dataclass(frozen=True)
 class aimed:
-    """A transition's weight by what the hints say is waiting (`QueueMachine.call_weight`): the rule
+    """A transition's weight by what the hints say is waiting (`transition_weights`): the rule
     choice works out all ten from one pass over the hints, and only when what they say changed."""
 
-    __slots__ = ("verb",)
-
-    def __init__(self, verb: str) -> None:
-        self.verb = verb
-
-    def __call__(self, m: QueueMachine) -> int:
-        return m.call_weight(self.verb)
+    verb: str
 
 
 class on_shape:
@@ -147,12 +121,12 @@ class on_shape:
         return self.allows(m.shape)
 
 
-def weight(how_often: Weight | int) -> Callable[[Any], Any]:
-    """A rule's weight: a number, or a function of the machine's state (`aimed(verb)` for a
-    transition weighted by the hints)."""
+def weight(how_often: int | aimed | Callable[[QueueMachine], int]) -> Callable[[Any], Any]:
+    """A rule's weight: a number, a transition weighted by the hints (`aimed(verb)`), or a function of
+    the machine's state."""
 
     def record(function: Any) -> Any:
-        RULE_WEIGHTS[function.__name__] = how_often if callable(how_often) else _Constant(int(how_often))
+        RULE_WEIGHTS[function.__name__] = how_often.verb if isinstance(how_often, aimed) else how_often
         return function
 
     return record
@@ -191,7 +165,7 @@ PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
 AimedKey = tuple[bool, bool, bool, bool, bool, bool, bool, bool, bool]
 
 
-def _aimed_key(m: QueueMachine) -> AimedKey:
+def hints_key(m: QueueMachine) -> AimedKey:
     """What the transitions' weights read of both queues' hints, in one pass (this runs every step:
     plain tests and assignments, each fact looked at no more than it must be)."""
     pending = active = expired = due = dead = paused = done_broken = dead_broken = False
@@ -218,16 +192,16 @@ def _aimed_key(m: QueueMachine) -> AimedKey:
     return (pending, active, expired, due, dead, paused, bool(m.open_claims), done_broken, dead_broken)
 
 
-_AIMED: dict[AimedKey, dict[str, int]] = {}  # at most 2**9 keys
+_AIMED: dict[Hashable, dict[str, int]] = {}  # at most 2**9 keys
 
 
-def _aimed_weights(key: AimedKey) -> dict[str, int]:
-    """Every transition's weight per 256 steps for what the hints say: the seed-list generator's mix
-    (118 in 256 steps are transitions; a third by fixed weights, two thirds by `aimed_verb_weights`).
-    A pure function of the key, so worked out once per key, not once per step."""
+def transition_weights(key: tuple[Hashable, ...]) -> dict[str, int]:
+    """Every transition's weight per 256 steps for what the hints say (`hints_key`): 118 in 256 steps
+    are transitions, a third by fixed weights, two thirds by `aimed_verb_weights`. A pure function of
+    the key, so worked out once per key, not once per step."""
     weights = _AIMED.get(key)
     if weights is None:
-        pending, active, expired, due, dead, paused, claims_open, done_broken, dead_broken = key
+        pending, active, expired, due, dead, paused, claims_open, done_broken, dead_broken = cast(AimedKey, key)
         aimed_now = dict(
             aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead, paused=paused,
                                claims_open=claims_open, done_broken=done_broken, dead_broken=dead_broken)
@@ -241,249 +215,14 @@ def _aimed_weights(key: AimedKey) -> dict[str, int]:
     return weights
 
 
-# One rule as the choice weighs it: the rule, its arguments' strategies, the positions of its
-# bundles in the state key, its weight (a number, a transition's verb, or None: a function of the
-# state) and the position of its verdict in the state key (None: its bundles alone decide).
-_Entry = tuple[Any, tuple[tuple[str, Any], ...], tuple[int, ...], int | str | None, int | None]
-# The valid rules of one state in shrink order, each with its arguments, and the running total of
-# their weights (the last is the total).
-_Table = tuple[tuple[tuple[Any, tuple[tuple[str, Any], ...]], ...], tuple[int, ...]]
-# One flat tuple: whether each bundle holds something, each verdict, then the AimedKey (if any
-# rule's weight is aimed).
-_StateKey = tuple[Any, ...]
+class QueueDraws(engine.Draws):
+    """The choices a rule makes inside its body (strategies.steps.Choices), and the queue it acts on."""
 
-
-class _RulePlan:
-    """What choosing a rule needs, for one machine class and shape, worked out once: the rules the
-    shape allows (`on_shape` preconditions decided here), in shrink order; the few whose validity or
-    weight the state decides beyond their bundles; and, per state as the choice sees it (the
-    bundles that hold something, those few rules' verdicts, what the hints say is waiting), the
-    table of valid rules by weight. A state's table is a pure function of its key, so the same
-    states draw the same rules as a fresh computation each step would; a run meets few states."""
-
-    MAX_TABLES = 1 << 12  # beyond this many states, tables are worked out and not kept
-
-    def __init__(self, machine_class: type[QueueMachine], shape: HistoryShape) -> None:
-        rules = sorted(machine_class.setup_state().rules, key=lambda r: RULE_ORDER[r.function.__name__])
-        positions: dict[str, int] = {}  # a bundle's name: its position in the state key
-        entries: list[list[Any]] = []
-        # the rules the state decides beyond their bundles: (entry, bundles' positions, preconditions
-        # beyond the shape's, weight function or None: a number or an aimed weight, read by the table)
-        decided: list[tuple[list[Any], tuple[int, ...], tuple[Callable[[Any], Any], ...], Weight | None]] = []
-        self.aims = False
-        for r in rules:
-            preconditions = tuple(r.preconditions)
-            if not all(p.allows(shape) for p in preconditions if isinstance(p, on_shape)):
-                continue  # never valid in this shape
-            rest = tuple(p for p in preconditions if not isinstance(p, on_shape))
-            needs = tuple(positions.setdefault(b.name, len(positions)) for b in r.bundles)
-            how_often = RULE_WEIGHTS[r.function.__name__]
-            spec: int | str | None
-            if isinstance(how_often, _Constant):
-                spec = how_often.value
-            elif isinstance(how_often, aimed):
-                spec = how_often.verb
-                self.aims = True
-            else:
-                spec = None
-            entry = [r, tuple(r.arguments_strategies.items()), needs, spec, None]
-            entries.append(entry)
-            if rest or spec is None:
-                decided.append((entry, needs, rest, how_often if spec is None else None))
-        self.bundle_names = tuple(positions)
-        # a rule with one precondition and nothing else to decide has its verdict in one test; the
-        # others go through the general loop (bundles, each precondition, the weight)
-        self.simple: list[Callable[[Any], Any]] = []
-        self.general: list[tuple[tuple[int, ...], tuple[Callable[[Any], Any], ...], Weight | None]] = []
-        at = len(positions)  # the verdicts follow the bundles in the state key
-        for entry, needs, rest, custom in decided:
-            if not needs and len(rest) == 1 and custom is None:
-                entry[4] = at
-                at += 1
-                self.simple.append(rest[0])
-        for entry, needs, rest, custom in decided:
-            if entry[4] is None:
-                entry[4] = at
-                at += 1
-                self.general.append((needs, rest, custom))
-        self.entries: list[_Entry] = [tuple(e) for e in entries]
-        self.tables: dict[_StateKey, _Table] = {}
-
-    def state_key(self, machine: QueueMachine) -> _StateKey:
-        """Everything the valid rules and their weights depend on now (this runs every step)."""
-        bundles = machine.bundles
-        key: list[Any] = [bool(bundles.get(name)) for name in self.bundle_names]
-        key += [bool(holds(machine)) for holds in self.simple]
-        # plain loops: the order (bundles, then each precondition until one fails, then the weight)
-        # is the one Hypothesis's own rule choice follows
-        for needs, preconditions, how_often in self.general:
-            verdict: Any = False
-            for i in needs:
-                if not key[i]:
-                    break
-            else:
-                for holds in preconditions:
-                    if not holds(machine):
-                        break
-                else:
-                    verdict = how_often(machine) if how_often is not None else True
-            key.append(verdict)
-        if self.aims:
-            key += _aimed_key(machine)
-        return tuple(key)
-
-    def table(self, key: _StateKey) -> _Table:
-        """The valid rules of the state, in shrink order, and their weights' running total."""
-        by_verb = _aimed_weights(key[-9:]) if self.aims else {}
-        valid: list[tuple[Any, tuple[tuple[str, Any], ...]]] = []
-        running: list[int] = []
-        total = 0
-        for r, arguments, needs, spec, at in self.entries:
-            if at is not None:
-                verdict = key[at]
-                if spec is None:
-                    weight_now = verdict  # a function of the state: its weight now (False: not valid)
-                elif not verdict:
-                    continue
-                else:
-                    weight_now = spec if isinstance(spec, int) else by_verb[spec]
-            elif all(key[i] for i in needs):
-                weight_now = spec if isinstance(spec, int) else by_verb[spec]  # type: ignore[index]
-            else:
-                continue
-            if weight_now > 0:
-                total += weight_now
-                valid.append((r, arguments))
-                running.append(total)
-        table = (tuple(valid), tuple(running))
-        if len(self.tables) < self.MAX_TABLES:
-            self.tables[key] = table
-        return table
-
-
-_PLANS: dict[tuple[type[QueueMachine], HistoryShape], _RulePlan] = {}
-
-
-class _WeightedRules(st.SearchStrategy[tuple[Any, dict[str, Any]]]):
-    """The machine's choice of its next rule: one draw among the valid rules by weight.
-
-    Hypothesis's own choice is uniform over the rules, with swarm testing (some rules switched off
-    for a whole run): measured here, it took two thirds of the time to draw a history (a flag drawn
-    for rule after rule, about eight a step), and a uniform mix spends as much on restarts as on
-    COMPLETE. The machine's rules, bundles, preconditions and shrinking are Hypothesis's; only the
-    choice of the next rule is weighted. `tests/test_machine.py` checks the weights are obeyed."""
-
-    def __init__(self, machine: QueueMachine) -> None:
-        super().__init__()
-        self.machine = machine
-        plan_key = (type(machine), machine.shape)
-        plan = _PLANS.get(plan_key)
-        if plan is None:
-            plan = _PLANS[plan_key] = _RulePlan(type(machine), machine.shape)
-        self.plan = plan
-
-    def do_draw(self, data: ConjectureData) -> tuple[Any, dict[str, Any]]:
-        machine = self.machine
-        if machine.choices is not data:  # the machine's first rule (one run, one ConjectureData)
-            machine.choices = data
-            machine._draws = Draws(data)
-        plan = self.plan
-        key = plan.state_key(machine)
-        table = plan.tables.get(key)
-        if table is None:
-            table = plan.table(key)
-        valid, running = table
-        # the first rule whose running total exceeds the draw: what subtracting weight after weight
-        # from it finds, in one bisection
-        n = machine._draws.index(running[-1] if running else 0)  # type: ignore[union-attr]
-        chosen, arguments = valid[bisect_right(running, n)]
-        if not arguments:
-            return chosen, {}  # most rules draw all they need in their body
-        return chosen, {name: data.draw(strategy) for name, strategy in arguments}
-
-
-# `ConjectureData.draw_integer(0, count - 1)` checks its arguments and looks its constraints up in
-# a shared pool (a dict and a key built, an LRU lookup) before it calls `_draw`, which makes the
-# choice: a tenth of a step, at a dozen draws a step. Draws calls `_draw` itself with the same
-# constraints (equal dicts, kept here per count), so the choices, their constraints and the nodes
-# Hypothesis records are the same. It reaches into Hypothesis's internals, so only on the version
-# pinned in pyproject.toml (whose `_draw` and `draw_integer` were read for it) and with the default
-# provider; anything else goes through the public draw_integer.
-DIRECT_DRAWS_VERSION = "6.170.17"
-_DIRECT_DRAWS = hypothesis.__version__ == DIRECT_DRAWS_VERSION and callable(getattr(ConjectureData, "_draw", None))
-
-
-class _Below(dict[int, IntegerConstraints]):
-    """The constraints of an integer choice in [0, count - 1], by count, made on first use."""
-
-    def __missing__(self, count: int) -> IntegerConstraints:
-        constraints: IntegerConstraints = {"min_value": 0, "max_value": count - 1, "weights": None, "shrink_towards": 0}
-        self[count] = constraints
-        return constraints
-
-
-_BELOW = _Below()
-IntegerDraw = Callable[..., int]  # ConjectureData._draw's shape: ("integer", constraints, observe=, forced=)
-
-
-def integer_draw(data: ConjectureData) -> IntegerDraw:
-    """How Draws makes one integer choice from `data`: its `_draw`, or (see above) a stand-in with the
-    same shape that calls the public draw_integer."""
-    if _DIRECT_DRAWS and not data.provider.avoid_realization:
-        return data._draw
-
-    def public(_: str, constraints: IntegerConstraints, *, observe: bool, forced: None) -> int:
-        return data.draw_integer(constraints["min_value"], constraints["max_value"])
-
-    return public
-
-
-class Draws(Chooser):
-    """The choices a rule makes inside its body, each one Hypothesis draw shrinking towards the first
-    option; the step builders of `strategies/histories.py` read them through the Chooser interface.
-    Each is the engine's own integer choice in [0, count - 1], which shrinks towards 0: a strategy
-    per choice (or DataObject.draw, which also notes every draw) costs three times as much, on
-    every step; each method makes it itself (one call less a choice)."""
-
-    def __init__(self, choices: ConjectureData) -> None:
-        self._draw = integer_draw(choices)
-
-    def index(self, count: int) -> int:
-        """One choice in [0, count - 1], drawn even when count is 1 (the rule choice's draw)."""
-        return self._draw("integer", _BELOW[count], observe=True, forced=None)
-
-    def _index(self, count: int) -> int:
-        return self._draw("integer", _BELOW[count], observe=True, forced=None) if count > 1 else 0
-
-    def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
-        count = len(pool)
-        return pool[self._draw("integer", _BELOW[count], observe=True, forced=None)] if count > 1 else pool[0]
-
-    spread = pick  # draws are independent here: nothing comes in lockstep to spread
-
-    def integer(self, low: int, high: int) -> int:
-        count = high - low + 1
-        return low + self._draw("integer", _BELOW[count], observe=True, forced=None) if count > 1 else low
-
-    def chance(self, out_of: int) -> bool:
-        """True one time in `out_of` (False when shrunk)."""
-        return self._draw("integer", _BELOW[out_of], observe=True, forced=None) == out_of - 1
-
-    def aim(self, out_of: int) -> bool:
-        """True but one time in `out_of`: whether to aim by the hints (shrunk: not aimed)."""
-        return self._draw("integer", _BELOW[out_of], observe=True, forced=None) != 0
+    __slots__ = ()
 
     def queue(self) -> bytes:
         """Mostly the first queue: transitions collide more (the second shrinks to the first)."""
-        return QUEUES[1] if self._draw("integer", _BELOW[4], observe=True, forced=None) == 3 else QUEUES[0]
-
-    def weighted(self, weights: tuple[tuple[str, int], ...]) -> str:
-        n = self._index(sum(w for _, w in weights))
-        for name, weight in weights:
-            if n < weight:
-                return name
-            n -= weight
-        return weights[-1][0]
+        return QUEUES[1] if self.index(4) == 3 else QUEUES[0]
 
 
 @dataclass(frozen=True)
@@ -501,6 +240,26 @@ class QueueMachine(RuleBasedStateMachine):
     jobs = Bundle("jobs")
     leases = Bundle("leases")
 
+    # what the weighted rule choice reads of the class (strategies/engine.py, `_RulePlan`)
+    draws_type = QueueDraws
+    aim_key = staticmethod(hints_key)
+    aimed_weights = staticmethod(transition_weights)
+
+    @classmethod
+    def rule_rank(cls, name: str) -> int:
+        """Where the rule comes in the order a rule choice shrinks towards (`RULE_ORDER`)."""
+        return RULE_ORDER[name]
+
+    @classmethod
+    def rule_weight(cls, name: str) -> engine.Weight:
+        """The rule's weight (`@weight`): a number, an aimed transition's verb, or a function."""
+        return RULE_WEIGHTS[name]
+
+    @classmethod
+    def shape_allows(cls, precondition: Any, shape: HistoryShape) -> bool | None:
+        """Whether the shape alone allows the rule (`on_shape`); None: the state decides."""
+        return precondition.allows(shape) if isinstance(precondition, on_shape) else None
+
     def __init__(
         self, shape: HistoryShape = DEFAULT_SHAPE, on_history: Callable[[History], None] | None = None
     ) -> None:
@@ -517,9 +276,8 @@ class QueueMachine(RuleBasedStateMachine):
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
         # taken by the scripts; a caller's permissions on the rows then meet the exemption's writes
         self.exempt: dict[bytes, set[bytes]] = {queue: set() for queue in QUEUES}
-        self._rules_strategy = _WeightedRules(self)  # type: ignore[assignment]
-        self.choices: ConjectureData | None = None  # the run's choices, once a rule is drawn
-        self._draws: Draws | None = None  # the rules' view of them
+        self.run_draws: QueueDraws | None = None  # the run's choices (strategies/engine.py hands them)
+        engine.weigh_rules(self)
         self.db = 0  # the database the history's steps run in (`another_database`)
         # keys another writer gave a TTL, with their expiry on the machine's clock (`other_writers_ttl`)
         self.ttls: dict[tuple[bytes, bytes], int] = {}
@@ -532,7 +290,7 @@ class QueueMachine(RuleBasedStateMachine):
         return History(ended, users=dict(USERS) if self.shape.users else {}, db=self.db)
 
     def teardown(self) -> None:
-        if self.choices is not None and self.choices.frozen:
+        if engine.cut_short():
             return  # the run ran out of choices (an overrun): Hypothesis discards it, so no replay
         # a run whose only rule moved it to another database has no step, but is a history all the
         # same (an empty one in that database): dropped, it left a batch one history short of its
@@ -541,11 +299,6 @@ class QueueMachine(RuleBasedStateMachine):
             self.on_history(self.history())
 
     # -- helpers the rules share -----------------------------------------------------------------
-
-    def call_weight(self, verb: str) -> int:
-        """A transition's weight, per 256 steps: the seed-list generator's mix (118 in 256 steps are
-        transitions; a third by fixed weights, two thirds by what the hints say is waiting)."""
-        return _aimed_weights(_aimed_key(self))[verb]  # (the rule choice reads its table instead)
 
     def next_deadline(self) -> int | None:
         """The next lease or delay deadline more than a millisecond away, as the hints know it."""
@@ -593,16 +346,16 @@ class QueueMachine(RuleBasedStateMachine):
             else:
                 self.steps.append(step)
 
-    def _call(self, call: Call, draws: Draws, user: str | None = None) -> None:
-        self.steps.append(CallStep(_at_a_bound(draws, call) if draws.chance(16) else call, user))
+    def _call(self, call: Call, draws: QueueDraws, user: str | None = None) -> None:
+        self.steps.append(CallStep(at_a_bound(draws, call) if draws.chance(16) else call, user))
 
-    def draws(self) -> Draws:
-        """The choices of the rule running now (each one Hypothesis draw): one Draws for the whole
-        run, made when its first rule was drawn (a run draws from one ConjectureData)."""
-        assert self._draws is not None  # set when the rule was drawn
-        return self._draws
+    def draws(self) -> QueueDraws:
+        """The choices of the rule running now (each one Hypothesis draw): one QueueDraws for the
+        whole run, handed over before its first rule runs (a run draws from one ConjectureData)."""
+        assert self.run_draws is not None, "run the machine with run_machine, or engine.runnable(its class)"
+        return self.run_draws
 
-    def _fenced(self, draws: Draws, lease: Lease) -> tuple[bytes, bytes, int | bytes]:
+    def _fenced(self, draws: QueueDraws, lease: Lease) -> tuple[bytes, bytes, int | bytes]:
         """The queue, id and token a fenced call presents. Mostly a lease that is still held: the one
         drawn if it is, else (its worker lost it to a sweep or a restart) the one another worker
         holds now, as the hints know it; sometimes the drawn lease however stale (a zombie worker);
@@ -616,13 +369,13 @@ class QueueMachine(RuleBasedStateMachine):
                 job = draws.pick(sorted(hints.active))
                 token = hints.attempts.get(job, 1)
             elif not draws.aim(3):
-                return queue, _edged(draws, IDS), draws.pick(TOKENS)
+                return queue, edged(draws, IDS), draws.pick(TOKENS)
         if draws.chance(6):
             close = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
             return queue, job, draws.pick(close) if token >= 10 else max(token - 1, 0)
         return queue, job, token
 
-    def _wait_for_first(self, deadlines: dict[bytes, int], draws: Draws) -> None:
+    def _wait_for_first(self, deadlines: dict[bytes, int], draws: QueueDraws) -> None:
         """Mostly, a worker that waits until the first deadline (at it, or one after)."""
         upcoming = [d for d in deadlines.values() if d > self.now]
         if upcoming and draws.aim(3):
@@ -647,7 +400,7 @@ class QueueMachine(RuleBasedStateMachine):
             job = bytes(draws.pick(EDGE_BYTES))
         delay = draws.pick(DELAYS)
         self.hints[queue].enqueue(job, self.now, delay)
-        self._call(Call.of("ENQUEUE", queue, job, _edged(draws, PAYLOADS), delay), draws)
+        self._call(Call.of("ENQUEUE", queue, job, edged(draws, PAYLOADS), delay), draws)
         return job if new else NOTHING
 
     @weight(aimed("CLAIM"))
@@ -695,7 +448,7 @@ class QueueMachine(RuleBasedStateMachine):
             max_attempts = token + 1 if token >= 10 and draws.chance(2) else token
         if isinstance(token, int):
             hints.fail(job, token, max_attempts, self.now, backoff)
-        self._call(Call.of("FAIL", queue, job, token, _edged(draws, ERRORS), max_attempts, backoff), draws)
+        self._call(Call.of("FAIL", queue, job, token, edged(draws, ERRORS), max_attempts, backoff), draws)
 
     @weight(aimed("PROMOTE"))
     @rule()
@@ -794,7 +547,7 @@ class QueueMachine(RuleBasedStateMachine):
         held = draws.pick(sorted(active)) if TRANSITIONS[verb].fenced and active and draws.aim(4) else None
         hints = self.hints[queue]
         taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused else None
-        call = _transition_call(draws, verb, queue, hints, self.now, held)
+        call = transition_call(draws, verb, queue, hints, self.now, held)
         self.steps.append(via_scripts(CallStep(call)))
         if taken is not None:
             self.exempt[queue].add(taken)  # no lease_epoch: the module's SWEEP exempts it
@@ -809,7 +562,7 @@ class QueueMachine(RuleBasedStateMachine):
         hints = self.hints[queue]
         held = draws.pick(sorted(hints.active)) if TRANSITIONS[verb].fenced and hints.active and draws.aim(4) else None
         taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused else None
-        call = _transition_call(draws, verb, queue, hints, self.now, held)
+        call = transition_call(draws, verb, queue, hints, self.now, held)
         self.steps.append(CallStep(call, protocol=3))
         if taken is not None:
             self.exempt[queue].discard(taken)  # stamped by the module's CLAIM
@@ -828,10 +581,10 @@ class QueueMachine(RuleBasedStateMachine):
             verb = draws.pick(IN_MULTI)
             fenced = TRANSITIONS[verb].fenced and hints.active and draws.aim(4)
             held = draws.pick(sorted(hints.active)) if fenced else None
-            self.steps.append(CallStep(_transition_call(draws, verb, queue, hints, self.now, held)))
+            self.steps.append(CallStep(transition_call(draws, verb, queue, hints, self.now, held)))
         self.steps.append(Exec())
 
-    def _condition_call(self, draws: Draws, queue: bytes, refused: frozenset[str] | None) -> Call:
+    def _condition_call(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> Call:
         """A transition of any verb, mostly with a lease some worker holds; the hints move unless the
         verb is `refused` (None: every verb, none writes)."""
         hints = self.hints[queue]
@@ -839,7 +592,7 @@ class QueueMachine(RuleBasedStateMachine):
         written = refused is not None and verb not in refused
         held = draws.pick(sorted(hints.active)) if TRANSITIONS[verb].fenced and hints.active and draws.aim(4) else None
         taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused and written else None
-        call = _transition_call(draws, verb, queue, hints if written else copy.deepcopy(hints), self.now, held)
+        call = transition_call(draws, verb, queue, hints if written else copy.deepcopy(hints), self.now, held)
         if taken is not None:
             self.exempt[queue].discard(taken)  # stamped by the module's CLAIM
         return call
@@ -858,8 +611,9 @@ class QueueMachine(RuleBasedStateMachine):
             self.steps.append(CallStep(self._condition_call(draws, queue, REFUSED_OVER_THE_LIMIT)))
         self.steps.append(MemoryLimit(False))
 
-    @weight(lambda self: 12 if self.calls_replica else (6 if not self.steps else 0))
+    @weight(lambda self: 12 if self.calls_replica else 6)
     @precondition(on_shape("replica_calls"))
+    @precondition(lambda self: self.calls_replica or not self.steps)  # a replica call first, or none
     @rule()
     def replica_call(self) -> None:
         """A worker whose call goes to its server's read-only replica: refused where the script would
@@ -881,7 +635,7 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         worker = draws.pick(tuple(w for w in WORKERS if w not in self.open_claims))
         self.open_claims.append(worker)
-        self.steps.append(BeginClaim(worker, _transition_call(draws, "CLAIM", queue, self.hints[queue], self.now)))
+        self.steps.append(BeginClaim(worker, transition_call(draws, "CLAIM", queue, self.hints[queue], self.now)))
 
     @weight(12)
     @precondition(lambda self: bool(self.open_claims))
@@ -892,7 +646,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.open_claims.remove(worker)
         self.steps.append(EndClaim(worker))
 
-    def _restart(self, draws: Draws, crash: bool, queue: bytes) -> None:
+    def _restart(self, draws: QueueDraws, crash: bool, queue: bytes) -> None:
         self.steps += [EndClaim(w) for w in self.open_claims]
         self.open_claims.clear()
         self.steps.append(Restart(crash=crash))
@@ -901,7 +655,7 @@ class QueueMachine(RuleBasedStateMachine):
         if active and draws.chance(3):
             # a worker that held a lease across the restart renews it (N1: the new run_id)
             held = draws.pick(sorted(active))
-            self.steps.append(CallStep(_transition_call(draws, "EXTEND", queue, self.hints[queue], self.now, held)))
+            self.steps.append(CallStep(transition_call(draws, "EXTEND", queue, self.hints[queue], self.now, held)))
             self.exempt[queue].discard(held)
 
     @weight(3)
@@ -941,7 +695,7 @@ class QueueMachine(RuleBasedStateMachine):
         """Another writer breaks a key: a wrong type, a counter, a ghost member, a dropped row."""
         draws = self.draws()
         queue = draws.queue()
-        self.steps.append(_corruption(draws, queue, self.hints[queue]))
+        self.steps.append(corruption(draws, queue, self.hints[queue]))
 
     @weight(14)
     @precondition(on_shape("corruption"))
@@ -950,7 +704,7 @@ class QueueMachine(RuleBasedStateMachine):
         """A value another writer left in a field (or a score) a transition reads, then that one."""
         draws = self.draws()
         queue = draws.queue()
-        self._add(_value_step(draws, queue, self.hints[queue], self.now))
+        self._add(value_step(draws, queue, self.hints[queue], self.now))
 
     @weight(9)
     @precondition(on_shape("corruption"))
@@ -959,7 +713,7 @@ class QueueMachine(RuleBasedStateMachine):
         """A key a transition writes made of another type, then that transition."""
         draws = self.draws()
         queue = draws.queue()
-        self._add(_typed_step(draws, queue, self.hints[queue], self.now))
+        self._add(typed_step(draws, queue, self.hints[queue], self.now))
 
     @weight(6)
     @precondition(on_shape("corruption"))
@@ -972,7 +726,7 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         if not self.hints[queue].active:
             queue = next(q for q in QUEUES if self.hints[q].active)
-        self._add(_long_step(draws, queue, self.hints[queue], self.now))
+        self._add(long_step(draws, queue, self.hints[queue], self.now))
 
     @weight(17)
     @precondition(on_shape("users"))
@@ -999,8 +753,8 @@ class QueueMachine(RuleBasedStateMachine):
             # no lease to meet: a worker takes one first, enqueued first if need be (the sweep below
             # waits for it to expire); without this most restricted sweeps met nothing at all
             if not hints.pending:
-                self._call(_transition_call(draws, "ENQUEUE", queue, hints, self.now), draws)
-            self._call(_transition_call(draws, "CLAIM", queue, hints, self.now), draws)
+                self._call(transition_call(draws, "ENQUEUE", queue, hints, self.now), draws)
+            self._call(transition_call(draws, "CLAIM", queue, hints, self.now), draws)
         active = hints.active
         held = draws.pick(sorted(active)) if fenced and active else None
         if verb == "SWEEP" and active:
@@ -1008,7 +762,7 @@ class QueueMachine(RuleBasedStateMachine):
             first = min(exempt or active.values())  # the caller's permissions meet an expired lease
             if first > self.now:
                 self._wait(first - self.now)
-        call = _transition_call(draws, verb, queue, self.hints[queue], self.now, held)
+        call = transition_call(draws, verb, queue, self.hints[queue], self.now, held)
         self.steps.append(CallStep(call, user))
 
     @weight(10)
@@ -1018,9 +772,7 @@ class QueueMachine(RuleBasedStateMachine):
         """A call with one thing wrong: its shape, a key's layout, an integer's grammar."""
         draws = self.draws()
         queue = draws.queue()
-        self.steps.append(
-            CallStep(_malformed(draws, _transition_call(draws, verb, queue, self.hints[queue], self.now)))
-        )
+        self.steps.append(CallStep(malformed(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))))
 
     # -- where production runs: another database, other writers' TTLs and fields ------------------
 
@@ -1035,7 +787,7 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         self.db = draws.pick(OTHER_DATABASES)
         queue = draws.queue()
-        self._call(_transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
+        self._call(transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
 
     @weight(6)
     @precondition(on_shape("corruption"))
@@ -1068,7 +820,7 @@ class QueueMachine(RuleBasedStateMachine):
             if at < self.now:  # gone: as far as the hints know, what it held went with it
                 del self.ttls[(q, k)]
                 _forget(self.hints[q], Layout(q), k)
-        self._add(_then(draws, verb, queue, hints, self.now, job))
+        self._add(then(draws, verb, queue, hints, self.now, job))
 
     @weight(6)
     @precondition(on_shape("corruption"))
@@ -1084,20 +836,20 @@ class QueueMachine(RuleBasedStateMachine):
         held = bool(self.hints[queue].active)
         verb = draws.pick(FENCED_VERBS) if held and draws.aim(2) else draws.pick(VERBS)
         transition = TRANSITIONS[verb]
-        job = _reader_row(draws, verb, self.hints[queue]) if transition.rows is not Rows.NONE else None
+        job = reader_row(draws, verb, self.hints[queue]) if transition.rows is not Rows.NONE else None
         on_meta = job is None or (transition.reads_meta and draws.chance(2))
         key = layout.meta if on_meta else layout.row(job or draws.pick(IDS))
         field = draws.pick(domains.FOREIGN_FIELDS)
         self.steps.append(RawWrite((b"HSET", key, field, draws.pick(domains.FOREIGN_VALUES))))
-        self._add(_then(draws, verb, queue, self.hints[queue], self.now, job))
+        self._add(then(draws, verb, queue, self.hints[queue], self.now, job))
 
-    def _reached_key(self, draws: Draws, verb: str, queue: bytes) -> tuple[bytes, bytes | None]:
+    def _reached_key(self, draws: QueueDraws, verb: str, queue: bytes) -> tuple[bytes, bytes | None]:
         """A key `verb` reaches on `queue` (a set, meta, a metrics hash, or the row it reads next),
         and the row's id when it is a row."""
         layout = Layout(queue)
         kind = draws.pick(domains.reached_keys(TRANSITIONS[verb]))
         if kind == domains.ROWS_KEY:
-            job = _reader_row(draws, verb, self.hints[queue]) or draws.pick(IDS)
+            job = reader_row(draws, verb, self.hints[queue]) or draws.pick(IDS)
             return layout.row(job), job
         if kind.startswith("metrics:"):
             return layout.metrics(kind.removeprefix("metrics:")), None
@@ -1145,57 +897,30 @@ def machine_settings(max_examples: int, max_steps: int, database: Any = None, **
 DRAWING_GC_THRESHOLD = 10_000
 
 
-# Hypothesis's generate phase follows each new history with up to five mutations of it: the same
-# choices with one span copied over another of the same label, replayed as they are, never extended.
-# A machine run draws its rule and the choices in its body step by step, so a copied span that is
-# shorter than the one it replaced leaves the run short of choices before its last step: an overrun,
-# drawn and thrown away. Measured (300 histories, default mix): 511 runs drawn, 211 of them overruns,
-# 37% of the drawn steps. While the machine runs, the engine makes no mutations
-# (`ConjectureRunner.generate_mutations_from`, internal: the pinned version only, as the draws): every
-# run it draws is a history. Shrinking, the database and targeting are untouched.
-NO_MUTATIONS_VERSION = DIRECT_DRAWS_VERSION
-
-
-@contextlib.contextmanager
-def _no_mutations() -> Iterator[None]:
-    """The engine's mutation of new histories off, on the pinned version (elsewhere: left on)."""
-    from hypothesis.internal.conjecture import engine
-
-    runner = engine.ConjectureRunner
-    mutate = runner.__dict__.get("generate_mutations_from")
-    if hypothesis.__version__ != NO_MUTATIONS_VERSION or mutate is None:
-        yield
-        return
-    runner.generate_mutations_from = _no_mutation  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        runner.generate_mutations_from = mutate  # type: ignore[method-assign]
-
-
-def _no_mutation(self: Any, data: Any) -> None:
-    """What the engine's mutation step does while the machine runs: nothing."""
-
-
 def run_machine(
     shape: HistoryShape, on_history: Callable[[History], None], the_settings: settings, seed: int | None = None
 ) -> None:
     """Run the machine as Hypothesis's test: every history it draws goes to `on_history`, which
     raises to report a failure (Hypothesis then shrinks the run and calls it again on smaller ones).
-    With a seed, the histories depend on the seed alone."""
+    With a seed, the histories depend on the seed alone. The engine's hooks (strategies/engine.py)
+    on now decide how it draws."""
     caller = gc.get_threshold()
 
     # (Hypothesis keys the example database by this function's source: keep it as it is)
     def history_machine() -> QueueMachine:
         return QueueMachine(shape, on_history)
 
-    factory: Any = seed_of(seed)(history_machine) if seed is not None else history_machine
-    # at least `min_steps` rules after the initialize rules (which record no step)
-    initial = len(QueueMachine.setup_state().initializers)
+    runnable = engine.runnable(QueueMachine)
+
+    def sourced_machine() -> RuleBasedStateMachine:  # the machine that takes its draws from st.data()
+        return runnable(shape, on_history)  # type: ignore[call-arg]
+
+    made = history_machine if runnable is QueueMachine else sourced_machine
+    factory: Any = seed_of(seed)(made) if seed is not None else made
     if caller[0]:
         gc.set_threshold(max(caller[0], DRAWING_GC_THRESHOLD), caller[1], caller[2])
     try:
-        with _no_mutations():
-            run_state_machine_as_test(factory, settings=the_settings, _min_steps=initial + shape.min_steps - 1)
+        # at least one rule after the initialize rules (which record no step)
+        engine.run(factory, the_settings, len(runnable.setup_state().initializers))
     finally:
         gc.set_threshold(*caller)

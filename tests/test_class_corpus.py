@@ -15,7 +15,7 @@ from difftest.spec import domains
 from difftest.spec.commands import TRANSITIONS, ArgKind
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import CORPUS_NOTE, class_corpus
-from strategies.histories import USERS
+from strategies.pools import USERS
 
 
 def test_the_labels_follow_the_command_table() -> None:

@@ -104,6 +104,7 @@ def test_an_unknown_database_scheme_in_the_environment_names_the_variable(
 BAD_ENVIRONMENT = [
     ("DIFFTEST_FASTBOOT", "maybe", ["DIFFTEST_FASTBOOT='maybe'", "neither 0 nor 1"]),
     ("DIFFTEST_ZYGOTE", "2", ["DIFFTEST_ZYGOTE='2'", "neither 0 nor 1"]),
+    ("DIFFTEST_ENGINE_HOOKS", "off", ["DIFFTEST_ENGINE_HOOKS='off'", "neither 0 nor 1"]),
     ("DIFFTEST_WALKER", "rust", ["DIFFTEST_WALKER='rust'", "'module'", "'lua'"]),
     ("DIFFTEST_PROGRESS_SECONDS", "soon", ["DIFFTEST_PROGRESS_SECONDS='soon'", ">= 0"]),
     ("DIFFTEST_VALKEY_VERSION", "7.2", ["DIFFTEST_VALKEY_VERSION", "'7.2'", "9.1.2"]),

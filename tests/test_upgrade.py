@@ -33,7 +33,7 @@ from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply
 from executors.native.adapter import DEFAULT_MODULE
-from strategies.histories import USERS
+from strategies.pools import USERS
 from strategies.upgrade import lua_era, ran_via_scripts, via_scripts
 
 HEADER = '{"format": "difftest-history", "version": 1}'

@@ -265,8 +265,8 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
     from difftest.replay.artifacts import brief, save_divergence
     from difftest.replay.replayer import ReferenceLost
     from strategies.corpus import CORPUS_NOTE
-    from strategies.histories import HistoryShape
     from strategies.machine import run_machine
+    from strategies.shape import HistoryShape
 
     # calls to a replica need replicas, which run beside embedded servers only
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,

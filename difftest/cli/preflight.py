@@ -16,6 +16,7 @@ SWITCHES = {
     "DIFFTEST_FASTBOOT": "starts servers without the start-up shim",
     "DIFFTEST_ZYGOTE": "starts every embedded server by an exec of its own",
     "DIFFTEST_INIT": "runs containers without the project's init",
+    "DIFFTEST_ENGINE_HOOKS": "draws histories through Hypothesis's public API alone (strategies/engine.py)",
 }
 WALKER_CHOICES = ("module", "lua")
 CAMPAIGN_EXAMPLES = "DIFFTEST_CAMPAIGN_EXAMPLES"

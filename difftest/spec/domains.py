@@ -7,7 +7,7 @@ generator's weight for each transition.
 Every per-verb table here is derived from the command table (difftest/spec/commands.py): a verb added
 there is in each of them.
 
-The generator (strategies/histories.py) draws from these with small weight; `difftest/replay/labels.py`
+The generator (strategies/steps.py) draws from these with small weight; `difftest/replay/labels.py`
 names what a replay reached with the same classifiers (`bound:*`, `value:*`, `edge:*`, `wrongtype:*`, `acl:*`,
 `long:*` labels).
 """
@@ -344,7 +344,7 @@ def acl_reached(transition: Transition, restriction: Restriction) -> list[str]:
 #
 # Each rule of the three checks (shape, layout, integers), from both sides: the classes a call can
 # break it by, and for the layout and the integers the classes that look broken but are accepted.
-# The generator breaks one rule of a call at a time (strategies/histories.py, `_malformed`); the
+# The generator breaks one rule of a call at a time (strategies/steps.py, `malformed`); the
 # coverage table names what a replay sent (`edge:shape:*`, `edge:layout:*`, `edge:int:*`) with
 # `argument_edges` below, only where the call reached the check (the first failing check wins).
 
