@@ -69,7 +69,8 @@ PLAIN_ARGS: dict[str, tuple[bytes | int, ...]] = {
 ROW_OF: dict[str, bytes] = {verb: JOB_IN[t.takes_from] for verb, t in TRANSITIONS.items() if t.rows is not Rows.NONE}
 
 
-def _call(verb: str, *args: bytes | int) -> Call:
+def plain(verb: str, *args: bytes | int) -> Call:
+    """The verb's call on the corpus's queue: these arguments, or its plain ones aimed at the prelude."""
     return Call.of(verb, QUEUE, *(args or PLAIN_ARGS[verb]))
 
 
@@ -87,7 +88,7 @@ def _bounds() -> Iterator[History]:
         for edge in domains.BOUND_EDGES:
             args = list(PLAIN_ARGS[verb])
             args[position] = domains.bound_value(verb, arg, edge)
-            yield _history(f"bound:{verb}:{arg}:{edge}", CallStep(_call(verb, *args)))
+            yield _history(f"bound:{verb}:{arg}:{edge}", CallStep(plain(verb, *args)))
 
 
 def _values() -> Iterator[History]:
@@ -104,26 +105,26 @@ def _values() -> Iterator[History]:
                 args = list(PLAIN_ARGS[reader])
                 if TRANSITIONS[reader].fenced and token is not None and token >= 0:
                     args[1] = token  # the number a careless reader takes it for
-                yield _history(f"value:{field}:{cls} by {reader}", RawWrite(write), CallStep(_call(reader, *args)))
+                yield _history(f"value:{field}:{cls} by {reader}", RawWrite(write), CallStep(plain(reader, *args)))
     for cls in domains.FIELD_CLASSES["paused"]:
         value = domains.FIELD_VALUE_CLASSES[cls]
         meta = LAYOUT.meta
         write = (b"HDEL", meta, b"paused") if value is None else (b"HSET", meta, b"paused", value)
-        yield _history(f"value:paused:{cls}", RawWrite(write), CallStep(_call(Verb.CLAIM)))
+        yield _history(f"value:paused:{cls}", RawWrite(write), CallStep(plain(Verb.CLAIM)))
     for cls in domains.FIELD_CLASSES["count"]:
         value = domains.FIELD_VALUE_CLASSES[cls]
         metrics = LAYOUT.metrics("completed")
         write = (b"HDEL", metrics, b"count") if value is None else (b"HSET", metrics, b"count", value)
-        yield _history(f"value:count:{cls}", RawWrite(write), CallStep(_call(Verb.COMPLETE)))
+        yield _history(f"value:count:{cls}", RawWrite(write), CallStep(plain(Verb.COMPLETE)))
     for name, readers in domains.SCORE_READERS.items():
         member = JOB_IN[name]
         for cls, score in domains.SCORE_CLASSES.items():
             write = (b"ZADD", LAYOUT.key(name), score, member)
-            yield _history(f"value:score:{name}:{cls}", RawWrite(write), CallStep(_call(readers[0])))
+            yield _history(f"value:score:{name}:{cls}", RawWrite(write), CallStep(plain(readers[0])))
     for cls, raw in domains.BYTES_EDGES.items():
-        yield _history(f"edge:id:{cls}", CallStep(_call(Verb.ENQUEUE, raw, b"p", 0)))
-        yield _history(f"edge:payload:{cls}", CallStep(_call(Verb.ENQUEUE, b"j5", raw, 0)))
-        yield _history(f"edge:error:{cls}", CallStep(_call(Verb.FAIL, HELD, 1, raw, 1, 0)))
+        yield _history(f"edge:id:{cls}", CallStep(plain(Verb.ENQUEUE, raw, b"p", 0)))
+        yield _history(f"edge:payload:{cls}", CallStep(plain(Verb.ENQUEUE, b"j5", raw, 0)))
+        yield _history(f"edge:error:{cls}", CallStep(plain(Verb.FAIL, HELD, 1, raw, 1, 0)))
 
 
 def _wrong_types() -> Iterator[History]:
@@ -132,7 +133,7 @@ def _wrong_types() -> Iterator[History]:
             key = LAYOUT.row(ROW_OF[verb]) if kind == domains.ROWS_KEY else LAYOUT.key(kind)
             wrong = domains.WRONG_TYPES[index % len(domains.WRONG_TYPES)]
             writes = [RawWrite(c) for c in domains.wrong_type_commands(key, kind, wrong)]
-            yield _history(f"wrongtype:{verb}:{kind} as {wrong}", *writes, CallStep(_call(verb)))
+            yield _history(f"wrongtype:{verb}:{kind} as {wrong}", *writes, CallStep(plain(verb)))
 
 
 def _permissions() -> Iterator[History]:
@@ -141,31 +142,31 @@ def _permissions() -> Iterator[History]:
             for perm in domains.PERMS:
                 user = domains.acl_user(kind, perm)
                 note = f"acl:{verb}:{domains.acl_key(kind)}:{perm}"
-                yield _history(note, CallStep(_call(verb), user), users={user: USERS[user]})
+                yield _history(note, CallStep(plain(verb), user), users={user: USERS[user]})
         # a caller restricted on a key the transition does not reach: it may read and write all it does
         elsewhere = next(kind for kind in domains.KEY_KINDS if kind not in domains.reached_keys(transition))
         user = domains.acl_user(elsewhere, "none")
-        yield _history(f"acl:{verb}:{domains.acl_keys(transition)[0]}:both", CallStep(_call(verb), user),
+        yield _history(f"acl:{verb}:{domains.acl_keys(transition)[0]}:both", CallStep(plain(verb), user),
                        users={user: USERS[user]})  # fmt: skip
 
 
 def _long_lived() -> Iterator[History]:
     spare, held = LAYOUT.row(SPARE), LAYOUT.row(HELD)
-    yield _history("long:claimed", RawWrite((b"HSET", spare, b"attempts", b"10")), CallStep(_call(Verb.CLAIM)))
+    yield _history("long:claimed", RawWrite((b"HSET", spare, b"attempts", b"10")), CallStep(plain(Verb.CLAIM)))
     yield _history("long:fenced-held", RawWrite((b"HSET", held, b"attempts", b"10")),
-                   CallStep(_call(Verb.COMPLETE, HELD, 10)))  # fmt: skip
+                   CallStep(plain(Verb.COMPLETE, HELD, 10)))  # fmt: skip
     yield _history("long:fenced-stale", RawWrite((b"HSET", held, b"attempts", b"10")),
-                   CallStep(_call(Verb.COMPLETE, HELD, 1)))  # fmt: skip
-    yield _history("long:stalled", RawWrite((b"HSET", held, b"stalled", b"9")), CallStep(_call(Verb.SWEEP, 10, 3)))
+                   CallStep(plain(Verb.COMPLETE, HELD, 1)))  # fmt: skip
+    yield _history("long:stalled", RawWrite((b"HSET", held, b"stalled", b"9")), CallStep(plain(Verb.SWEEP, 10, 3)))
     # attempts past 2^53: the retired CLAIM replies the nearest double (contract:N5, docs/contract-decisions.md)
     yield _history("contract:N5", RawWrite((b"HSET", spare, b"attempts", str(2**53 + 2).encode())),
-                   CallStep(_call(Verb.CLAIM)))  # fmt: skip
+                   CallStep(plain(Verb.CLAIM)))  # fmt: skip
 
 
 def _laid_out(transition: Transition, position: str, cls: str) -> Call:
     """The plain call of a transition with one key position of a layout class."""
     keys = domains.laid_out(transition, QUEUE, position, cls, QUEUES[1])
-    return Call(transition.verb, str(transition.numkeys).encode(), (*keys, *_call(transition.verb).rest[len(keys) :]))
+    return Call(transition.verb, str(transition.numkeys).encode(), (*keys, *plain(transition.verb).rest[len(keys) :]))
 
 
 def _argument_edges() -> Iterator[History]:
@@ -176,7 +177,7 @@ def _argument_edges() -> Iterator[History]:
     for index, cls in enumerate(domains.SHAPE_CLASSES):
         turn = verbs[index % len(verbs) :] + verbs[: index % len(verbs)]
         for t in turn:
-            numkeys, rest = domains.shaped(t, _call(t.verb).rest, cls)
+            numkeys, rest = domains.shaped(t, plain(t.verb).rest, cls)
             if domains.shape_class(t, numkeys, rest) == cls:
                 yield History((CallStep(Call(t.verb, numkeys, rest)),), note=f"{CORPUS_NOTE}edge:shape:{cls}")
                 break
@@ -195,7 +196,7 @@ def _argument_edges() -> Iterator[History]:
         at = next(i for i, a in enumerate(TRANSITIONS[verb].args) if a.name == arg)
         args = list(PLAIN_ARGS[verb])
         args[at] = domains.INT_CLASSES[cls].raw
-        step = CallStep(_call(verb, *args))
+        step = CallStep(plain(verb, *args))
         if domains.int_outcome(verb, arg, cls) is None:
             yield _history(f"edge:int:{cls} at {verb} {arg}", step)
         else:
@@ -209,35 +210,35 @@ def _upgrades() -> Iterator[History]:
     def after_lua_era(note: str, *steps: Step) -> History:
         return History((*lua_era(PRELUDE), *steps), note=CORPUS_NOTE + note)
 
-    yield after_lua_era("upgrade:lua-prefix", CallStep(_call(Verb.ENQUEUE)))
-    yield after_lua_era("upgrade:lua-row-in:pending", CallStep(_call(Verb.CLAIM)))
-    yield after_lua_era("upgrade:lua-row-in:active", CallStep(_call(Verb.EXTEND)))
-    yield after_lua_era("upgrade:lua-row-in:delayed", CallStep(_call(Verb.PROMOTE)))
-    yield after_lua_era("upgrade:lua-row-in:dead", CallStep(_call(Verb.REVIVE)))
-    yield after_lua_era("upgrade:lua-row-in:done", *lua_era([CallStep(_call(Verb.COMPLETE))]),
-                        CallStep(_call(Verb.COMPLETE)))  # fmt: skip
-    yield after_lua_era("upgrade:d7-lua-lease", CallStep(_call(Verb.SWEEP)))
+    yield after_lua_era("upgrade:lua-prefix", CallStep(plain(Verb.ENQUEUE)))
+    yield after_lua_era("upgrade:lua-row-in:pending", CallStep(plain(Verb.CLAIM)))
+    yield after_lua_era("upgrade:lua-row-in:active", CallStep(plain(Verb.EXTEND)))
+    yield after_lua_era("upgrade:lua-row-in:delayed", CallStep(plain(Verb.PROMOTE)))
+    yield after_lua_era("upgrade:lua-row-in:dead", CallStep(plain(Verb.REVIVE)))
+    yield after_lua_era("upgrade:lua-row-in:done", *lua_era([CallStep(plain(Verb.COMPLETE))]),
+                        CallStep(plain(Verb.COMPLETE)))  # fmt: skip
+    yield after_lua_era("upgrade:d7-lua-lease", CallStep(plain(Verb.SWEEP)))
     # a rolling upgrade: the prelude on the module, then a worker still on the scripts takes a lease
     # and sweeps (counting the module's lease), and the module's sweeper meets the scripts' lease (D7)
-    yield _history("upgrade:mixed-fleet", CallStep(_call(Verb.CLAIM), executor=SCRIPTS),
-                   CallStep(_call(Verb.SWEEP), executor=SCRIPTS), Advance(10), CallStep(_call(Verb.SWEEP)))  # fmt: skip
+    yield _history("upgrade:mixed-fleet", CallStep(plain(Verb.CLAIM), executor=SCRIPTS),
+                   CallStep(plain(Verb.SWEEP), executor=SCRIPTS), Advance(10), CallStep(plain(Verb.SWEEP)))  # fmt: skip
 
 
 def _behaviours() -> Iterator[History]:
     """The required labels outside the classes that the prelude and the histories above leave unmet:
     each reply kind, sweep verdict and contract row the generator only meets by chance, so that a
     campaign of any seed and budget (--examples 1 too) reaches every required label."""
-    yield _history("reply:PAUSE:already", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.PAUSE)))
-    yield _history("reply:RESUME:resumed", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.RESUME)))
-    yield _history("reply:REVIVE:not-dead", CallStep(_call(Verb.REVIVE, SPARE)))  # j4 is pending, not dead
+    yield _history("reply:PAUSE:already", CallStep(plain(Verb.PAUSE)), CallStep(plain(Verb.PAUSE)))
+    yield _history("reply:RESUME:resumed", CallStep(plain(Verb.PAUSE)), CallStep(plain(Verb.RESUME)))
+    yield _history("reply:REVIVE:not-dead", CallStep(plain(Verb.REVIVE, SPARE)))  # j4 is pending, not dead
     # an active member whose row another writer removed: the sweep counts it a ghost
-    yield _history("sweep:ghost", RawWrite((b"DEL", LAYOUT.row(HELD))), CallStep(_call(Verb.SWEEP)))
+    yield _history("sweep:ghost", RawWrite((b"DEL", LAYOUT.row(HELD))), CallStep(plain(Verb.SWEEP)))
     # a PAUSE between the Lua host's paused? read and its script: the script still claims j4
-    yield _history("contract:D1", BeginClaim("A", _call(Verb.CLAIM)), CallStep(_call(Verb.PAUSE), worker="B"),
+    yield _history("contract:D1", BeginClaim("A", plain(Verb.CLAIM)), CallStep(plain(Verb.PAUSE), worker="B"),
                    EndClaim("A"))  # fmt: skip
     # a caller denied the pending set claims from a paused queue: the Lua host answers from its read
     user = domains.acl_user("pending", "none")
-    yield _history("contract:N3", CallStep(_call(Verb.PAUSE)), CallStep(_call(Verb.CLAIM), user),
+    yield _history("contract:N3", CallStep(plain(Verb.PAUSE)), CallStep(plain(Verb.CLAIM), user),
                    users={user: USERS[user]})  # fmt: skip
 
 
@@ -246,11 +247,11 @@ def _conditions() -> Iterator[History]:
     CLAIM inside MULTI/EXEC (with a REVIVE after it in the same transaction: two elements of one
     EXEC reply, the second reading what the first wrote)."""
     for verb in TRANSITIONS:
-        yield _history(f"condition:resp3:{verb.lower()}", CallStep(_call(verb), protocol=3))
+        yield _history(f"condition:resp3:{verb.lower()}", CallStep(plain(verb), protocol=3))
     for verb, transition in TRANSITIONS.items():
         if not transition.reads_meta:
-            yield _history(f"condition:multi:{verb.lower()}", Multi(), CallStep(_call(verb)),
-                           CallStep(_call(Verb.REVIVE)), Exec())  # fmt: skip
+            yield _history(f"condition:multi:{verb.lower()}", Multi(), CallStep(plain(verb)),
+                           CallStep(plain(Verb.REVIVE)), Exec())  # fmt: skip
 
 
 def _notifications() -> Iterator[History]:
@@ -260,10 +261,10 @@ def _notifications() -> Iterator[History]:
     for verb in TRANSITIONS:
         steps: list[Step] = [Notify("KEA")]
         if verb == Verb.RESUME:
-            steps.append(CallStep(_call(Verb.PAUSE)))
-        steps.append(CallStep(_call(verb, *((2, 3) if verb == Verb.SWEEP else ()))))
+            steps.append(CallStep(plain(Verb.PAUSE)))
+        steps.append(CallStep(plain(verb, *((2, 3) if verb == Verb.SWEEP else ()))))
         if verb == Verb.SWEEP:
-            steps += [CallStep(_call(Verb.CLAIM, 1)), Advance(1), CallStep(_call(Verb.SWEEP, 1, 3))]
+            steps += [CallStep(plain(Verb.CLAIM, 1)), Advance(1), CallStep(plain(Verb.SWEEP, 1, 3))]
         yield _history(f"condition:notify:{verb.lower()}", *steps, Notify(""))
 
 
@@ -272,7 +273,7 @@ def _production() -> Iterator[History]:
     another writer gave its row (or pending), beside one the frozen clock has passed (metrics:failed,
     gone) and one taken away again (PERSIST); a field of an operator's in meta and in its row."""
     for verb in TRANSITIONS:
-        call = CallStep(_call(verb))
+        call = CallStep(plain(verb))
         row = LAYOUT.row(ROW_OF.get(verb, SPARE)) if verb != Verb.ENQUEUE else LAYOUT.pending
         yield History((*PRELUDE, call), note=f"{CORPUS_NOTE}condition:db:{verb.lower()}", db=2)
         ttl = (
@@ -289,10 +290,10 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
     read-only replica (one after the other: the replicas started for the first serve them all);
     without `replica_calls` (containers: no replicas), none of the latter."""
     for verb in TRANSITIONS:
-        yield _history(f"condition:oom:{verb.lower()}", MemoryLimit(True), CallStep(_call(verb)), MemoryLimit(False))
+        yield _history(f"condition:oom:{verb.lower()}", MemoryLimit(True), CallStep(plain(verb)), MemoryLimit(False))
     if replica_calls:
         for verb in TRANSITIONS:
-            yield _history(f"condition:replica:{verb.lower()}", CallStep(_call(verb), target=REPLICA))
+            yield _history(f"condition:replica:{verb.lower()}", CallStep(plain(verb), target=REPLICA))
 
 
 def class_corpus(replica_calls: bool = True) -> list[History]:

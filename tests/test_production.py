@@ -26,7 +26,7 @@ from difftest.spec.snapshot import (
     unqualified,
 )
 from executors.native.adapter import DEFAULT_MODULE
-from strategies.corpus import LAYOUT, PRELUDE, _call
+from strategies.corpus import LAYOUT, PRELUDE, plain
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -92,7 +92,7 @@ def replayer() -> Iterator[Replayer]:
 
 
 def test_every_step_runs_in_the_historys_database_on_both_servers(replayer: Replayer) -> None:
-    history = History((*PRELUDE, CallStep(_call("SWEEP")), RawWrite((b"SET", b"x", b"1"))), db=15)
+    history = History((*PRELUDE, CallStep(plain("SWEEP")), RawWrite((b"SET", b"x", b"1"))), db=15)
     result = replayer.replay(history)
     assert result.ok and result.records
     labels = condition_labels(result)
@@ -119,7 +119,7 @@ def test_a_resync_in_another_database_restores_it_there(replayer: Replayer) -> N
 def test_a_key_in_another_database_is_part_of_the_snapshot(replayer: Replayer) -> None:
     """The walks cover every database: a key only one server holds, in a database no step selected,
     makes the two snapshots differ by that key, named with its database."""
-    history = History((*PRELUDE, RawWrite((b"MOVE", LAYOUT.pending, b"0")), CallStep(_call("CLAIM"))), db=2)
+    history = History((*PRELUDE, RawWrite((b"MOVE", LAYOUT.pending, b"0")), CallStep(plain("CLAIM"))), db=2)
     assert replayer.replay(history).ok  # the same MOVE on both: equal, database 0 included
     lua, native = replayer.lua, replayer.native
     assert lua is not None and native is not None
@@ -152,8 +152,8 @@ def test_ttls_and_fields_other_writers_leave_are_kept_alike(replayer: Replayer) 
         *PRELUDE,
         RawWrite((b"PEXPIRE", row, b"5000")), RawWrite((b"PEXPIRE", LAYOUT.metrics("failed"), b"1")),
         RawWrite((b"HSET", row, b"owner", b"ops")), RawWrite((b"HSET", LAYOUT.meta, b"note", b"x")),
-        Advance(2), CallStep(_call("CLAIM")), CallStep(_call("SWEEP")), CallStep(_call("PAUSE")),
-        CallStep(_call("RESUME")), CallStep(_call("FAIL", b"j4", 1, b"e", 1, 0)),
+        Advance(2), CallStep(plain("CLAIM")), CallStep(plain("SWEEP")), CallStep(plain("PAUSE")),
+        CallStep(plain("RESUME")), CallStep(plain("FAIL", b"j4", 1, b"e", 1, 0)),
     )  # fmt: skip
     result = replayer.replay(History(steps))
     assert result.ok
@@ -174,9 +174,9 @@ def test_a_resync_keeps_a_key_written_at_its_expirys_very_millisecond(replayer: 
     back, and the history goes on equal (found by the generated campaign, seed 1)."""
     q = LAYOUT
     steps = (
-        RawWrite((b"SET", q.pending, b"junk")), CallStep(_call("ENQUEUE", b"", b"p", 5)), Advance(5),
-        RawWrite((b"PEXPIRE", q.delayed, b"1")), Advance(1), CallStep(_call("PROMOTE", 1)),
-        CallStep(_call("ENQUEUE", b"", b"p", 0)), Advance(1), CallStep(_call("PROMOTE", 1)),
+        RawWrite((b"SET", q.pending, b"junk")), CallStep(plain("ENQUEUE", b"", b"p", 5)), Advance(5),
+        RawWrite((b"PEXPIRE", q.delayed, b"1")), Advance(1), CallStep(plain("PROMOTE", 1)),
+        CallStep(plain("ENQUEUE", b"", b"p", 0)), Advance(1), CallStep(plain("PROMOTE", 1)),
     )  # fmt: skip
     result = replayer.replay(History(steps))
     assert result.ok and result.rules_hit["D3"] == 1

@@ -29,7 +29,7 @@ from difftest.spec.replies import (
     Verbatim,
 )
 from executors.native.adapter import DEFAULT_MODULE
-from strategies.corpus import PRELUDE, _call
+from strategies.corpus import PRELUDE, plain
 
 RESP3_CASES = [
     (b"_\r\n", None),
@@ -103,7 +103,7 @@ def _with(step: CallStep, **change: object) -> History:
 def test_each_transition_on_a_resp3_worker_agrees_with_its_resp2_self(replayer: Replayer, verb: str) -> None:
     """The unmodified pair answers the same RESP3 types (docs/contract-decisions.md), and what RESP3 reads is
     what RESP2 reads but for the null: CLAIM's, SWEEP's arrays, integers, FAIL's bulk strings."""
-    step = CallStep(_call(verb))
+    step = CallStep(plain(verb))
     on_resp2 = replayer.replay(_with(step))
     on_resp3 = replayer.replay(_with(step, protocol=3))
     assert on_resp2.ok and on_resp3.ok, on_resp3.divergence
@@ -114,8 +114,8 @@ def test_each_transition_on_a_resp3_worker_agrees_with_its_resp2_self(replayer: 
 
 def test_the_paused_read_and_a_missing_payload_parse_on_resp3(replayer: Replayer) -> None:
     row = b"emq:{q}:job:j4"  # the prelude's pending job
-    steps = (hist.raw("HDEL", row, "payload"), CallStep(_call("CLAIM"), protocol=3),
-             CallStep(_call("PAUSE"), protocol=3), CallStep(_call("CLAIM"), protocol=3))  # fmt: skip
+    steps = (hist.raw("HDEL", row, "payload"), CallStep(plain("CLAIM"), protocol=3),
+             CallStep(plain("PAUSE"), protocol=3), CallStep(plain("CLAIM"), protocol=3))  # fmt: skip
     result = replayer.replay(History((*PRELUDE, *steps)))
     assert result.ok, result.divergence
     claimed, _, paused = (r.native_reply for r in result.records[-3:])
@@ -131,7 +131,7 @@ def _in_transactions(steps: tuple[CallStep, ...]) -> History:
 def test_each_transition_in_a_transaction_answers_as_outside_one(replayer: Replayer, verb: str) -> None:
     """Nobody else writes between them: the EXEC elements must be the replies the same calls give one
     by one, each element judged with the walk queued after it."""
-    calls = (CallStep(_call(verb)), CallStep(_call("REVIVE")), CallStep(_call("PROMOTE")), CallStep(_call(verb)))
+    calls = (CallStep(plain(verb)), CallStep(plain("REVIVE")), CallStep(plain("PROMOTE")), CallStep(plain(verb)))
     alone = replayer.replay(History((*PRELUDE, *calls)))
     inside = replayer.replay(_in_transactions(calls))
     assert alone.ok and inside.ok, inside.divergence
@@ -149,15 +149,15 @@ def test_each_transition_in_a_transaction_answers_as_outside_one(replayer: Repla
 
 def test_a_transaction_loads_its_scripts_before_multi(lua: LuaSide, native: NativeSide) -> None:
     # a fresh server: no script in its cache; an EVALSHA queued unloaded would answer NOSCRIPT in EXEC
-    steps = [Multi(), CallStep(_call("ENQUEUE", b"j1", b"p", 0)), CallStep(_call("REVIVE", b"j1")), Exec()]
+    steps = [Multi(), CallStep(plain("ENQUEUE", b"j1", b"p", 0)), CallStep(plain("REVIVE", b"j1")), Exec()]
     for side in (lua, native):
         replies = side.run(steps)
         assert replies[1:3] == [1, 0], (side.name, replies)
 
 
 def test_a_refused_call_inside_a_transaction_queues_nothing_on_the_lua_side(replayer: Replayer) -> None:
-    bad = CallStep(_call("PROMOTE", 0))  # limit below its minimum: D6
-    result = replayer.replay(History((*PRELUDE, Multi(), bad, CallStep(_call("REVIVE")), Exec())))
+    bad = CallStep(plain("PROMOTE", 0))  # limit below its minimum: D6
+    result = replayer.replay(History((*PRELUDE, Multi(), bad, CallStep(plain("REVIVE")), Exec())))
     assert result.ok and result.rules_hit["D6"] == 1
     refused, revived = (r for r in result.records if r.resolved.in_multi)
     assert refused.lua_reply.__class__.__name__ == "Refused" and isinstance(refused.native_reply, ErrorReply)
@@ -165,13 +165,13 @@ def test_a_refused_call_inside_a_transaction_queues_nothing_on_the_lua_side(repl
 
 
 def test_a_history_cut_inside_a_transaction_runs_it_as_if_closed(replayer: Replayer) -> None:
-    result = replayer.replay(History((*PRELUDE, Multi(), CallStep(_call("REVIVE")))))
+    result = replayer.replay(History((*PRELUDE, Multi(), CallStep(plain("REVIVE")))))
     assert result.ok and result.records[-1].native_reply == result.records[-1].lua_reply == 1
 
 
 def test_the_new_steps_round_trip_and_their_misuse_is_one_line() -> None:
-    history = History((Multi(), CallStep(_call("ENQUEUE")), Exec(), CallStep(_call("CLAIM"), protocol=3),
-                       hist.BeginClaim("A", _call("CLAIM"), protocol=3), hist.EndClaim("A"), Multi()))  # fmt: skip
+    history = History((Multi(), CallStep(plain("ENQUEUE")), Exec(), CallStep(plain("CLAIM"), protocol=3),
+                       hist.BeginClaim("A", plain("CLAIM"), protocol=3), hist.EndClaim("A"), Multi()))  # fmt: skip
     text = hist.dumps(history)
     assert '"resp": 3' in text and '{"op": "multi"}' in text and '{"op": "exec"}' in text
     assert hist.loads(text) == history

@@ -292,8 +292,8 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     from difftest.history.format import dumps
     from difftest.replay.replayer import ReferenceLost
     from strategies.corpus import CORPUS_NOTE
-    from strategies.histories import HistoryShape
     from strategies.machine import run_machine
+    from strategies.shape import HistoryShape
 
     config = worker.config
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
