@@ -34,11 +34,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from difftest.spec import domains
-from difftest.spec.calls import Call
-from difftest.servers.clock import DEFAULT_START_MS
-from difftest.spec.commands import TRANSITIONS, Layout, Rows
 from difftest.history.format import (
+    DEFAULT_START_MS,
     REPLICA,
     Advance,
     BeginClaim,
@@ -53,6 +50,9 @@ from difftest.history.format import (
     Restart,
     Step,
 )
+from difftest.spec import domains
+from difftest.spec.calls import Call
+from difftest.spec.commands import TRANSITIONS, Layout, Rows
 from strategies import engine
 from strategies.hints import QueueHints
 from strategies.pools import (

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from difftest.history.format import Advance, CallStep, RawWrite, Step
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import SETS, TRANSITIONS, Layout, base_key, parse_key
-from difftest.history.format import Advance, CallStep, RawWrite, Step
 from strategies.hints import QueueHints
 from strategies.pools import (
     BACKOFFS,

@@ -8,12 +8,10 @@ from collections import Counter
 
 import pytest
 
-from difftest.spec import domains
-from difftest.spec import errors
-from difftest.spec import guards
+from difftest.replay.labels import CLASS_LABELS, REQUIRED
+from difftest.spec import domains, errors, guards
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, ArgKind, Layout, queue_of_base
-from difftest.replay.labels import CLASS_LABELS, REQUIRED
 from strategies.engine import Draws
 from strategies.pools import BAD_INTEGERS, QUEUES
 from strategies.steps import malformed

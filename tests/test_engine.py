@@ -13,9 +13,9 @@ import hypothesis
 import pytest
 from hypothesis import Phase
 
+from difftest.base.problems import SetupProblem
 from difftest.history import format as hist
 from difftest.history.format import Advance, CallStep, History
-from difftest.base.problems import SetupProblem
 from strategies import engine
 from strategies.machine import QueueMachine, machine_settings, run_machine
 from strategies.shape import HistoryShape
