@@ -93,7 +93,7 @@ from strategies.upgrade import lua_era, via_scripts
 # an open split claim PAUSE and RESUME, D1). A restart costs the servers ~12 ms and an advance ~1 ms
 # until they read the new time, against ~0.1 ms for a call: both are rare enough that a campaign
 # spends its time on transitions, often enough that a default campaign reaches D7.
-RULE_WEIGHTS: dict[str, engine.Weight] = {}
+RULE_WEIGHTS: dict[str, int | aimed | Callable[[QueueMachine], int]] = {}
 DEFAULT_SHAPE = HistoryShape()
 
 
@@ -126,7 +126,7 @@ def weight(how_often: int | aimed | Callable[[QueueMachine], int]) -> Callable[[
     the machine's state."""
 
     def record(function: Any) -> Any:
-        RULE_WEIGHTS[function.__name__] = how_often.verb if isinstance(how_often, aimed) else how_often
+        RULE_WEIGHTS[function.__name__] = how_often
         return function
 
     return record
@@ -253,7 +253,8 @@ class QueueMachine(RuleBasedStateMachine):
     @classmethod
     def rule_weight(cls, name: str) -> engine.Weight:
         """The rule's weight (`@weight`): a number, an aimed transition's verb, or a function."""
-        return RULE_WEIGHTS[name]
+        how_often = RULE_WEIGHTS[name]
+        return how_often.verb if isinstance(how_often, aimed) else how_often
 
     @classmethod
     def shape_allows(cls, precondition: Any, shape: HistoryShape) -> bool | None:
