@@ -1,6 +1,6 @@
-"""`python -m mutants [--only ID ...] [--jobs N] [--shard K/N] [--in-diff REF] [--incremental] [--examples N]
-[--seed S] [--reports DIR]`: score the catalogue; `python -m mutants merge OUT DIR [DIR ...]`: join shard
-reports into one."""
+"""`python -m mutants [--generated [--list]] [--only ID ...] [--jobs N] [--shard K/N] [--in-diff REF]
+[--incremental] [--examples N] [--seed S] [--reports DIR]`: score the catalogue (or the generated mutants);
+`python -m mutants merge OUT DIR [DIR ...]`: join shard reports into one."""
 
 from __future__ import annotations
 
@@ -190,6 +190,18 @@ def main(argv: list[str] | None = None) -> int:
         return _guarded(lambda: _merge_main(argv[1:]), None)
     defaults = Budget()
     parser = _parser("python -m mutants", "Build and score the mutant catalogue (`merge OUT DIR...`: join shards).")
+    parser.add_argument("--generated", action="store_const", dest="set", const="generated", default="catalogue",
+                        help="score the generated mutants instead of the catalogue: the crate's from cargo-mutants "
+                        "(installed on first use), the scripts' by mutation operators; triage in "
+                        "mutants/triage.toml")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        choices=("catalogue", "generated"),
+        help="which mutants: the catalogue (default) or the generated ones (--generated)",
+    )
+    parser.add_argument("--list", action="store_true", help="with --generated: print the generated mutants and exit")
+    parser.add_argument("--triage", type=Path, default=None, metavar="FILE",
+                        help="with --generated: the reviewed triage (default: mutants/triage.toml)")  # fmt: skip
     parser.add_argument("--only", nargs="+", metavar="ID", help="these mutants only (null run and canary still run)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="campaigns at once (default: the cores)")
     parser.add_argument("--shard", type=_shard, metavar="K/N", help="the K-th of N shards (round-robin over ids)")
@@ -217,15 +229,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         _complain(f"python -m mutants: --jobs {args.jobs}: give at least 1")
         return EXIT_SETUP
+    args.generated = args.set == "generated"
+    if args.list and not args.generated:
+        _complain("python -m mutants: --list lists the generated mutants: give --generated too")
+        return EXIT_SETUP
     reports = args.reports or Path("reports") / f"mutants-{time.strftime('%Y%m%dT%H%M%S')}"
     budget = Budget(seed=args.seed, examples=args.examples, timeout_s=args.timeout, grace_s=args.grace,
                     restarts=not args.no_restarts, replicas=args.replicas)  # fmt: skip
 
     def work() -> int:
+        generated, triaged = None, None
+        if args.generated:  # the generated set and its triage, checked before anything is written
+            from mutants import generated as generation
+            from mutants import triage
+
+            generated = generation.generate(say=_complain)
+            triaged = triage.load([m.id for m in generated], args.triage or triage.TRIAGE_FILE)
+            if args.list:
+                for m in generated:
+                    verdict = f" [triaged {triaged[m.id].verdict}]" if m.id in triaged else ""
+                    _say(f"{m.id}\t{m.transition}\t{m.defect_class}\t{m.location}\t{m.why}{verdict}")
+                _say(f"{len(generated)} generated mutants ({sum(m.executor == 'native' for m in generated)} native, "
+                     f"{sum(m.executor == 'lua' for m in generated)} lua), {len(triaged)} triaged")  # fmt: skip
+                return 0
         code, _ = run(reports, budget, args.only, args.cache, say=_say, jobs=args.jobs, shard=args.shard,
                              thresholds=_chosen_thresholds(args), history=_history(args, reports),
                              reuse=args.incremental, in_diff=args.in_diff,
-                             annotate=args.github_annotations)  # fmt: skip
+                             annotate=args.github_annotations, generated=generated, triaged=triaged)  # fmt: skip
         if (reports / "outcomes.json").is_file():  # not when --in-diff left nothing to score
             print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
         return code

@@ -18,7 +18,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from difftest.base.files import write_atomically
 from mutants import breakdown
 from mutants.catalogue import BOTH, EXECUTOR_DIRS, REPO, Mutant, load
-from mutants.score import CAUGHT, ERROR, MISSED, TIMEOUT, UNVIABLE
+from mutants.score import CAUGHT, EQUIVALENT, ERROR, MISSED, TIMEOUT, UNVIABLE
 
 OUTCOMES = "outcomes.json"
 STRYKER = "mutation-report.json"
@@ -35,7 +35,7 @@ RUNNING, INCOMPLETE = "running", "incomplete"  # a run under way; merged shards 
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run
 
 STRYKER_STATUS = {CAUGHT: "Killed", MISSED: "Survived", TIMEOUT: "Timeout", UNVIABLE: "CompileError",
-                  ERROR: "RuntimeError"}  # fmt: skip
+                  ERROR: "RuntimeError", EQUIVALENT: "Ignored"}  # fmt: skip
 LANGUAGES = {"native": "rust", "lua": "lua"}
 
 
@@ -61,6 +61,12 @@ class Thresholds:
 DEFAULT_THRESHOLDS = Thresholds()
 
 
+def accepted(record: dict[str, Any]) -> bool:
+    """A mutant record that does not fail the gate: caught, or triaged equivalent or unviable (a
+    generated mutant, mutants/triage.py)."""
+    return record["status"] == CAUGHT or (bool(record.get("triage")) and record["status"] in (EQUIVALENT, UNVIABLE))
+
+
 def is_canary(record: dict[str, Any]) -> bool:
     return record.get("defect_class") == "canary"
 
@@ -84,9 +90,10 @@ def scored(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def score(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """caught / viable (viable: the patch applied and built; a timeout or error is viable, not caught)."""
+    """caught / viable (viable: the patch applied and built; a timeout or error is viable, not caught;
+    a generated mutant triaged equivalent is not viable: mutants/triage.py)."""
     caught = sum(r["status"] == CAUGHT for r in records)
-    viable = sum(r["status"] != UNVIABLE for r in records)
+    viable = sum(r["status"] not in (UNVIABLE, EQUIVALENT) for r in records)
     return {"caught": caught, "viable": viable, "percent": round(100.0 * caught / viable, 1) if viable else None}
 
 
@@ -295,6 +302,8 @@ def junit(document: dict[str, Any]) -> str:
         if rid == NULL_RUN:
             if status != CLEAN:
                 case.add_failure_info(f"the null run was {status}: the report is void", reason or None)
+        elif status == EQUIVALENT or (status == UNVIABLE and record.get("triage")):
+            case.add_skipped_info(f"{status}: triage: {record.get('triage', '')}")
         elif status in (UNVIABLE, ERROR):
             case.add_error_info(f"{status}: {reason[:200]}", reason or None)
         elif status != CAUGHT:
@@ -611,6 +620,8 @@ def html_page(document: dict[str, Any]) -> str:
             link = f'<a href="{_esc(target)}">report.txt</a>'
         minimal = record.get("minimal_steps")
         reason = str(record.get("reason", ""))
+        if record.get("triage"):  # a generated mutant's reviewed triage (mutants/triage.toml)
+            reason = f"triage: {record['triage']}" + (f"; {reason}" if reason else "")
         cells = [
             f"<td>{_esc(record['id'])}</td>", f"<td>{_esc(record['executor'])}</td>",
             f"<td>{_esc(record.get('transition', ''))}</td>", f"<td>{_esc(record.get('defect_class', ''))}</td>",
@@ -731,6 +742,6 @@ def merge(out: Path, shard_dirs: list[Path]) -> dict[str, Any]:
     elif not (complete and finished):
         merged["verdict"] = INCOMPLETE
     else:
-        merged["verdict"] = ALL_CAUGHT if all(r["status"] == CAUGHT for r in scored(merged)) else SOME_NOT_CAUGHT
+        merged["verdict"] = ALL_CAUGHT if all(accepted(r) for r in scored(merged)) else SOME_NOT_CAUGHT
     merged["passed"] = passes(merged)
     return merged

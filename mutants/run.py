@@ -14,11 +14,15 @@ from typing import Any
 
 from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
 from difftest.base.problems import SetupProblem
-from mutants import breakdown, incremental, report, trend
+from mutants import breakdown, incremental, report, trend, triage
 from mutants.catalogue import EXECUTOR_DIRS, Mutant, load
 from mutants.child import Task, default_jobs, run_tasks
+from mutants.generated import GeneratedMutant
+from mutants.generated import load_saved as load_generated
+from mutants.generated import save as save_generated
 from mutants.report import CLEAN, DEFAULT_THRESHOLDS, NULL_RUN, Thresholds
-from mutants.score import CAUGHT, ERROR, MISSED, UNVIABLE, Budget, Outcome
+from mutants.score import CAUGHT, EQUIVALENT, ERROR, MISSED, UNVIABLE, Budget, Outcome
+from mutants.triage import Triage
 from mutants.workspace import DEFAULT_CACHE, prepare
 
 # exit codes of `python -m mutants` (and of `python -m mutants merge`): difftest's own (difftest/base/exits.py,
@@ -70,7 +74,8 @@ def choose(
         unknown = set(wanted) - {m.id for m in catalogue}
         if unknown:
             raise SetupProblem(f"unknown mutant ids: {', '.join(sorted(unknown))} (the ids are those of "
-                               "mutants/catalogue/catalogue.toml)")  # fmt: skip
+                               "mutants/catalogue/catalogue.toml; with --generated, those that "
+                               "python -m mutants --generated --list prints)")  # fmt: skip
         chosen = [m for m in chosen if m.id in wanted]
     if shard is not None:
         try:
@@ -141,6 +146,8 @@ def run(
     reuse: bool = False,
     in_diff: str | None = None,
     annotate: bool = False,
+    generated: list[GeneratedMutant] | None = None,
+    triaged: dict[str, Triage] | None = None,
 ) -> tuple[int, list[Outcome]]:
     """Null run, canary, then the chosen mutants (all by default, or shard k of n of them, or those on
     lines changed against the git ref `in_diff`), each campaign in its own process, `jobs` at a time
@@ -150,11 +157,16 @@ def run(
     `reuse` (--incremental): a mutant whose digests (patched files, instrument, budget) equal those of
     an earlier conclusive outcome (in `reports`' own outcomes.json or a report the history names)
     keeps it, marked reused. `annotate`: the survivors as GitHub workflow commands. Bad input (an
-    unknown id, a bad shard, a bad ref) raises SetupProblem before anything is written."""
+    unknown id, a bad shard, a bad ref) raises SetupProblem before anything is written. With
+    `generated`, those mutants are scored instead of the catalogue's (its canary still runs), each
+    record read through its reviewed triage (`triaged`, mutants/triage.py); the set is saved beside
+    the report (generated.json)."""
     budget = budget or Budget()
     jobs = jobs or default_jobs()
     started = time.perf_counter()
     catalogue = load()
+    if generated is not None:
+        catalogue = [*(m for m in catalogue if m.canary), *generated]
     chosen, part = choose(catalogue, only, shard, in_diff)
     if in_diff is not None and not chosen:
         say(f"--in-diff {in_diff}: no mutant lies on a line changed against it; nothing scored, no report written")
@@ -178,6 +190,8 @@ def run(
         say(f"incremental: {len(kept)} of {len(chosen)} mutants unchanged since a recorded outcome (reused), "
             f"{len(chosen) - len(kept)} to score")  # fmt: skip
     reports.mkdir(parents=True, exist_ok=True)
+    if generated is not None:
+        save_generated(reports, generated)
     canaries = [m for m in catalogue if m.canary]
     order: list[Mutant | None] = [None, *canaries, *chosen]  # None: the null run
     results: dict[int, Outcome] = {}
@@ -188,7 +202,8 @@ def run(
             "verdict": verdict, "budget": asdict(budget), "wall_s": round(time.perf_counter() - started, 1),
             "jobs": jobs, "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
             "chosen": [m.id for m in chosen], "subset": part, "thresholds": thresholds.as_json(),
-            "incremental": reuse, "outcomes": [o.as_json() for o in outcomes],
+            "incremental": reuse, "catalogue": "catalogue" if generated is None else "generated",
+            "outcomes": [o.as_json() for o in outcomes],
         }  # fmt: skip
 
     base, problem = baseline(cache)
@@ -216,6 +231,9 @@ def run(
                 void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
         else:
             _describe(outcome, mutant, recorded.get(mutant.id, {}), why.get(mutant.id, ""))
+            if triaged:
+                record = triage.apply(outcome.as_json(), triaged)
+                outcome.status, outcome.triage = record["status"], record.get("triage", "")
             if outcome.reused_from:
                 outcome.reused_from = os.path.relpath(outcome.reused_from, reports.resolve())
                 say(f"{mutant.id}: {outcome.status} (reused from {outcome.reused_from}: nothing it depends on "
@@ -248,14 +266,16 @@ def run(
         return EXIT_VOID, [results[i] for i in sorted(results)]
     outcomes = [results[i] for i in sorted(results)]
     scored = [o for o in outcomes[1:] if not _is_canary(o)]
-    all_caught = all(o.status == CAUGHT for o in scored)
+    all_caught = all(report.accepted(o.as_json()) for o in scored)
     final = document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT)
     counts = Counter(o.status for o in scored)
     reused = sum(1 for o in scored if o.reused_from)
     kept_text = f" ({reused} reused)" if reuse else ""
-    say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {counts[UNVIABLE]} unviable, "
-        f"{len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE]} timeout/error of {len(scored)}"
-        f"{kept_text}; wall {time.perf_counter() - started:.0f} s, {jobs} jobs")  # fmt: skip
+    equivalent = f"{counts[EQUIVALENT]} equivalent, " if counts[EQUIVALENT] else ""
+    rest = len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE] - counts[EQUIVALENT]
+    say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {equivalent}{counts[UNVIABLE]} unviable, "
+        f"{rest} timeout/error of {len(scored)}{kept_text}; wall {time.perf_counter() - started:.0f} s, "
+        f"{jobs} jobs")  # fmt: skip
     conclude(reports, final, history, say, annotate, catalogue)
     return (EXIT_ALL_CAUGHT if final["passed"] else EXIT_SOME_MISSED), outcomes
 
@@ -336,7 +356,8 @@ def merge(
     merge is appended to the score `history` as a run is; `annotate` prints its survivors for GitHub."""
     try:
         document = report.merge(out, shard_dirs)
-    except report.MergeProblem as exc:
+        catalogue = _generated_merge(out, shard_dirs, document)
+    except (report.MergeProblem, SetupProblem) as exc:
         complain(f"cannot merge: {exc}")
         return EXIT_USAGE
     if thresholds is not None:
@@ -344,10 +365,28 @@ def merge(
     report.summarise(document)
     if document["verdict"] in (report.ALL_CAUGHT, report.SOME_NOT_CAUGHT):
         say(str(document["summary"]))
-        conclude(out, document, history, say, annotate)
+        conclude(out, document, history, say, annotate, catalogue)
     else:
-        report.write_all(out, document)
+        report.write_all(out, document, catalogue)
         say(f"{score_line(document)}; {document['summary']}")
     if document["verdict"] == report.VOID:
         return EXIT_VOID
     return EXIT_ALL_CAUGHT if document["passed"] else EXIT_SOME_MISSED
+
+
+def _generated_merge(out: Path, shard_dirs: list[Path], document: dict[str, Any]) -> list[Mutant] | None:
+    """Shards of generated mutants: the union of their saved sets (for the report, and saved under
+    `out`), their records read through today's triage (so a run scored before a survivor was triaged
+    merges as triaged); None for the catalogue's shards. SetupProblem on a triage that does not fit."""
+    saved = [g for g in map(load_generated, shard_dirs) if g is not None]
+    if not saved:
+        return None
+    generated = list({m.id: m for g in saved for m in g}.values())
+    triaged = triage.load([m.id for m in generated])
+    for record in document["outcomes"]:
+        triage.apply(record, triaged)
+    if document["verdict"] == report.SOME_NOT_CAUGHT and all(map(report.accepted, report.scored(document))):
+        document["verdict"] = report.ALL_CAUGHT
+    document["catalogue"] = "generated"
+    save_generated(out, generated)
+    return [*(m for m in load() if m.canary), *generated]

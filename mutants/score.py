@@ -12,6 +12,9 @@ from difftest.campaign.driver import CampaignConfig, run_campaign
 from mutants.catalogue import TRANSITIONS
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
+# a generated mutant that survived and that mutants/triage.toml calls equivalent (mutants/triage.py):
+# not counted in the score (Stryker's "Ignored")
+EQUIVALENT = "equivalent"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Outcome:
     digests: dict[str, str] = field(default_factory=dict)  # what the outcome depends on: patched, instrument, budget
     reused_from: str = ""  # --incremental: the report this outcome was scored in (relative), when reused
     why_scored: str = ""  # --incremental: why it was scored again (new, the patched file changed, ...)
+    triage: str = ""  # a generated mutant's reviewed triage, "<verdict>: <reason>" (mutants/triage.py)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

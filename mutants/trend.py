@@ -35,10 +35,14 @@ def budget_key(budget: dict[str, Any] | None) -> str:
 
 
 def scope(document: dict[str, Any]) -> str:
-    """What the run scored: the whole catalogue, or how its subset was chosen (--only, --shard, --in-diff)."""
+    """What the run scored: the whole catalogue, or how its subset was chosen (--only, --shard, --in-diff);
+    a run of the generated mutants (--generated) says so, and is compared only with such runs."""
     part = document.get("subset")
+    generated = document.get("catalogue") == "generated"
     if not part:
-        return "whole catalogue"
+        return "all generated mutants" if generated else "whole catalogue"
+    if generated:
+        return "generated: " + scope({**document, "catalogue": None})
     how = []
     if part.get("only"):
         how.append("--only " + " ".join(sorted(part["only"])))

@@ -22,10 +22,13 @@ from tests.test_shards import comparable
 from tests.workflow import ROOT, context_for, input_defaults, job_commands, load, matrix_legs, plan_outputs
 
 SEED = "20261204"
-INPUTS = {"examples": "80", "campaign_shards": "2", "mutant_shards": "2", "valkey": NEWEST, "seed": SEED}
+INPUTS = {"examples": "80", "campaign_shards": "2", "mutant_shards": "2", "generated_shards": "1", "valkey": NEWEST,
+          "seed": SEED}  # fmt: skip
 # both caught within 60 histories; lua-complete-double-counts was not, once the generator also spent
 # steps on the classes of issue 18 (218 histories at the catalogue's default budget)
 MUTANTS = ["lua-enqueue-overwrites-duplicates", "lua-promote-uses-now"]
+# the generated set's leg: two Lua operator mutants, each caught in its first histories
+GENERATED = ["lua-claim-del-hset-1", "lua-enqueue-del-zadd-1"]
 
 
 def workspace(path: Path) -> Path:
@@ -81,16 +84,18 @@ def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_p
     assert planned.returncode == 0, planned.stderr
     assert dict(line.split("=", 1) for line in planned.stdout.splitlines()) == outputs
     merge_ws = workspace(tmp_path / "merge")
-    small = f"--only {' '.join(MUTANTS)} --examples 60 --jobs 1"
-    extra = {".venv/bin/difftest run": "--workers 1", ".venv/bin/difftest mutants --shard": small}
     for job, kind in (("campaign", "campaign-shards"), ("mutants", "mutant-shards")):
         legs = matrix_legs(document["jobs"][job], context_for(document, inputs, outputs, {}))
-        assert [leg["shard"] for leg in legs] == ["1/2", "2/2"]
+        assert [leg["shard"] for leg in legs] == (["1/2", "2/2"] if job == "campaign" else ["1/2", "2/2", "1/1"])
         for index, leg in enumerate(legs):
+            generated = leg.get("set") == "generated"
+            small = f"--only {' '.join(GENERATED if generated else MUTANTS)} --examples 60 --jobs 1"
+            extra = {".venv/bin/difftest run": "--workers 1", ".venv/bin/difftest mutants --shard": small}
             cwd = workspace(tmp_path / f"{job}-{leg['name']}")
             run_job(job, index, cwd, summary, extra)
             # upload-artifact of reports/, download-artifact into reports/<kind>/<artifact name>/
-            shutil.copytree(cwd / "reports", merge_ws / "reports" / kind / artifact_name(job, leg))
+            where = "generated-shards" if generated else kind
+            shutil.copytree(cwd / "reports", merge_ws / "reports" / where / artifact_name(job, leg))
     run_job("merge", 0, merge_ws, summary, {})
     merged = json.loads((merge_ws / "reports" / "campaign" / "summary.json").read_text())
     # the unsharded run of the same seed and budget, on the same Valkey
@@ -107,6 +112,9 @@ def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_p
     assert merged["valkey"] == unsharded["valkey"] == NEWEST and len(merged["shards"]) == 2
     mutation = json.loads((merge_ws / "reports" / "mutants" / "outcomes.json").read_text())
     assert mutation["verdict"] == "all caught" and set(mutation["chosen"]) == set(MUTANTS)
+    generated = json.loads((merge_ws / "reports" / "generated" / "outcomes.json").read_text())
+    assert generated["verdict"] == "all caught" and set(generated["chosen"]) == set(GENERATED)
+    assert generated["catalogue"] == "generated" and (merge_ws / "reports" / "generated" / "report.html").is_file()
     text = summary.read_text()
     assert f"Valkey {NEWEST}" in text and "**agree**" in text and f"{merged['histories']:,}" in text
     assert "**all caught**" in text and "mutation score 2/2" in text and "unreached labels" in text

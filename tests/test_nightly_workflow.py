@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import io
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -170,7 +172,16 @@ def test_the_matrix_jobs_their_needs_and_artifact_names() -> None:
     versions = defaults["valkey"].split()
     legs = {name: len({tuple(sorted(e.items())) for e in _legs(name)}) for name in ("campaign", "mutants", "merge")}
     assert legs == {"campaign": int(defaults["campaign_shards"]) * len(versions),
-                    "mutants": int(defaults["mutant_shards"]) * len(versions), "merge": len(versions)}  # fmt: skip
+                    "mutants": (int(defaults["mutant_shards"]) + int(defaults["generated_shards"])) * len(versions),
+                    "merge": len(versions)}  # fmt: skip
+    # the mutant legs name their set; the generated shards' artifacts are not the catalogue merge's
+    sets = Counter(leg["set"] for leg in _legs("mutants"))
+    assert sets == {"catalogue": int(defaults["mutant_shards"]) * len(versions),
+                    "generated": int(defaults["generated_shards"]) * len(versions)}  # fmt: skip
+    generated = [leg for leg in _legs("mutants") if leg["set"] == "generated"]
+    assert all(leg["name"].startswith("generated-") for leg in generated)
+    assert downloaded("reports/generated-shards") == "mutants-generated-${{ matrix.valkey }}-*"
+    assert not fnmatch.fnmatch(f"mutants-{generated[0]['name']}", "mutants-" + versions[0] + "-*")
     # a scheduled run has no inputs: the workflow's env falls back to the same defaults
     scheduled = {name: dict(env) for name in jobs for _, _, env in job_commands(document, name, inputs={})}
     assert scheduled == {name: dict(env) for name in jobs for _, _, env in job_commands(document, name)}

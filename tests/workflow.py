@@ -80,7 +80,13 @@ def plan_outputs(document: dict[Any, Any], inputs: dict[str, str] | None = None)
     same function its command runs; a fixed seed for the random default."""
     given = {**input_defaults(document), **(inputs or {})}
     seed = int(given["seed"]) if given.get("seed", "random").isdigit() else 1
-    return plan(int(given["campaign_shards"]), int(given["mutant_shards"]), given["valkey"].split(), seed)
+    return plan(
+        int(given["campaign_shards"]),
+        int(given["mutant_shards"]),
+        given["valkey"].split(),
+        seed,
+        int(given["generated_shards"]),
+    )
 
 
 def matrix_legs(job: dict[str, Any], context: dict[str, Any]) -> list[dict[str, str]]:

@@ -37,8 +37,9 @@ MEANINGS: dict[int, Meaning] = {
                              "--threshold-break; merge: shards missing or unfinished"),
     EXIT_SETUP: Meaning("bad set-up or input: one line on stderr says what and how to fix it", "all",
                         "bad input (an unknown mutant id, a bad --shard, --jobs or threshold, an --in-diff ref git "
-                        "does not know, a bad variable; "
-                        "merge: shards that do not fit together): one line on stderr, nothing written"),
+                        "does not know, a bad variable, a triage naming an unknown generated mutant; --generated "
+                        "without cargo-mutants, which could not be installed: the line says how; merge: shards "
+                        "that do not fit together): one line on stderr, nothing written"),
     EXIT_COVERAGE: Meaning("--require-coverage and a behaviour label was not reached", "run, merge", None),
     EXIT_VOID: Meaning("void: the budget ended before any history was compared (verdict void)", "run, merge, fuzz",
                        "void: the null run found a divergence, the canary was not caught, or the unmodified "

@@ -46,7 +46,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         of an executor, run a seeded campaign against it, and report which were caught. A null run on
         the unmodified pair and a canary mutant come first and must pass, or the report is void. Every
         argument after `mutants` goes unchanged to the catalogue runner (python -m mutants), including
-        `merge OUT DIR...`, which joins the reports of shards run on several machines. Reports go to
+        `merge OUT DIR...`, which joins the reports of shards run on several machines; `--generated`
+        scores the generated mutants instead (cargo-mutants' of the crate, the Lua operators' of the
+        scripts, triaged in mutants/triage.toml). Reports go to
         reports/mutants-<time>/ (report.html, outcomes.json, mutation-report.json, junit.xml); see
         mutants/README.md.""",
         [
@@ -54,6 +56,7 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "difftest mutants --only ID [ID ...]",
             "difftest mutants --jobs 2 --examples 300 --reports reports/mutants",
             "difftest mutants --shard 1/3                       # this machine's third",
+            "difftest mutants --generated --jobs 2              # cargo-mutants' and the Lua operators' mutants",
             "difftest mutants merge reports/all reports/shard-1 reports/shard-2 reports/shard-3",
         ],
         MUTANTS_EXITS, add_help=False,

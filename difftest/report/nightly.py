@@ -70,23 +70,28 @@ def shard_name(index: int, count: int) -> str:
     return f"{index}-of-{count}"
 
 
-def plan(campaign_shards: int, mutant_shards: int, versions: list[str], seed: int) -> dict[str, str]:
-    """The matrices (JSON), one entry per job: every version with every campaign and mutant shard."""
+def plan(campaign_shards: int, mutant_shards: int, versions: list[str], seed: int,
+         generated_shards: int = 0) -> dict[str, str]:  # fmt: skip
+    """The matrices (JSON), one entry per job: every version with every campaign and mutant shard; the
+    mutant jobs' legs name their set: the catalogue's M shards, then the generated mutants' G shards
+    (`python -m mutants --set generated`), named generated-<version>-<K>-of-<G>."""
 
-    def entries(count: int) -> list[dict[str, str]]:
-        return [{"valkey": v, "shard": f"{k}/{count}", "name": f"{v}-{shard_name(k, count)}"}
+    def entries(count: int, prefix: str = "") -> list[dict[str, str]]:
+        return [{"valkey": v, "shard": f"{k}/{count}", "name": f"{prefix}{v}-{shard_name(k, count)}"}
                 for v in versions for k in range(1, count + 1)]  # fmt: skip
 
+    mutants = [{**e, "set": "catalogue"} for e in entries(mutant_shards)]
+    mutants += [{**e, "set": "generated"} for e in entries(generated_shards, "generated-")]
     return {
         "seed": str(seed),
         "campaign": json.dumps({"include": entries(campaign_shards)}),
-        "mutants": json.dumps({"include": entries(mutant_shards)}),
+        "mutants": json.dumps({"include": mutants}),
         "valkey": json.dumps({"valkey": versions}),
     }
 
 
 def command_plan(args: argparse.Namespace) -> int:
-    outputs = plan(args.campaign_shards, args.mutant_shards, args.valkey, args.seed)
+    outputs = plan(args.campaign_shards, args.mutant_shards, args.valkey, args.seed, args.generated_shards)
     lines = "".join(f"{key}={value}\n" for key, value in outputs.items())
     sys.stdout.write(lines)
     if os.environ.get("GITHUB_OUTPUT"):
@@ -240,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     planning.add_argument("--campaign-shards", type=_shards, required=True, metavar="N", help="campaign shards")
     planning.add_argument("--mutant-shards", type=_shards, required=True, metavar="M", help="mutant shards")
+    planning.add_argument(
+        "--generated-shards",
+        type=_shards,
+        default=1,
+        metavar="G",
+        help="shards of the generated mutants (python -m mutants --set generated; default 1)",
+    )
     planning.add_argument("--valkey", type=_versions, required=True, metavar="VERSIONS",
                           help=f"Valkey versions, separated by spaces or commas (of {supported_text()})")  # fmt: skip
     planning.add_argument("--seed", type=_seed, default="random", help="the campaigns' seed (default: random)")
