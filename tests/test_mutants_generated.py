@@ -157,9 +157,9 @@ def test_triage_reads_a_survivor_as_equivalent_and_a_catch_as_stale() -> None:
 def test_one_generated_native_and_one_lua_mutant_scored_end_to_end(
     crate_mutants: list[generated.GeneratedMutant], tmp_path: Path
 ) -> None:
-    # CLAIM's reply built without its token: every claim differs from the scripts' at once
+    # CLAIM's pause read turned around (`!= Reply::Null` -> `==`): an unpaused queue's claim answers empty
     chosen_native = next(m for m in crate_mutants if m.location.startswith("src/transitions/claim.rs")
-                         and m.defect_class == "FnValue")  # fmt: skip
+                         and m.defect_class == "BinaryOperator")  # fmt: skip
     chosen = [chosen_native.id, "lua-claim-del-hset-1"]
     everything = [*crate_mutants, *generated.lua_entries()]
     budget = Budget(seed=20261202, examples=200, timeout_s=300.0, shrink_s=2.0)
