@@ -72,7 +72,7 @@ def artifact_name(job: str, matrix: dict[str, str]) -> str:
     return str(step["with"]["name"]).replace("${{ matrix.name }}", matrix["name"])
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)  # the generated mutants' leg adds a null run, a canary and cargo-mutants' listing
 def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_path: Path) -> None:
     document = load()
     inputs = {**input_defaults(document), **INPUTS}
