@@ -1,6 +1,6 @@
 """A shared defect on real servers: both executors patched the same way (a catalogue entry with
-executor "both") agree with each other, and the queue's accounting catches them; the same history
-on the unmodified pair is no finding. One cheap native build (the shared target of the mutants'
+executor "both") agree with each other, and the spec's model and the queue's accounting catch them;
+the same history on the unmodified pair is no finding. One cheap native build (the shared target of the mutants'
 cache holds the dependencies once built)."""
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> No
         result = engine.replay(hist.loads(HISTORY))
     divergence = result.divergence
     assert divergence is not None and divergence.index == 4  # the second claim (steps count from 0)
-    # both executors hand out token 1 twice and agree: only the accounting sees it, on each side
+    # both executors hand out token 1 twice and agree: the spec's model and the accounting see it, on each side
+    assert divergence.reason.startswith("shared defect: both executors differ from the spec in the same way: ")
+    assert "model: native: the spec says [b'j1', b'p', 2], it answered [b'j1', b'p', 1]" in divergence.reason
     assert "native: accounting:token: b'j1' of b'q'" in divergence.reason
     assert "lua: accounting:token: b'j1' of b'q'" in divergence.reason
     assert "#1 CLAIM token 1 -> active" in divergence.reason  # the job's life as evidence
-    assert caught_by(divergence.reason) == "accounting"
+    assert caught_by(divergence.reason) == "model, accounting" and divergence.kind == "spec"
