@@ -36,7 +36,11 @@ from difftest.history.format import SCRIPTS, BeginClaim, CallStep, Step
 
 def via_scripts(step: Step) -> Step:
     """The step run through the Lua scripts on the native server too (a call or a split claim's
-    begin; any other step is returned as it is: an end runs where its begin did)."""
+    begin; any other step is returned as it is: an end runs where its begin did). A call to a
+    replica is returned as it is too: it runs as the admin through each server's own executor, and
+    a history that says otherwise does not load (its artifact would not replay)."""
+    if isinstance(step, CallStep) and step.target is not None:
+        return step
     if isinstance(step, CallStep | BeginClaim) and step.executor != SCRIPTS:
         return replace(step, executor=SCRIPTS)
     return step
