@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from difftest.base.exits import (
     EXIT_COVERAGE,
@@ -19,42 +20,15 @@ from difftest.base.exits import (
     EXIT_VOID,
     OneLineParser,
 )
-from difftest.base.problems import SetupProblem
+from difftest.base.problems import EnvironmentFailure, SetupProblem
 from difftest.cli.arguments import subcommand
 from difftest.cli.rundirs import MALFORMED, malformed, summary_of, write_reports
 
 
 def command_merge(args: argparse.Namespace) -> int:
     """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
-    from difftest.report.shards import ShardMismatch, merge
-
-    if args.out.exists() and not args.out.is_dir():
-        raise SetupProblem(f"{args.out} is a file: merge into a new directory")
-    if args.out.exists() and any(args.out.iterdir()):
-        raise SetupProblem(f"{args.out} is not empty: merge into a new directory (no report is overwritten)")
-    parts = [(directory, summary_of(directory)) for directory in args.dirs]
-    try:
-        document = merge(parts, args.out)
-    except ShardMismatch as problem:
-        raise SetupProblem(str(problem)) from None
-    except MALFORMED as problem:
-        raise malformed(Path("a shard's summary.json"), problem) from None
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as problem:
-        raise SetupProblem(
-            f"cannot create {args.out} ({problem.strerror}): merge into a directory you can write"
-        ) from None
-    from difftest.instrument.native import merge_runs
-
-    native = merge_runs(args.dirs, args.out)  # the shards' native coverage profiles summed, if any
-    if native is not None:
-        document["native_coverage"] = native
-    from difftest.instrument import lua as lua_coverage
-
-    lua = lua_coverage.merge_runs(args.dirs, args.out)  # and their Lua script line counts
-    if lua is not None:
-        document["lua_coverage"] = lua
+    document = _merged(args.dirs, args.out)
+    _add_coverage(document, args.dirs, args.out)
     from difftest.replay.build import program, replay_command
     from difftest.report import html as html_report
 
@@ -63,25 +37,65 @@ def command_merge(args: argparse.Namespace) -> int:
         failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
     document["reproduce"] = html_report.reproduce_command(document)
     lost = write_reports(document, args.out)  # a full disk loses the files, never the verdict below
-    print(f"merged {len(parts)} shard(s): seed {document['seed']}, {document['histories']} histories, "
+    print(f"merged {len(args.dirs)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
         print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
         print(f"artifact: {failure['artifact']} (reproduce: {failure['reproduce']})")
     written = f"{args.out} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
     print(f"reports: {written}", flush=True)
+    return _verdict(document, lost, args.require_coverage)
+
+
+def _merged(dirs: list[Path], out: Path) -> dict[str, Any]:
+    """The shards' summaries merged into one, and OUT made (a new or empty directory); else one line."""
+    from difftest.report.shards import ShardMismatch, merge
+
+    if out.exists() and not out.is_dir():
+        raise SetupProblem(f"{out} is a file: merge into a new directory")
+    if out.exists() and any(out.iterdir()):
+        raise SetupProblem(f"{out} is not empty: merge into a new directory (no report is overwritten)")
+    parts = [(directory, summary_of(directory)) for directory in dirs]
+    try:
+        document = merge(parts, out)
+    except ShardMismatch as problem:
+        raise SetupProblem(str(problem)) from None
+    except MALFORMED as problem:
+        raise malformed(Path("a shard's summary.json"), problem) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise SetupProblem(f"cannot create {out} ({problem.strerror}): merge into a directory you can write") from None
+    return document
+
+
+def _add_coverage(document: dict[str, Any], dirs: list[Path], out: Path) -> None:
+    """The shards' code coverage, if they measured it: native profiles summed, Lua line counts added."""
+    from difftest.instrument import lua as lua_coverage
+    from difftest.instrument.native import merge_runs
+
+    native = merge_runs(dirs, out)  # the shards' native coverage profiles summed, if any
+    if native is not None:
+        document["native_coverage"] = native
+    lua = lua_coverage.merge_runs(dirs, out)  # and their Lua script line counts
+    if lua is not None:
+        document["lua_coverage"] = lua
+
+
+def _verdict(document: dict[str, Any], lost: EnvironmentFailure | None, require_coverage: bool) -> int:
+    """What went wrong on stderr, the merged run's verdict line, and its exit code."""
+    from difftest.campaign.progress import verdict_line
+
     if lost is not None:
         print(f"difftest: {lost}", file=sys.stderr)
     verdict, missing = document["verdict"], document["coverage_missing"]
     if verdict == "void":
         print("difftest: void: the shards compared no history; run them with a larger budget", file=sys.stderr)
-    elif args.require_coverage and missing and verdict == "agree":
+    elif require_coverage and missing and verdict == "agree":
         print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
     sys.stderr.flush()
-    from difftest.campaign.progress import verdict_line
-
     print(verdict_line(verdict, document["histories"], document["steps"], len(document["divergences"]), len(missing),
-                       require_coverage=args.require_coverage, reports_lost=lost is not None), flush=True)  # fmt: skip
+                       require_coverage=require_coverage, reports_lost=lost is not None), flush=True)  # fmt: skip
     if verdict == "divergence":
         return EXIT_DIVERGENCE
     if verdict == "interrupted":
@@ -90,7 +104,7 @@ def command_merge(args: argparse.Namespace) -> int:
         return EXIT_IOERR
     if verdict == "void":
         return EXIT_VOID
-    if args.require_coverage and missing:
+    if require_coverage and missing:
         return EXIT_COVERAGE
     return EXIT_OK
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from difftest.base.exits import (
     EXIT_COVERAGE,
@@ -21,6 +22,7 @@ from difftest.base.exits import (
     OneLineParser,
 )
 from difftest.base.problems import EnvironmentFailure, SetupProblem
+from difftest.campaign.driver import BATCH, CampaignConfig, CampaignResult, Failure, run_campaign
 from difftest.cli.arguments import (
     DEFAULT_EXAMPLES,
     MAX_EXAMPLES,
@@ -57,8 +59,6 @@ def _database_of(args: argparse.Namespace) -> str | None:
 
 def _check_budget(examples: int | None, shard: tuple[int, int]) -> None:
     """A shard that owns no batch of an example budget would compare nothing: refused up front."""
-    from difftest.campaign.driver import BATCH
-
     if examples is None:
         return
     batches = -(-examples // BATCH)
@@ -111,12 +111,8 @@ def command_run(args: argparse.Namespace) -> int:
 
 def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examples: int | None,
               database: str | None, directory: Path) -> int:  # fmt: skip
-    from difftest.campaign.driver import BATCH, CampaignConfig, run_campaign
-    from difftest.campaign.exampledb import describe
-    from difftest.campaign.progress import CampaignProgress, print_table, summary_table, verdict_line
+    """The campaign in DIRECTORY: run, summed up in its report files, told on the terminal, its exit code."""
     from difftest.replay import labels as coverage
-    from difftest.report import html as html_report
-    from difftest.report import reports
 
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
@@ -127,25 +123,50 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
     print(f"campaign: seed {seed}, {budget}{part}, {args.workers} worker(s); reports in {directory}", flush=True)
-    # progress goes to stderr: a live bar on a terminal, a plain line now and then in a log
+    result = _measured(args, config, examples)
+    document, collected = _summary(args, result)
+    # a full disk loses the files, never the verdict below
+    unwritten = write_reports(document, directory)
+    lost = unwritten or collected
+    _print_outcome(args, result, document, database, unwritten)
+    unsaved = [failure for failure in result.failures if failure.unsaved]
+    missing = coverage.missing(result.labels)
+    _print_problems(args, result, document, lost, unsaved, missing, examples)
+    return _verdict(args, result, document, lost, unsaved, missing)
+
+
+def _measured(args: argparse.Namespace, config: CampaignConfig, examples: int | None) -> CampaignResult:
+    """The campaign run, its code coverage measured if asked; progress goes to stderr: a live bar on a
+    terminal, a plain line now and then in a log."""
+    from difftest.campaign.progress import CampaignProgress
     from difftest.instrument import lua as lua_coverage
     from difftest.instrument import native as native_coverage
 
+    directory = config.reports
     profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
     measuring = lua_coverage.measuring(directory) if args.lua_coverage else contextlib.nullcontext()
     with profiling, measuring, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
                                      interval_s=args.progress_interval) as progress:  # fmt: skip
-        result = run_campaign(config, on_progress=progress)
-    document = reports.summary(result)
-    from difftest.replay.build import command, program, replay_command
+        return run_campaign(config, on_progress=progress)
 
+
+def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str, Any], EnvironmentFailure | None]:
+    """summary.json's document, with the commands that reproduce the run and each divergence, and the
+    code coverage collected; what the machine refused while collecting it, if it did."""
+    from difftest.base.files import environment_failure, is_environmental
+    from difftest.instrument import lua as lua_coverage
+    from difftest.instrument import native as native_coverage
+    from difftest.replay.build import program, replay_command
+    from difftest.report import html as html_report
+    from difftest.report import reports
+
+    config = result.config
+    directory = config.reports
+    document = reports.summary(result)
     document["program"] = program()  # how the printed commands start, as run from here
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
         entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
     document["reproduce"] = html_report.reproduce_command(document)
-    from difftest.base.files import environment_failure, is_environmental
-
-    collected: EnvironmentFailure | None = None
     try:
         if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
             document["native_coverage"] = native_coverage.collect(directory, config.module, args.coverage_tools)
@@ -154,17 +175,27 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     except OSError as problem:  # a full disk while collecting them: the verdict below still prints
         if not is_environmental(problem):
             raise
-        collected = environment_failure(problem, "the code coverage files", directory)
-    # a full disk loses the files, never the verdict below
-    unwritten = write_reports(document, directory)
-    lost = unwritten or collected
+        return document, environment_failure(problem, "the code coverage files", directory)
+    return document, None
+
+
+def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any], database: str | None,
+                   unwritten: EnvironmentFailure | None) -> None:  # fmt: skip
+    """The terminal's account of the run: the summary table, the coverage, each divergence with its
+    artifact (or, when the file is lost, its history), the code coverage, and where the reports are."""
+    from difftest.campaign.exampledb import describe
+    from difftest.campaign.progress import print_table, summary_table
+    from difftest.instrument import lua as lua_coverage
+    from difftest.instrument import native as native_coverage
+    from difftest.replay import labels as coverage
+    from difftest.replay.build import command
+
     print()
-    print_table(summary_table(result, seed, describe(database) if database else "none"), sys.stdout)
+    print_table(summary_table(result, result.config.seed, describe(database) if database else "none"), sys.stdout)
     print()
     # the terminal gets what is missing (or one line); coverage.txt and --coverage full the whole table
     print(coverage.table(result.labels) if args.coverage == "full" else coverage.folded(result.labels))
-    unsaved = [failure for failure in result.failures if failure.unsaved]
-    histories = {failure.batch: failure.history for failure in unsaved}
+    histories = {failure.batch: failure.history for failure in result.failures if failure.unsaved}
     for entry in document["divergences"]:
         print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
         if entry.get("unsaved"):  # the file is lost, the divergence is not: its shrunk history, to save and replay
@@ -180,16 +211,22 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
         print(lua_coverage.summary_line(document["lua_coverage"]))
     # the same line report.html shows: every option that changes the histories or which is found first
     files = "report.html, summary.json, coverage.txt, junit.xml"
-    written = f"{directory} ({files})" if unwritten is None else "NOT written"
+    written = f"{result.config.reports} ({files})" if unwritten is None else "NOT written"
     print(f"\nreports: {written}; reproduce: {document['reproduce']}")  # fmt: skip
     sys.stdout.flush()
+
+
+def _print_problems(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any],
+                    lost: EnvironmentFailure | None, unsaved: list[Failure], missing: list[str],
+                    examples: int | None) -> None:  # fmt: skip
+    """On stderr: the files the machine refused, a void run's budget, the labels a --require-coverage
+    run did not reach."""
     if lost is not None:
         print(f"difftest: {lost}", file=sys.stderr)
     for failure in unsaved:
         print(f"difftest: the artifact of batch {failure.batch} could not be written to {failure.artifact}: "
               f"{failure.unsaved}; its history is printed above; free some space or pass another --reports",
               file=sys.stderr)  # fmt: skip
-    missing = coverage.missing(result.labels)
     if document["verdict"] == "void":
         budget = f"--seconds {args.seconds:g}" if examples is None else f"--examples {examples}"
         print(f"difftest: void: no history was compared ({budget} ran out before the first batch of {BATCH} "
@@ -197,7 +234,13 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     elif args.require_coverage and missing and not result.interrupted and not result.failures:
         print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
     sys.stderr.flush()
-    # the run's last line: its verdict, whatever happened to the files
+
+
+def _verdict(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any],
+             lost: EnvironmentFailure | None, unsaved: list[Failure], missing: list[str]) -> int:  # fmt: skip
+    """The run's last line, its verdict whatever happened to the files, and its exit code."""
+    from difftest.campaign.progress import verdict_line
+
     stopped_by = "" if not result.interrupted else ("SIGTERM" if result.interrupted_by == signal.SIGTERM else "Ctrl-C")
     print(verdict_line(document["verdict"], result.histories, result.steps, len(result.failures), len(missing),
                        require_coverage=args.require_coverage, stopped_by=stopped_by,
