@@ -32,11 +32,23 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from difftest.base.files import environmental_cause, is_environmental
 from difftest.base.problems import SetupProblem
 from difftest.replay import labels as coverage
+
+if TYPE_CHECKING:  # the types only: a campaign's process imports them when it starts its servers
+    from multiprocessing.queues import Queue
+    from multiprocessing.sharedctypes import Synchronized
+    from multiprocessing.synchronize import Event
+
+    from hypothesis import settings
+
+    from difftest.history.format import History, Step
+    from difftest.replay.replayer import Replayer, ReplayResult
+    from difftest.servers.group import ServerGroup
 
 BATCH = 40  # histories per Hypothesis run: small enough to stop on time, large enough to amortise
 STOP_S = 8.0  # after SIGTERM, how long a worker may take to remove its servers before SIGKILL (docker stop: 10 s)
@@ -210,10 +222,10 @@ class _Tally:
                            time.perf_counter() - self.started))  # fmt: skip
 
 
-_stop: Any = None  # in a worker process: an event the main process sets when another worker diverged
+_stop: Event | None = None  # in a worker process: an event the main process sets when another worker diverged
 _parent = 0  # in a worker process: the runner's pid (a worker whose runner is gone stops)
 # in a worker process: the next position of the shard's batches no worker has taken yet (shared)
-_dealer: Any = None
+_dealer: Synchronized[int] | None = None
 _signalled = 0  # the SIGINT or SIGTERM that is stopping this worker (0: none)
 
 
@@ -257,27 +269,42 @@ class _ShrinkSpent(KeyboardInterrupt):
     passing one) to the example database."""
 
 
-def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, report: WorkerReport) -> bool:
+def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int, report: WorkerReport) -> bool:
     """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
-    from hypothesis import HealthCheck, Phase, Verbosity, event, settings, target
-
-    from difftest.campaign.exampledb import open_database
-    from difftest.replay.artifacts import brief, save_divergence
-    from difftest.replay.replayer import ReferenceLost
-    from strategies.corpus import CORPUS_NOTE
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
 
     # calls to a replica need replicas, which run beside embedded servers only
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
                          replica_calls=config.backend == "local")  # fmt: skip
-    known: dict[str, Any] = {}  # each failing history's replay, by the history's repr, in the order found
-    deadline: list[float] = []  # the shrink's time guard, set at the first failure
-    tries: list[int] = []  # replays since the first failure
-    database = open_database(config.database) if config.database else None
+    replays = _Replays(config, replayer, report)
+    machine_settings = _machine_settings(config, size)
+    try:
+        if batch == 0 and config.corpus:
+            # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
+            from strategies.corpus import class_corpus
 
-    # the machine's run (strategies/machine.py): quiet, since a failure is saved and printed here
-    machine_settings = settings(
+            for directed in class_corpus(shape.replica_calls):
+                replays(directed, in_test=False)
+        run_machine(shape, replays, machine_settings, seed=batch_seed(config.seed, batch))
+    except _HarnessLost as lost:
+        raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
+    except (_Diverged, _ShrinkSpent):
+        # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
+        smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
+        report.failure = _save_failure(config, batch, _last_pass(replayer, smallest))
+        return False
+    return True
+
+
+def _machine_settings(config: CampaignConfig, size: int) -> settings:
+    """The machine's run (strategies/machine.py): quiet, since a failure is saved and printed here."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+    from difftest.campaign.exampledb import open_database
+
+    database = open_database(config.database) if config.database else None
+    return settings(
         max_examples=size,
         deadline=None,
         database=database,
@@ -289,77 +316,87 @@ def _run_batch(config: CampaignConfig, replayer: Any, batch: int, size: int, rep
         verbosity=Verbosity.quiet,
     )
 
-    def campaign_history(history: Any, in_test: bool = True) -> None:
+
+class _Replays:
+    """A batch's test as Hypothesis runs it: each history replayed, counted and fed to Hypothesis's
+    events and target; after the first failure, the shrink's replays, within its budget."""
+
+    def __init__(self, config: CampaignConfig, replayer: Replayer, report: WorkerReport) -> None:
+        self.config, self.replayer, self.report = config, replayer, report
+        self.known: dict[str, ReplayResult] = {}  # each failing history's replay, by its repr, in the order found
+        self.deadline = 0.0  # the shrink's time guard, set at the first failure
+        self.tries = 0  # replays since the first failure
+
+    def __call__(self, history: History, in_test: bool = True) -> None:
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
         # raised from one line, as Hypothesis tells failures apart by where they were raised
         _check_stopping()
         key = repr(history)  # a history holds a dict: not hashable itself
-        result = known.get(key)
+        result = self.known.get(key)
         if result is None:
-            if known:
-                if len(tries) >= config.shrink_tries or time.monotonic() > deadline[0]:
+            if self.known:
+                if self.tries >= self.config.shrink_tries or time.monotonic() > self.deadline:
                     # the shrink budget is spent (the tries, or the time guard): stop Hypothesis at
                     # once, hill-climbing and shrinking alike; the smallest failure so far is the result
                     raise _ShrinkSpent
-                tries.append(1)
-            started = time.perf_counter()
-            try:
-                result = replayer.replay(history)
-            except ReferenceLost as lost:
-                raise _HarnessLost(lost) from lost
-            report.replay_s += time.perf_counter() - started
-            reached = coverage.labels(result)
-            if not known:  # shrinking replays do not count as coverage
-                # the class corpus adds to steps and coverage; the budget counts generated histories
-                report.histories += int(not history.note.startswith(CORPUS_NOTE))
-                report.steps += len(history.steps)
-                report.labels.update(reached)
-            if in_test:  # Hypothesis's statistics and its target phase (the corpus runs before it)
-                for label in reached:
-                    event(label)
-                target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+                self.tries += 1
+            result = self._replayed(history, in_test)
             if result.divergence is not None:
-                if not known:
-                    deadline.append(time.monotonic() + config.shrink_seconds)
-                known[key] = result
+                if not self.known:
+                    self.deadline = time.monotonic() + self.config.shrink_seconds
+                self.known[key] = result
         if result.divergence is not None:
             raise _Diverged(result.divergence.reason)
 
-    try:
-        if batch == 0 and config.corpus:
-            # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
-            from strategies.corpus import class_corpus
+    def _replayed(self, history: History, in_test: bool) -> ReplayResult:
+        from hypothesis import event, target
 
-            for directed in class_corpus(shape.replica_calls):
-                campaign_history(directed, in_test=False)
-        run_machine(shape, campaign_history, machine_settings,
-                    seed=batch_seed(config.seed, batch))  # fmt: skip
-    except _HarnessLost as lost:
-        raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
-    except (_Diverged, _ShrinkSpent):
-        # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
-        smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
-        minimal = _last_pass(replayer, smallest)
-        directory = config.reports / "failures" / f"batch-{batch}"
-        failure = Failure(
-            batch, minimal.divergence.reason, len(minimal.history.steps), str(directory), brief(minimal.divergence)
-        )
-        found_on = config.build or _build_of(config)
+        from difftest.replay.replayer import ReferenceLost
+        from strategies.corpus import CORPUS_NOTE
+
+        started = time.perf_counter()
         try:
-            save_divergence(minimal, directory, found_on)
-        except OSError as problem:
-            if not is_environmental(problem):
-                raise
-            # the divergence outlives its file: the run prints the history and exits on the divergence
-            from difftest.history.format import dumps
-            from difftest.replay.build import BUILD_FIELD
+            result = self.replayer.replay(history)
+        except ReferenceLost as lost:
+            raise _HarnessLost(lost) from lost
+        report = self.report
+        report.replay_s += time.perf_counter() - started
+        reached = coverage.labels(result)
+        if not self.known:  # shrinking replays do not count as coverage
+            # the class corpus adds to steps and coverage; the budget counts generated histories
+            report.histories += int(not history.note.startswith(CORPUS_NOTE))
+            report.steps += len(history.steps)
+            report.labels.update(reached)
+        if in_test:  # Hypothesis's statistics and its target phase (the corpus runs before it)
+            for label in reached:
+                event(label)
+            target(float(sum(1 for label in reached if label.startswith(("contract:", "sweep:")))), label="rare")
+        return result
 
-            failure.unsaved = f"{environmental_cause(problem)} ({problem.strerror})"
-            failure.history = dumps(minimal.history, {BUILD_FIELD: found_on})  # replay runs on that build
-        report.failure = failure
-        return False
-    return True
+
+def _save_failure(config: CampaignConfig, batch: int, minimal: ReplayResult) -> Failure:
+    """The minimal failing history saved as the batch's artifact; when the machine refuses the file,
+    the failure keeps the history, to be printed."""
+    from difftest.replay.artifacts import brief, save_divergence
+
+    divergence = minimal.divergence
+    assert divergence is not None  # the failures kept are failing replays only, and so is the last pass
+    directory = config.reports / "failures" / f"batch-{batch}"
+    failure = Failure(batch, divergence.reason, len(minimal.history.steps), str(directory), brief(divergence))
+    found_on = config.build or _build_of(config)
+    try:
+        save_divergence(minimal, directory, found_on)
+    except OSError as problem:
+        if not is_environmental(problem):
+            raise
+        # the divergence outlives its file: the run prints the history and exits on the divergence
+        from difftest.history.format import dumps
+        from difftest.replay.build import BUILD_FIELD
+
+        failure.unsaved = f"{environmental_cause(problem)} ({problem.strerror})"
+        failure.history = dumps(minimal.history, {BUILD_FIELD: found_on})  # replay runs on that build
+    return failure
 
 
 def _build_of(config: CampaignConfig) -> dict[str, Any]:
@@ -371,19 +408,20 @@ def _build_of(config: CampaignConfig) -> dict[str, Any]:
                         bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
 
 
-def _last_pass(replayer: Any, failed: Any) -> Any:
+def _last_pass(replayer: Replayer, failed: ReplayResult) -> ReplayResult:
     """Delete the steps Hypothesis's minimal history can still do without; returns its replay."""
     from difftest.history.format import step_to_json
     from difftest.history.shrink import minimise
 
-    def kind(step: Any) -> tuple[str, str]:
+    def kind(step: Step) -> tuple[str, str]:
         shape = step_to_json(step)
         return shape["op"], shape.get("verb", "")
 
+    assert failed.divergence is not None  # a failing replay: Hypothesis's minimal history
     failing_kind = kind(failed.divergence.step)
-    results: dict[int, Any] = {}
+    results: dict[int, ReplayResult] = {}
 
-    def still_fails(candidate: Any) -> bool:
+    def still_fails(candidate: History) -> bool:
         result = replayer.replay(candidate)
         if result.divergence is None or kind(result.divergence.step) != failing_kind:
             return False
@@ -422,13 +460,13 @@ def _ignore(*_: object) -> None:
     pass
 
 
-def _unraisable(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+def _unraisable(previous: Callable[[sys.UnraisableHookArgs], object]) -> Callable[[sys.UnraisableHookArgs], None]:
     """sys.unraisablehook for a campaign: an interrupt that landed in a callback Python cannot raise
     from (Hypothesis's gc callback, a finaliser) is not printed as "Exception ignored in ...": the
     signal is remembered (`_signalled`, or the runner's own handler) and raised again between
     histories. Everything else goes to the hook as before."""
 
-    def hook(unraisable: Any) -> None:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
             return
         previous(unraisable)
@@ -448,7 +486,7 @@ def quiet_swallowed_interrupts() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+def _signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
     """SIGINT and SIGTERM go to `handler` for the block (in the main thread; elsewhere unchanged)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -487,7 +525,7 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     started = time.perf_counter()
     sizes = batch_sizes(config)
     deadline = None if config.seconds is None else time.monotonic() + config.seconds
-    group: Any = None
+    group: ServerGroup | None = None
     try:
         try:
             group = ServerGroup(backend=config.backend)
@@ -509,7 +547,7 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     return report
 
 
-def _batches(config: CampaignConfig, worker: int, replayer: Any, report: WorkerReport, sizes: list[int] | None,
+def _batches(config: CampaignConfig, worker: int, replayer: Replayer, report: WorkerReport, sizes: list[int] | None,
              deadline: float | None, notify: Callable[[WorkerReport], None] | None) -> None:  # fmt: skip
     # Several workers take the shard's positions one at a time, each the next one no worker has taken
     # (so none waits idle at the end while another still has batches of its share); one worker alone
@@ -549,7 +587,7 @@ def _next_position(otherwise: int) -> int:
 # ---- leftovers: what a killed process could not remove ----------------------------------------------
 
 
-def _mark_owner(group: Any) -> None:
+def _mark_owner(group: ServerGroup) -> None:
     """Name the process that removes a server group's directory (in /dev/shm): if it is killed
     before it can, the next campaign's start does (`sweep_leftovers`)."""
     root = Path(group.root)
@@ -608,8 +646,8 @@ def _portable(error: BaseException) -> BaseException:
     return error
 
 
-def _worker_process(config: CampaignConfig, worker: int, messages: Any, stop: Any, parent: int,
-                    dealer: Any = None) -> None:  # fmt: skip
+def _worker_process(config: CampaignConfig, worker: int, messages: Queue[tuple[Any, ...]], stop: Event, parent: int,
+                    dealer: Synchronized[int] | None = None) -> None:  # fmt: skip
     """A worker process's whole life: its reports go to `messages` (each finished batch, then the
     whole report, or its error); SIGINT and SIGTERM (also the runner's death) end it cleanly."""
     global _stop, _parent, _dealer
