@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from difftest.history.resolve import Resolved
+from difftest.history.resolve import Guarded, Resolved
 from difftest.spec.commands import ATTEMPTS, SETS, STALLED, Layout, Verb, parse_key
 from difftest.spec.replies import ErrorReply, Refused, Reply
 from difftest.spec.snapshot import Epochs, Snapshot
@@ -151,110 +151,148 @@ def follow(
     verb = transition.verb
     if isinstance(reply, _REFUSED):
         return accounts, []  # nothing moved: the keyspace check below would see the same as before
-    lives = accounts.lives
-    changed: dict[tuple[bytes, bytes], Life] = {}
-    findings: list[str] = []
-    at = f"#{resolved.index} {verb}"
+    step = _Step(accounts.lives, held, queue, f"#{resolved.index} {verb}")
+    if verb is Verb.ENQUEUE and reply == 1:
+        _enqueued(step, guarded)
+    elif verb is Verb.CLAIM and isinstance(reply, list) and reply:
+        _claimed(step, layout, reply, before, after, decided_late)
+    elif transition.fenced and reply not in (0, None):
+        _fenced(step, verb, guarded, reply)
+    elif verb is Verb.REVIVE and reply == 1:
+        _revived(step, guarded.job)
+    if after is not before or step.changed:
+        _held_to_keyspace(step, verb, layout, before, after, now_ms, exempt, run_id)
+    if not step.changed:
+        return accounts, step.findings
+    return Accounts({**accounts.lives, **step.changed}), step.findings
 
-    def followed(job: bytes) -> Life | None:
-        item = (queue, job)
-        life = changed.get(item) or lives.get(item)
-        return life if life is not None and held(queue, job) else None
 
-    def find(name: str, job: bytes, detail: str, life: Life | None) -> None:
+class _Step:
+    """One step's accounting under way: the lives before it, those it changed, what it found."""
+
+    __slots__ = ("at", "changed", "findings", "held", "lives", "queue")
+
+    def __init__(self, lives: dict[tuple[bytes, bytes], Life], held: Held, queue: bytes, at: str) -> None:
+        self.lives, self.held, self.queue, self.at = lives, held, queue, at
+        self.changed: dict[tuple[bytes, bytes], Life] = {}
+        self.findings: list[str] = []
+
+    def followed(self, job: bytes) -> Life | None:
+        """The job's life so far in this step, None when it is not followed (any more)."""
+        item = (self.queue, job)
+        life = self.changed.get(item) or self.lives.get(item)
+        return life if life is not None and self.held(self.queue, job) else None
+
+    def find(self, name: str, job: bytes, detail: str, life: Life | None) -> None:
+        at = self.at
         story = life.story() if life is not None else "never enqueued"
         if life is None or not life.events or not life.events[-1].startswith(at + " "):
             story += f", then {at}"  # (the step's own event is already the life's last)
-        findings.append(f"accounting:{name}: {job!r} of {queue!r} {detail} (life: {story})")
+        self.findings.append(f"accounting:{name}: {job!r} of {self.queue!r} {detail} (life: {story})")
 
-    if verb is Verb.ENQUEUE and reply == 1:
-        job = guarded.job
-        if held(queue, job):
-            stage = "pending" if int(guarded.args[2]) == 0 else "delayed"
-            known = followed(job)
-            if known is not None:
-                find("duplicated", job, f"enqueued again while {known.stage}", known)
-            changed[(queue, job)] = Life(stage, events=(f"{at} -> {stage}",))
-    elif verb is Verb.CLAIM and isinstance(reply, list) and reply:
-        claimed, token = reply[0], _int(reply[2]) if len(reply) > 2 else None
-        if isinstance(claimed, bytes):
-            job = claimed
-            # the token as the row stores it: the scripts' reply carries it as a Lua number, which
-            # is not exact past 2^53 (contract row N5); HINCRBY's stored value is
-            stored = _int(_field(after, layout.row(job), ATTEMPTS))
-            token = stored if stored is not None else token
-            if not decided_late and paused(before, layout):
-                find("pause", job, "was claimed while the queue is paused", followed(job))
-            life = followed(job)
-            if life is None and held(queue, job) and (queue, job) not in lives:
-                find("unexpected", job, "was claimed but never enqueued", None)
-            elif life is not None:
-                if life.stage == "active":
-                    find("duplicated", job, f"was claimed again while its lease (token {life.lease}) is held", life)
-                elif life.stage != "pending":
-                    find("unexpected", job, f"was claimed from {life.stage}", life)
-                if token is None or token <= life.token:
-                    find("token", job, f"was handed token {reply[2]!r}, not above its earlier {life.token}", life)
-                changed[(queue, job)] = life.then(
-                    f"{at} token {token} -> active",
-                    "active",
-                    token=max(life.token, token if token is not None else life.token),
-                    lease=token,
-                )
-    elif transition.fenced and reply not in (0, None):
-        job, token = guarded.job, _int(guarded.args[1])
-        life = followed(job)
-        if life is not None:
-            if life.stage != "active" or life.lease is None or (token != life.lease and life.lease != UNKNOWN):
-                live = f"the live lease's {life.lease}" if life.stage == "active" else f"no live lease ({life.stage})"
-                find("stale", job, f"{verb} with token {token} took effect, {live}", life)
-            if verb is Verb.COMPLETE:
-                changed[(queue, job)] = life.then(f"{at} token {token} -> done", "done", lease=None)
-            elif verb is Verb.FAIL and reply in (b"dead", b"retry"):
-                stage = "dead" if reply == b"dead" else "delayed"
-                changed[(queue, job)] = life.then(f"{at} token {token} -> {stage}", stage, lease=None)
-            else:
-                changed[(queue, job)] = life.then(f"{at} token {token}")
-    elif verb is Verb.REVIVE and reply == 1:
-        job = guarded.job
-        life = followed(job)
-        if life is not None:
-            if life.stage != "dead":
-                find("recovered", job, f"was revived from {life.stage}", life)
-            changed[(queue, job)] = life.then(f"{at} -> pending", "pending", lease=None)
-    # the keyspace: every followed job of the queue where its life says (the multi-member moves of
-    # PROMOTE and SWEEP are read from it, each checked as the transition allows)
-    if after is not before or changed:
-        for item, known in lives.items() if not changed else {**lives, **changed}.items():
-            if item[0] != queue or not held(*item):
-                continue
-            job = item[1]
-            homes = stages_of(after, layout, job)
-            if len(homes) == 1 and homes[0] == known.stage:
-                continue
-            if not homes:
-                find("lost", job, f"is in no set (its life says {known.stage})", known)
-                continue
-            if len(homes) > 1:
-                find("duplicated", job, f"is in {' and '.join(homes)}", known)
-                continue
-            home = homes[0]
-            if verb is Verb.PROMOTE and known.stage == "delayed" and home == "pending":
-                due = _score(before, layout.delayed, job)
-                if due is not None and due > now_ms:
-                    find("unexpected", job, f"was promoted before its due time {due:.0f} (now {now_ms})", known)
-                changed[item] = known.then(f"{at} -> pending", "pending")
-            elif verb is Verb.SWEEP and known.stage == "active" and home in ("pending", "dead"):
-                findings.extend(_swept(known, job, home, layout, before, after, now_ms, exempt, run_id, find))
-                changed[item] = known.then(f"{at} -> {home}", home, lease=None)
-            elif home == "pending" and known.stage in ("active", "dead", "done", "delayed"):
-                find("recovered", job, f"went from {known.stage} to pending", known)
-            else:
-                find("unexpected", job, f"went from {known.stage} to {home}", known)
-        findings.extend(_strangers(lives, changed, held, queue, layout, before, after, at))
-    if not changed:
-        return accounts, findings
-    return Accounts({**lives, **changed}), findings
+
+def _enqueued(step: _Step, guarded: Guarded) -> None:
+    """An ENQUEUE that answered 1: a new life, pending or delayed (again while followed: duplicated)."""
+    job, queue = guarded.job, step.queue
+    if step.held(queue, job):
+        stage = "pending" if int(guarded.args[2]) == 0 else "delayed"
+        known = step.followed(job)
+        if known is not None:
+            step.find("duplicated", job, f"enqueued again while {known.stage}", known)
+        step.changed[(queue, job)] = Life(stage, events=(f"{step.at} -> {stage}",))
+
+
+def _claimed(step: _Step, layout: Layout, reply: list[Reply], before: Snapshot, after: Snapshot,
+             decided_late: bool) -> None:  # fmt: skip
+    """A claim that handed out a job: from pending, not while paused, with a token above its earlier ones."""
+    claimed, token = reply[0], _int(reply[2]) if len(reply) > 2 else None
+    if not isinstance(claimed, bytes):
+        return
+    job, queue, find = claimed, step.queue, step.find
+    # the token as the row stores it: the scripts' reply carries it as a Lua number, which
+    # is not exact past 2^53 (contract row N5); HINCRBY's stored value is
+    stored = _int(_field(after, layout.row(job), ATTEMPTS))
+    token = stored if stored is not None else token
+    if not decided_late and paused(before, layout):
+        find("pause", job, "was claimed while the queue is paused", step.followed(job))
+    life = step.followed(job)
+    if life is None and step.held(queue, job) and (queue, job) not in step.lives:
+        find("unexpected", job, "was claimed but never enqueued", None)
+    elif life is not None:
+        if life.stage == "active":
+            find("duplicated", job, f"was claimed again while its lease (token {life.lease}) is held", life)
+        elif life.stage != "pending":
+            find("unexpected", job, f"was claimed from {life.stage}", life)
+        if token is None or token <= life.token:
+            find("token", job, f"was handed token {reply[2]!r}, not above its earlier {life.token}", life)
+        step.changed[(queue, job)] = life.then(
+            f"{step.at} token {token} -> active",
+            "active",
+            token=max(life.token, token if token is not None else life.token),
+            lease=token,
+        )
+
+
+def _fenced(step: _Step, verb: Verb, guarded: Guarded, reply: Reply) -> None:
+    """A fenced call (complete, fail, extend) that took effect: only by the live lease's token."""
+    job, token = guarded.job, _int(guarded.args[1])
+    life = step.followed(job)
+    if life is None:
+        return
+    at, item = step.at, (step.queue, job)
+    if life.stage != "active" or life.lease is None or (token != life.lease and life.lease != UNKNOWN):
+        live = f"the live lease's {life.lease}" if life.stage == "active" else f"no live lease ({life.stage})"
+        step.find("stale", job, f"{verb} with token {token} took effect, {live}", life)
+    if verb is Verb.COMPLETE:
+        step.changed[item] = life.then(f"{at} token {token} -> done", "done", lease=None)
+    elif verb is Verb.FAIL and reply in (b"dead", b"retry"):
+        stage = "dead" if reply == b"dead" else "delayed"
+        step.changed[item] = life.then(f"{at} token {token} -> {stage}", stage, lease=None)
+    else:
+        step.changed[item] = life.then(f"{at} token {token}")
+
+
+def _revived(step: _Step, job: bytes) -> None:
+    """A REVIVE that answered 1: the job back to pending, from dead only."""
+    life = step.followed(job)
+    if life is not None:
+        if life.stage != "dead":
+            step.find("recovered", job, f"was revived from {life.stage}", life)
+        step.changed[(step.queue, job)] = life.then(f"{step.at} -> pending", "pending", lease=None)
+
+
+def _held_to_keyspace(step: _Step, verb: Verb, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
+                      exempt: Epochs | None, run_id: bytes | None) -> None:  # fmt: skip
+    """The keyspace: every followed job of the queue where its life says (the multi-member moves of
+    PROMOTE and SWEEP are read from it, each checked as the transition allows)."""
+    lives, changed, find, at = step.lives, step.changed, step.find, step.at
+    for item, known in lives.items() if not changed else {**lives, **changed}.items():
+        if item[0] != step.queue or not step.held(*item):
+            continue
+        job = item[1]
+        homes = stages_of(after, layout, job)
+        if len(homes) == 1 and homes[0] == known.stage:
+            continue
+        if not homes:
+            find("lost", job, f"is in no set (its life says {known.stage})", known)
+            continue
+        if len(homes) > 1:
+            find("duplicated", job, f"is in {' and '.join(homes)}", known)
+            continue
+        home = homes[0]
+        if verb is Verb.PROMOTE and known.stage == "delayed" and home == "pending":
+            due = _score(before, layout.delayed, job)
+            if due is not None and due > now_ms:
+                find("unexpected", job, f"was promoted before its due time {due:.0f} (now {now_ms})", known)
+            changed[item] = known.then(f"{at} -> pending", "pending")
+        elif verb is Verb.SWEEP and known.stage == "active" and home in ("pending", "dead"):
+            step.findings.extend(_swept(known, job, home, layout, before, after, now_ms, exempt, run_id, find))
+            changed[item] = known.then(f"{at} -> {home}", home, lease=None)
+        elif home == "pending" and known.stage in ("active", "dead", "done", "delayed"):
+            find("recovered", job, f"went from {known.stage} to pending", known)
+        else:
+            find("unexpected", job, f"went from {known.stage} to {home}", known)
+    step.findings.extend(_strangers(lives, changed, step.held, step.queue, layout, before, after, at))
 
 
 def rewritten(accounts: Accounts, command: tuple[bytes, ...], index: int) -> Accounts:
