@@ -174,6 +174,19 @@ class _Walks:
         return self.lua, native_after, epochs
 
 
+@dataclass
+class _Sent:
+    """A segment sent to both sides: the Lua side's outcomes, each side's (reply, walk) per step, and
+    the keyspace events each side's subscribers read (when the history subscribes)."""
+
+    lua_out: list[StepOutcome]
+    lua_results: list[tuple[Reply, Any]]
+    native_results: list[tuple[Reply, Any]]
+    flags: str = ""
+    lua_events: list[Events] = field(default_factory=list)
+    native_events: list[Events] = field(default_factory=list)
+
+
 class Replayer:
     """A Lua server and a native server on one frozen clock, reused from history to history."""
 
@@ -291,15 +304,7 @@ class Replayer:
         replies were never written, so the replay is repeated to find the step that killed it)."""
         started = time.perf_counter()
         stages = self.stages
-        try:
-            self._reset(history)
-        except (ValkeyConnectionError, OSError) as lost:
-            if not self.lua_server.answers():
-                raise _reference_lost("at a history's start", lost) from lost
-            raise
-        if self.replicas is not None:
-            self.replicas.relink()  # a server started again by the reset: its replica synced before any step
-        replicas = self.active_replicas = self._replicas_for(history)
+        replicas = self._start(history)
         assert self.lua is not None and self.native is not None
         result = ReplayResult(history, replicas=self.replicas is not None)
         mark = time.perf_counter()
@@ -328,17 +333,16 @@ class Replayer:
                 native_out = self.native.run_steps(segment)  # a change of connection reads replies
                 self.native.send()  # the native works on its pipeline while the Lua host runs
                 lua_out = self.lua.run_steps(segment)
-                lua_results = self.lua.finish(lua_out)
-                native_results = self.native.finish(native_out)
+                sent = _Sent(lua_out, self.lua.finish(lua_out), self.native.finish(native_out))
             except (ValkeyConnectionError, OSError) as lost:
                 death = self._native_death(lost)  # the Lua server dying is the harness's failure: raised
                 if len(segment) > 1 and alone_from is None:
                     return self.replay(history, alone_from=segment[0].index)
                 return self._died(result, state, segment, native_out, death, started)
             mark = _lap(stages, "send", mark)
-            flags = self.native.notify_flags
-            if flags:  # each step's events, read from each subscriber up to the step's marker
-                lua_events, native_events = self.lua.events(lua_out), self.native.events(native_out)
+            sent.flags = self.native.notify_flags
+            if sent.flags:  # each step's events, read from each subscriber up to the step's marker
+                sent.lua_events, sent.native_events = self.lua.events(lua_out), self.native.events(native_out)
                 mark = _lap(stages, "events", mark)
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
@@ -346,55 +350,86 @@ class Replayer:
             if replicas is not None and comparing and can_write(segment):
                 propagation = replicas.check()
                 mark = _lap(stages, "replicas", mark)
-            now_ms = self.group.clock.now_ms
-            run_id = self.native.run_id.encode()
-            for position, resolved in enumerate(segment):
-                lua_reply, lua_walk = lua_results[position]
-                native_reply, native_walk = native_results[position]
-                lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
-                mark = _lap(stages, "walk", mark)
-                observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
-                                          epochs, self._denied(resolved, state.before))  # fmt: skip
-                after_state, verdict = judge(state, observation)
-                result.observations.append(observation)
-                result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,
-                                                 resolved))  # fmt: skip
-                if not verdict.ok:
-                    result.divergence = Divergence(
-                        resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
-                        state.before, lua_after, native_after, epochs, verdict.finding or "divergence",
-                        prediction=verdict.prediction,
-                    )  # fmt: skip
-                    result.elapsed_s = time.perf_counter() - started
-                    return result
-                resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
-                if flags:
-                    problem = events_problem(resolved, resyncs, flags, lua_events[position], native_events[position],
-                                             native_reply, self.native.db)  # fmt: skip
-                    if problem is not None:
-                        result.divergence = Divergence(
-                            resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,
-                            native_after, epochs, EVENTS, None, lua_events[position], native_events[position],
-                        )  # fmt: skip
-                        result.elapsed_s = time.perf_counter() - started
-                        return result
-                state = after_state
-                mark = _lap(stages, "judge", mark)
-                if resyncs:
-                    rest = segment[position + 1 :]
-                    self._resync(state, lua_results[-1][1])  # the Lua keyspace now: after the segment's last step
-                    if rest:
-                        self.lua.restore_workers(lua_out[position].workers)
-                        again = self.lua.run_steps(rest)
-                        lua_results[position + 1 :] = self.lua.finish(again)
-                        lua_out[position + 1 :] = again
-                        if flags:
-                            lua_events[position + 1 :] = self.lua.events(again)
-                    mark = _lap(stages, "resync", mark)
+            state, mark = self._judge_segment(result, state, walks, segment, sent, mark, started)
+            if result.divergence is not None:
+                return result
             if propagation is not None:
                 return self._propagated(result, state, segment, propagation, started)
         result.elapsed_s = time.perf_counter() - started
         return result
+
+    def _start(self, history: History) -> Replicas | None:
+        """Both servers reset for `history` (and the replicas linked again); the replicas it compares."""
+        try:
+            self._reset(history)
+        except (ValkeyConnectionError, OSError) as lost:
+            if not self.lua_server.answers():
+                raise _reference_lost("at a history's start", lost) from lost
+            raise
+        if self.replicas is not None:
+            self.replicas.relink()  # a server started again by the reset: its replica synced before any step
+        replicas = self.active_replicas = self._replicas_for(history)
+        return replicas
+
+    def _judge_segment(self, result: ReplayResult, state: JudgeState, walks: _Walks, segment: list[Resolved],
+                       sent: _Sent, mark: float, started: float) -> tuple[JudgeState, float]:  # fmt: skip
+        """A sent segment's steps judged in order and recorded in `result`, up to a divergence (then
+        `result.divergence`); a step whose rule re-syncs the pair sends the segment's later Lua steps
+        again. Returns the state after the last step judged, and the time it ended."""
+        assert self.lua is not None and self.native is not None
+        stages = self.stages
+        now_ms = self.group.clock.now_ms
+        run_id = self.native.run_id.encode()
+        for position, resolved in enumerate(segment):
+            lua_reply, lua_walk = sent.lua_results[position]
+            native_reply, native_walk = sent.native_results[position]
+            lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+            mark = _lap(stages, "walk", mark)
+            observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
+                                      epochs, self._denied(resolved, state.before))  # fmt: skip
+            after_state, verdict = judge(state, observation)
+            result.observations.append(observation)
+            result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,
+                                             resolved))  # fmt: skip
+            if not verdict.ok:
+                result.divergence = Divergence(
+                    resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
+                    state.before, lua_after, native_after, epochs, verdict.finding or "divergence",
+                    prediction=verdict.prediction,
+                )  # fmt: skip
+                result.elapsed_s = time.perf_counter() - started
+                return state, mark
+            resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
+            if sent.flags:
+                problem = events_problem(resolved, resyncs, sent.flags, sent.lua_events[position],
+                                         sent.native_events[position], native_reply, self.native.db)  # fmt: skip
+                if problem is not None:
+                    result.divergence = Divergence(
+                        resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,
+                        native_after, epochs, EVENTS, None, sent.lua_events[position], sent.native_events[position],
+                    )  # fmt: skip
+                    result.elapsed_s = time.perf_counter() - started
+                    return state, mark
+            state = after_state
+            mark = _lap(stages, "judge", mark)
+            if resyncs:
+                self._resync(state, sent.lua_results[-1][1])  # the Lua keyspace now: after the segment's last step
+                self._send_again(segment[position + 1 :], position, sent)
+                mark = _lap(stages, "resync", mark)
+        return state, mark
+
+    def _send_again(self, rest: list[Resolved], position: int, sent: _Sent) -> None:
+        """After a re-sync at `position`, the segment's later steps run again on the Lua side (from the
+        workers it had at that step), their replies, walks and events replacing the first ones."""
+        assert self.lua is not None
+        if not rest:
+            return
+        self.lua.restore_workers(sent.lua_out[position].workers)
+        again = self.lua.run_steps(rest)
+        sent.lua_results[position + 1 :] = self.lua.finish(again)
+        sent.lua_out[position + 1 :] = again
+        if sent.flags:
+            sent.lua_events[position + 1 :] = self.lua.events(again)
 
     def _boundary(self, step: Resolved, mark: float) -> float:
         """Clock advances and restarts; returns the time it ended (for the stage counters)."""
