@@ -458,32 +458,45 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     if op in ("restart", "crash"):
         return Restart(crash=op == "crash")
     if op == "memory":
-        limit = _require(obj, "limit", where)
-        if not isinstance(limit, bool):
-            raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
-                               f"or false (lifted), got {limit!r}")  # fmt: skip
-        return MemoryLimit(limit)
+        return _parse_memory(obj, where)
     if op == "notify":
-        flags = _require(obj, "flags", where)
-        if not isinstance(flags, str):
-            raise HistoryError(f"{where} field 'flags': expected a string of notify-keyspace-events flags "
-                               f'("KEA": every event on both channels; "": off), got {flags!r}')  # fmt: skip
-        problem = flags_problem(flags)
-        if problem is not None:
-            raise HistoryError(f"{where} field 'flags': {problem}")
-        return Notify(flags)
+        return _parse_notify(obj, where)
     if op == "raw":
-        command = _require(obj, "command", where)
-        if not isinstance(command, list) or not command:
-            raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
-        parts = tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command))
-        refused = _refusal(parts)
-        if refused is not None:
-            raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
-                               "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
-        return RawWrite(parts)
+        return _parse_raw(obj, where)
     raise HistoryError(f"{where} field 'op': {op!r} is not a step "
                        "(call, begin, end, advance, restart, crash, raw, notify, multi, exec, memory)")  # fmt: skip
+
+
+def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
+    limit = _require(obj, "limit", where)
+    if not isinstance(limit, bool):
+        raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
+                           f"or false (lifted), got {limit!r}")  # fmt: skip
+    return MemoryLimit(limit)
+
+
+def _parse_notify(obj: dict[str, object], where: str) -> Notify:
+    flags = _require(obj, "flags", where)
+    if not isinstance(flags, str):
+        raise HistoryError(f"{where} field 'flags': expected a string of notify-keyspace-events flags "
+                           f'("KEA": every event on both channels; "": off), got {flags!r}')  # fmt: skip
+    problem = flags_problem(flags)
+    if problem is not None:
+        raise HistoryError(f"{where} field 'flags': {problem}")
+    return Notify(flags)
+
+
+def _parse_raw(obj: dict[str, object], where: str) -> RawWrite:
+    """A raw step's command: key writes only (the harness's own commands and reads are refused)."""
+    command = _require(obj, "command", where)
+    if not isinstance(command, list) or not command:
+        raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
+    parts = tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command))
+    refused = _refusal(parts)
+    if refused is not None:
+        raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
+                           "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
+    return RawWrite(parts)
 
 
 def pairing_problems(

@@ -486,6 +486,14 @@ def html_section(document: dict[str, Any]) -> list[str]:
         out.append(f'<p class="note">{esc(str(document["note"]))}</p>')
     if not totals:
         return out
+    out.append(_files_table(document))
+    out += _unreached_section(document)
+    return out
+
+
+def _files_table(document: dict[str, Any]) -> str:
+    """Each source file's lines, regions, branches and functions reached, with its transition."""
+    esc = html.escape
     rows = ["<table><tr><th>file</th><th>transition</th><th>lines</th><th></th><th>regions</th><th></th>"
             "<th>branches</th><th>functions</th></tr>"]  # fmt: skip
     nowrap = "white-space:nowrap"
@@ -498,7 +506,13 @@ def html_section(document: dict[str, Any]) -> list[str]:
                     f'<td class="num" style="{nowrap}">{_ratio(entry.get("branches"))}</td>'
                     f'<td class="num" style="{nowrap}">{_ratio(entry.get("functions"))}</td></tr>')  # fmt: skip
     rows.append("</table>")
-    out.append("".join(rows))
+    return "".join(rows)
+
+
+def _unreached_section(document: dict[str, Any]) -> list[str]:
+    """The functions no history entered, and the source lines none reached, by function."""
+    esc = html.escape
+    out = []
     unreached = document.get("unreached", [])
     count = sum(len(group["lines"]) for group in unreached)
     never = document.get("functions_never_entered", [])

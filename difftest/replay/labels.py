@@ -27,6 +27,7 @@ from difftest.spec.commands import (
     Moves,
     Rows,
     Stamp,
+    Transition,
     parse_key,
 )
 from difftest.spec.commands import reply_kind as _moved_kind
@@ -115,27 +116,10 @@ def labels(result: ReplayResult) -> Counter[str]:
         transition = resolved.transition
         if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
             continue
-        reply = record.native_reply
-        if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
-            # the call reached both servers under the condition (a refused one never left the Lua host)
-            reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
-        if resolved.guarded is not None and (limited or resolved.on_replica):
-            reached[f"condition:{'replica' if resolved.on_replica else 'oom'}:{transition.verb.lower()}"] += 1
-        kind = reply_kind(transition.verb, reply)
-        moved = kind == transition.reply_kinds[0]
-        reached[f"reply:{transition.verb}:{kind}"] += 1
-        if transition.stamps is Stamp.CLAIMED and moved:
-            reached["contract:N1"] += 1
-        if transition.stamps is Stamp.JOB_ARG and moved and restarted:
-            reached["extend-after-restart"] += 1
-        if transition.moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == len(SWEEP_VERDICTS):
-            for verdict, count in zip(SWEEP_VERDICTS, reply, strict=True):
-                if isinstance(count, int) and count > 0:
-                    reached[f"sweep:{verdict}"] += count
+        kind = _transition_labels(reached, resolved, transition, record.native_reply, limited, restarted)
         if transition.fenced:
             fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
             stale_refused |= kind == "fenced"
-        _invariant_labels(reached, transition.moves, kind, moved)
     if fenced_success and stale_refused:
         reached["invariant:fence"] += 1
     if result.records and not result.divergence:
@@ -147,6 +131,31 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     reached.update(model_labels(result))
     return reached
+
+
+def _transition_labels(reached: Counter[str], resolved: Resolved, transition: Transition, reply: Reply,
+                       limited: bool, restarted: bool) -> str:  # fmt: skip
+    """The labels of one transition call the native side answered (its conditions, its reply's kind,
+    and what that reply shows: N1, an extend after a restart, a sweep's verdicts, the invariants it
+    exercised); returns the reply's kind."""
+    if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
+        # the call reached both servers under the condition (a refused one never left the Lua host)
+        reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
+    if resolved.guarded is not None and (limited or resolved.on_replica):
+        reached[f"condition:{'replica' if resolved.on_replica else 'oom'}:{transition.verb.lower()}"] += 1
+    kind = reply_kind(transition.verb, reply)
+    moved = kind == transition.reply_kinds[0]
+    reached[f"reply:{transition.verb}:{kind}"] += 1
+    if transition.stamps is Stamp.CLAIMED and moved:
+        reached["contract:N1"] += 1
+    if transition.stamps is Stamp.JOB_ARG and moved and restarted:
+        reached["extend-after-restart"] += 1
+    if transition.moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == len(SWEEP_VERDICTS):
+        for verdict, count in zip(SWEEP_VERDICTS, reply, strict=True):
+            if isinstance(count, int) and count > 0:
+                reached[f"sweep:{verdict}"] += count
+    _invariant_labels(reached, transition.moves, kind, moved)
+    return kind
 
 
 MODEL_JUDGED = "model:judged"

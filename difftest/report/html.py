@@ -352,39 +352,16 @@ def _detail(failure: dict[str, Any]) -> str:
              ("lua reply", f"<code>{esc(detail.get('lua_reply'))}</code>"),
              ("native reply", f"<code>{esc(detail.get('native_reply'))}</code>")]  # fmt: skip
     out = ['<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"]
-
-    def keys(rows: list[dict[str, str]], total: int, left: str, right: str, what: str) -> None:
-        if not total:
-            out.append(f"<p>{esc(what)}: none.</p>")
-            return
-        out.append(f"<table><caption>{esc(what)} ({total:,})</caption>"
-                   f"<tr><th>key</th><th>{left}</th><th>{right}</th></tr>")  # fmt: skip
-        for row in rows:
-            cells = "".join(f'<td class="keys">{esc(row.get(name))}</td>' for name in ("key", left, right))
-            out.append(f'<tr class="differ">{cells}</tr>')
-        out.append("</table>")
-        if total > len(rows):
-            out.append(f'<p class="note">{total - len(rows):,} more: see {whole}.</p>')
-
-    events, fired = detail.get("events"), detail.get("events_fired") or {}
+    events = detail.get("events")
     if isinstance(events, dict):  # an events divergence: each server's notifications at the step, in order
-        lua, native = events.get("lua", []), events.get("native", [])
-        counts = f"<th>lua ({fired.get('lua', len(lua))})</th><th>native ({fired.get('native', len(native))})</th>"
-        out.append(f"<table><caption>keyspace events fired at the step</caption><tr><th>#</th>{counts}</tr>")
-        for number in range(max(len(lua), len(native))):
-            pair = [side[number] if number < len(side) else "" for side in (lua, native)]
-            css = ' class="differ"' if pair[0] != pair[1] else ""
-            cells = "".join(f'<td class="keys">{esc(e)}</td>' for e in pair)
-            out.append(f'<tr{css}><td class="num">{number + 1}</td>{cells}</tr>')
-        out.append("</table>")
-        if max(fired.values(), default=0) > max(len(lua), len(native)):
-            out.append(f'<p class="note">more: see {whole}.</p>')
+        out += _events_table(events, detail.get("events_fired") or {}, whole)
     replica = detail.get("replica")
     if isinstance(replica, dict):
-        keys(replica.get("keys", []), int(replica.get("keys_differing", 0)), "primary", "replica",
-             f"keys that differ between the {replica.get('side')} server and its replica")  # fmt: skip
-    keys(detail.get("keys", []), int(detail.get("keys_differing", 0)), "lua", "native",
-         "keys that differ after the step (lease_epoch set aside)")  # fmt: skip
+        out += _keys_table(replica.get("keys", []), int(replica.get("keys_differing", 0)), "primary", "replica",
+                           f"keys that differ between the {replica.get('side')} server and its replica",
+                           whole)  # fmt: skip
+    out += _keys_table(detail.get("keys", []), int(detail.get("keys_differing", 0)), "lua", "native",
+                       "keys that differ after the step (lease_epoch set aside)", whole)  # fmt: skip
     spec = detail.get("model")
     if isinstance(spec, dict):  # what the spec's model expected of each side, and where each departs from it
         for side in ("lua", "native"):
@@ -393,8 +370,40 @@ def _detail(failure: dict[str, Any]) -> str:
             out.append(f"<p>the spec's model expects of the {side} side: <code>{expects}</code></p>")
             rows = view.get("keys") or []
             if rows:
-                keys(rows, len(rows), "spec", side, f"keys where the {side} side departs from the spec")
+                out += _keys_table(rows, len(rows), "spec", side, f"keys where the {side} side departs from the spec",
+                                   whole)  # fmt: skip
     return "".join(out)
+
+
+def _keys_table(rows: list[dict[str, str]], total: int, left: str, right: str, what: str, whole: str) -> list[str]:
+    """The keys that differ, each with both sides' values (`total`: how many; report.txt, `whole`, has the rest)."""
+    if not total:
+        return [f"<p>{esc(what)}: none.</p>"]
+    out = [f"<table><caption>{esc(what)} ({total:,})</caption>"
+           f"<tr><th>key</th><th>{left}</th><th>{right}</th></tr>"]  # fmt: skip
+    for row in rows:
+        cells = "".join(f'<td class="keys">{esc(row.get(name))}</td>' for name in ("key", left, right))
+        out.append(f'<tr class="differ">{cells}</tr>')
+    out.append("</table>")
+    if total > len(rows):
+        out.append(f'<p class="note">{total - len(rows):,} more: see {whole}.</p>')
+    return out
+
+
+def _events_table(events: dict[str, list[str]], fired: dict[str, int], whole: str) -> list[str]:
+    """Each server's keyspace notifications at the step, side by side in order (`fired`: how many each sent)."""
+    lua, native = events.get("lua", []), events.get("native", [])
+    counts = f"<th>lua ({fired.get('lua', len(lua))})</th><th>native ({fired.get('native', len(native))})</th>"
+    out = [f"<table><caption>keyspace events fired at the step</caption><tr><th>#</th>{counts}</tr>"]
+    for number in range(max(len(lua), len(native))):
+        pair = [side[number] if number < len(side) else "" for side in (lua, native)]
+        css = ' class="differ"' if pair[0] != pair[1] else ""
+        cells = "".join(f'<td class="keys">{esc(e)}</td>' for e in pair)
+        out.append(f'<tr{css}><td class="num">{number + 1}</td>{cells}</tr>')
+    out.append("</table>")
+    if max(fired.values(), default=0) > max(len(lua), len(native)):
+        out.append(f'<p class="note">more: see {whole}.</p>')
+    return out
 
 
 def _divergences(summary: dict[str, Any]) -> list[str]:

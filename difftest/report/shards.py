@@ -98,7 +98,7 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
     if not parts:
         raise ShardMismatch("no shard directories to merge")
     _check(parts)
-    owner: dict[int, tuple[Path, dict[str, Any], dict[str, Any]]] = {}
+    owner: dict[int, _Batch] = {}
     for directory, document in parts:
         for entry in document["batches"]:
             owner[int(entry["batch"])] = (directory, document, entry)
@@ -106,36 +106,16 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
     first = diverged[0] if diverged else None
     budget = parts[0][1].get("budget", {})
     total = _budget_batches(budget)
-    needed = range(first + 1) if first is not None else range(total) if total is not None else range(0)
-    lost = [b for b in needed if b not in owner]
-    if lost:
-        count = shard_of(parts[0][1])[1]
-        where = sorted({f"{b % count + 1}/{count}" for b in lost})
-        raise ShardMismatch(f"batch(es) {', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} never "
-                            f"finished (shard {', '.join(where)} interrupted?): run that shard again")  # fmt: skip
+    _check_finished(owner, first, total, parts[0][1])
     kept = sorted(b for b in owner if first is None or b <= first)
     entries = [owner[b][2] for b in kept]
     labels: Counter[str] = Counter()
     for entry in entries:
         labels.update(entry.get("labels", {}))
-    divergences = []
-    if first is not None:
-        directory, document, _ = owner[first]
-        for failure in document.get("divergences", []):
-            if int(failure["batch"]) == first:
-                failure = dict(failure)
-                artifact = directory / str(failure.get("link") or f"failures/batch-{first}")
-                failure["artifact"] = str(artifact)
-                failure["link"] = os.path.relpath(artifact, out)
-                divergences.append(failure)
+    divergences = _first_divergence(owner[first], first, out) if first is not None else []
     histories = sum(int(e["histories"]) for e in entries)
     steps = sum(int(e["steps"]) for e in entries)
     elapsed = max(float(d.get("elapsed_s", 0.0)) for _, d in parts)
-    # the shards ran side by side: their time series joined as if they all started at once
-    progress, done_h, done_s = [], 0, 0
-    for number, entry in enumerate(sorted(entries, key=lambda e: (float(e["finished_s"]), e["batch"])), start=1):
-        done_h, done_s = done_h + int(entry["histories"]), done_s + int(entry["steps"])
-        progress.append({"t_s": float(entry["finished_s"]), "batches": number, "histories": done_h, "steps": done_s})
     interrupted = total is None and any(d.get("interrupted") for _, d in parts)
 
     def joined(key: str) -> Any:
@@ -169,6 +149,45 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "divergences": divergences,
         **coverage_fields(labels),
         "host": joined("host"),
-        "progress": progress,
+        "progress": _progress(entries),
         "batches": entries,
     }
+
+
+_Batch = tuple[Path, dict[str, Any], dict[str, Any]]  # a finished batch: its shard's directory, summary, entry
+
+
+def _check_finished(owner: dict[int, _Batch], first: int | None, total: int | None, shard: dict[str, Any]) -> None:
+    """Every batch the merged run needs finished in some shard: up to the first divergent one, else
+    all of an example budget's (a time budget's: those that ran); `shard`: a shard's summary."""
+    needed = range(first + 1) if first is not None else range(total) if total is not None else range(0)
+    lost = [b for b in needed if b not in owner]
+    if lost:
+        count = shard_of(shard)[1]
+        where = sorted({f"{b % count + 1}/{count}" for b in lost})
+        raise ShardMismatch(f"batch(es) {', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} never "
+                            f"finished (shard {', '.join(where)} interrupted?): run that shard again")  # fmt: skip
+
+
+def _first_divergence(owner: _Batch, first: int, out: Path) -> list[dict[str, Any]]:
+    """The first divergent batch's divergence, its artifact in its shard's directory, linked from `out`."""
+    directory, document, _ = owner
+    divergences = []
+    for failure in document.get("divergences", []):
+        if int(failure["batch"]) == first:
+            failure = dict(failure)
+            artifact = directory / str(failure.get("link") or f"failures/batch-{first}")
+            failure["artifact"] = str(artifact)
+            failure["link"] = os.path.relpath(artifact, out)
+            divergences.append(failure)
+    return divergences
+
+
+def _progress(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The shards ran side by side: their time series joined as if they all started at once."""
+    progress: list[dict[str, float]] = []
+    done_h, done_s = 0, 0
+    for number, entry in enumerate(sorted(entries, key=lambda e: (float(e["finished_s"]), e["batch"])), start=1):
+        done_h, done_s = done_h + int(entry["histories"]), done_s + int(entry["steps"])
+        progress.append({"t_s": float(entry["finished_s"]), "batches": number, "histories": done_h, "steps": done_s})
+    return progress

@@ -89,6 +89,12 @@ def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
         return Simple(line), after
     if kind == _ERROR:
         return ResponseError(line.decode("utf-8", errors="replace")), after
+    return _parse_resp3(buffer, kind, line, at, after)
+
+
+def _parse_resp3(buffer: bytes, kind: int, line: bytes, at: int, after: int) -> tuple[Any, int]:
+    """parse_reply's part for RESP3's own types (`line`: the header's text after the type byte at
+    `at`; `after`: the offset past the header's CRLF)."""
     if kind == _NULL:
         return None, after
     if kind in (_MAP, _ATTRIBUTE):
@@ -115,7 +121,7 @@ def parse_reply(buffer: bytes, at: int) -> tuple[Any, int]:
         if text[3:4] != b":":
             raise InvalidResponse(f"Protocol Error: verbatim string without a format: {text[:8]!r}")
         return Verbatim(text[:3], text[4:]), after
-    raise InvalidResponse(f"Protocol Error: {buffer[at:end]!r}")
+    raise InvalidResponse(f"Protocol Error: {buffer[at : after - 2]!r}")
 
 
 def pack_commands(commands: Sequence[Command]) -> bytes:
