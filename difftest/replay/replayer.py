@@ -176,12 +176,13 @@ class _Walks:
 
 @dataclass
 class _Sent:
-    """A segment sent to both sides: the Lua side's outcomes, each side's (reply, walk) per step, and
-    the keyspace events each side's subscribers read (when the history subscribes)."""
+    """A segment sent to both sides: each side's outcomes and (reply, walk) per step, and the keyspace
+    events each side's subscribers read (when the history subscribes)."""
 
-    lua_out: list[StepOutcome]
-    lua_results: list[tuple[Reply, Any]]
-    native_results: list[tuple[Reply, Any]]
+    native_out: list[StepOutcome] = field(default_factory=list)
+    lua_out: list[StepOutcome] = field(default_factory=list)
+    lua_results: list[tuple[Reply, Any]] = field(default_factory=list)
+    native_results: list[tuple[Reply, Any]] = field(default_factory=list)
     flags: str = ""
     lua_events: list[Events] = field(default_factory=list)
     native_events: list[Events] = field(default_factory=list)
@@ -328,21 +329,18 @@ class Replayer:
                 if behind is not None:
                     return self._propagated(result, state, segment, behind, started, sent=False)
             mark = self._boundary(segment[0], mark)
-            native_out: list[StepOutcome] = []
+            sent = _Sent()
             try:
-                native_out = self.native.run_steps(segment)  # a change of connection reads replies
-                self.native.send()  # the native works on its pipeline while the Lua host runs
-                lua_out = self.lua.run_steps(segment)
-                sent = _Sent(lua_out, self.lua.finish(lua_out), self.native.finish(native_out))
+                self._send(segment, sent)
             except (ValkeyConnectionError, OSError) as lost:
                 death = self._native_death(lost)  # the Lua server dying is the harness's failure: raised
                 if len(segment) > 1 and alone_from is None:
                     return self.replay(history, alone_from=segment[0].index)
-                return self._died(result, state, segment, native_out, death, started)
+                return self._died(result, state, segment, sent.native_out, death, started)
             mark = _lap(stages, "send", mark)
             sent.flags = self.native.notify_flags
             if sent.flags:  # each step's events, read from each subscriber up to the step's marker
-                sent.lua_events, sent.native_events = self.lua.events(lua_out), self.native.events(native_out)
+                sent.lua_events, sent.native_events = self.lua.events(sent.lua_out), self.native.events(sent.native_out)
                 mark = _lap(stages, "events", mark)
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
@@ -370,6 +368,16 @@ class Replayer:
             self.replicas.relink()  # a server started again by the reset: its replica synced before any step
         replicas = self.active_replicas = self._replicas_for(history)
         return replicas
+
+    def _send(self, segment: list[Resolved], sent: _Sent) -> None:
+        """The segment sent to both sides and their replies read into `sent` (the native's outcomes
+        first: should its server die, they say which step it was on)."""
+        assert self.lua is not None and self.native is not None
+        sent.native_out = self.native.run_steps(segment)  # a change of connection reads replies
+        self.native.send()  # the native works on its pipeline while the Lua host runs
+        sent.lua_out = self.lua.run_steps(segment)
+        sent.lua_results = self.lua.finish(sent.lua_out)
+        sent.native_results = self.native.finish(sent.native_out)
 
     def _judge_segment(self, result: ReplayResult, state: JudgeState, walks: _Walks, segment: list[Resolved],
                        sent: _Sent, mark: float, started: float) -> tuple[JudgeState, float]:  # fmt: skip

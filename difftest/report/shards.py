@@ -117,11 +117,6 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
     steps = sum(int(e["steps"]) for e in entries)
     elapsed = max(float(d.get("elapsed_s", 0.0)) for _, d in parts)
     interrupted = total is None and any(d.get("interrupted") for _, d in parts)
-
-    def joined(key: str) -> Any:
-        values = sorted({str(d.get(key)) for _, d in parts if d.get(key) is not None})
-        return None if not values else values[0] if len(values) == 1 else ", ".join(values)
-
     first_doc = parts[0][1]
     return {
         "verdict": verdict(divergences, interrupted, histories),
@@ -133,14 +128,7 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "replicas": first_doc.get("replicas"),
         "max_steps": first_doc.get("max_steps"),
         "workers": sum(int(d.get("workers", 1)) for _, d in parts),
-        "database": joined("database"),
-        "module": joined("module"),
-        "lua_scripts": joined("lua_scripts"),
-        # the build under test (difftest/replay/build.py), each field joined as the paths are
-        **{key: joined(key) for key in ("module_sha256", "lua_scripts_dir", "lua_scripts_sha256")},
-        "module_given": any(d.get("module_given") for _, d in parts),
-        "valkey": first_doc.get("valkey"),
-        "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
+        **_build_fields(parts),
         "histories": histories,
         "steps": steps,
         "elapsed_s": round(elapsed, 3),
@@ -148,9 +136,29 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
         "interrupted": interrupted,
         "divergences": divergences,
         **coverage_fields(labels),
-        "host": joined("host"),
+        "host": _joined(parts, "host"),
         "progress": _progress(entries),
         "batches": entries,
+    }
+
+
+def _joined(parts: list[tuple[Path, dict[str, Any]]], key: str) -> str | None:
+    """The shards' values of `key`: the one they share, else all of them, comma-separated."""
+    values = sorted({str(d.get(key)) for _, d in parts if d.get(key) is not None})
+    return None if not values else values[0] if len(values) == 1 else ", ".join(values)
+
+
+def _build_fields(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """The example database and the build under test (difftest/replay/build.py), each field joined as
+    the paths are."""
+    return {
+        "database": _joined(parts, "database"),
+        "module": _joined(parts, "module"),
+        "lua_scripts": _joined(parts, "lua_scripts"),
+        **{key: _joined(parts, key) for key in ("module_sha256", "lua_scripts_dir", "lua_scripts_sha256")},
+        "module_given": any(d.get("module_given") for _, d in parts),
+        "valkey": parts[0][1].get("valkey"),
+        "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
     }
 
 
