@@ -10,18 +10,8 @@ use valkey_module::{
 use crate::decide::{first_write_refusal, FirstWrite, Refusal};
 use crate::errors;
 use crate::plan::Op;
-
-/// An owned copy of a server reply, so decisions never hold the server's reply objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    Null,
-    Int(i64),
-    /// Bulk and status strings alike: raw bytes, never converted to UTF-8.
-    Bulk(Vec<u8>),
-    Array(Vec<Reply>),
-    /// Any reply type RESP2 calls do not produce here (maps, doubles, ...).
-    Other,
-}
+// the calls' answers; the transitions name the type through this module, as they call it through it
+pub use crate::reply::Reply;
 
 fn own(result: &CallResult<'_>) -> Result<Reply, Vec<u8>> {
     match result {

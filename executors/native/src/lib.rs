@@ -7,6 +7,7 @@ mod errors;
 mod host;
 mod layout;
 mod plan;
+mod reply;
 mod transitions;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,6 +1,6 @@
 //! A planned write: the command, its byte arguments, and the reply it must give (its prediction).
 
-use crate::host::Reply;
+use crate::reply::Reply;
 
 /// What a planned write must answer; anything else means the keyspace moved under the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
