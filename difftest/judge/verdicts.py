@@ -62,6 +62,9 @@ class Exposure:
     scripts: bool = False  # steps ran through the Lua scripts on the native server (an upgrade)
 
 
+PausedReads = tuple[tuple[int, Reply], ...]
+
+
 @dataclass(frozen=True)
 class JudgeState:
     """Everything the judge carries from one step to the next."""
@@ -69,7 +72,7 @@ class JudgeState:
     before: Snapshot = field(default_factory=dict)  # both keyspaces agree on it (the native's, after a re-sync)
     before_epochs: Epochs = field(default_factory=dict)
     expected_epochs: Epochs = field(default_factory=dict)  # N1: the run_id of each row's last stamp
-    paused_reads: tuple[tuple[int, Reply], ...] = ()  # each open split claim: (its begin's index, its read's answer)
+    paused_reads: PausedReads = ()  # each open split claim: (its begin's index, its read's answer)
     exposure: Exposure = field(default_factory=Exposure)
     ledger: Ledger = field(default_factory=Ledger)  # the native side's
     lua_ledger: Ledger = field(default_factory=Ledger)
@@ -303,6 +306,62 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     then each side's invariants and accounting. On a divergence the state is returned as it was (the
     history stops there)."""
     resolved = observation.resolved
+    exposure, paused_reads, paused_read, limited = _carried(state, observation)
+    transition = resolved.transition
+    if resolved.is_raw or state.expected_epochs or (transition is not None and transition.stamps is not Stamp.NONE):
+        epochs = expected_epochs(state, observation)
+    else:
+        epochs = state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
+    verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
+    # the spec's model, held to each side (a step it does not predict is the pair's alone)
+    prediction = spec_prediction(state, observation, paused_read, limited) if MODEL_ON else "off"
+    if isinstance(prediction, str):
+        lua_off = native_off = None
+        verdict = replace(verdict, unjudged=prediction)
+    else:
+        lua_off, native_off = spec_departures(prediction, observation)
+    if not verdict.ok:
+        return state, _blamed(verdict, lua_off, native_off, prediction)
+    rule = RULES[verdict.rule] if verdict.rule else None
+    scripts_half_way = resolved.via_scripts and _scripts_stopped_half_way(state.before, observation)
+    # the Lua side is checked only where it differs, and not where its script stopped half-way:
+    # a rule that allows partial writes, or an error after writes (an ACL refusal on the
+    # counted path of D7, say): the retired scripts' behaviour, not judged
+    partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
+    ledger, lua_ledger = _recorded(state, observation, scripts_half_way)
+    broken: list[str] | None = _spec_parts(lua_off, native_off) if (lua_off or native_off) else None
+    if not partial:
+        ledger, lua_ledger, found = _checked(state, observation, ledger, lua_ledger)
+        if found:
+            broken = [*(broken or ()), *found]
+    if broken:
+        if lua_off or native_off:
+            headline = _spec_headline(verdict, lua_off, native_off, observation)
+            reason = f"{headline}: {'; '.join(broken)}"
+            return state, Verdict("divergence", verdict.rule, reason, finding=SPEC, prediction=prediction)
+        return state, Verdict("divergence", verdict.rule, "; ".join(broken), prediction=prediction)
+    if rule is not None and rule.resync:
+        lua_ledger = ledger  # the Lua server takes the native's ground
+    native_epochs, native_after = observation.native_epochs, observation.native_after
+    if (
+        native_after is state.before
+        and native_epochs is state.before_epochs
+        and epochs is state.expected_epochs
+        and paused_reads is state.paused_reads
+        and exposure is state.exposure
+        and ledger is state.ledger
+        and lua_ledger is state.lua_ledger
+        and limited is state.limited
+    ):
+        return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
+    return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
+                      limited), verdict  # fmt: skip
+
+
+def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool]:
+    """What the state carries past the step: the exposure to other writers, the split claims' pause
+    reads still open (and, at a claim's end, the read its begin made), whether the memory limit is on."""
+    resolved = observation.resolved
     exposure = state.exposure
     if resolved.via_scripts or resolved.is_raw or resolved.is_restart or resolved.user is not None:
         exposure = _exposure(exposure, resolved)  # (no other step exposes anything)
@@ -316,12 +375,14 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     elif resolved.is_end:
         paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
         paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
-    transition = resolved.transition
-    if resolved.is_raw or state.expected_epochs or (transition is not None and transition.stamps is not Stamp.NONE):
-        epochs = expected_epochs(state, observation)
-    else:
-        epochs = state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
-    before = state.before
+    return exposure, paused_reads, paused_read, limited
+
+
+def _pair_verdict(state: JudgeState, observation: Observation, exposure: Exposure, paused_read: Reply,
+                  epochs: Epochs) -> Verdict:  # fmt: skip
+    """The pair compared under the contract: MATCH at once where both sides are equal and no rule
+    can apply (the common step), else the contract's rules decide."""
+    resolved = observation.resolved
     lua_reply, native_reply = observation.lua_reply, observation.native_reply
     lua_after, native_after = observation.lua_after, observation.native_after
     same_reply = (
@@ -339,78 +400,51 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
             or meets_no_rule(resolved, lua_reply, native_reply, observation.denied)
         )
     ):
-        verdict = MATCH  # the common step: equal on both sides and no rule can apply
-    else:
-        view = StepView(resolved, observation.now_ms, observation.run_id, before, state.before_epochs,
-                        lua_reply, native_reply, lua_after, native_after, paused_read,
-                        observation.denied, observation.native_epochs, epochs)  # fmt: skip
-        verdict = verdict_of(view)
-    # the spec's model, held to each side (a step it does not predict is the pair's alone)
-    prediction = spec_prediction(state, observation, paused_read, limited) if MODEL_ON else "off"
-    if isinstance(prediction, str):
-        lua_off = native_off = None
-        verdict = replace(verdict, unjudged=prediction)
-    else:
-        lua_off, native_off = spec_departures(prediction, observation)
-    if not verdict.ok:
-        return state, _blamed(verdict, lua_off, native_off, prediction)
-    rule = RULES[verdict.rule] if verdict.rule else None
-    scripts_half_way = resolved.via_scripts and _scripts_stopped_half_way(before, observation)
-    # the Lua side is checked only where it differs, and not where its script stopped half-way:
-    # a rule that allows partial writes, or an error after writes (an ACL refusal on the
-    # counted path of D7, say): the retired scripts' behaviour, not judged
-    partial = scripts_half_way or bool(rule and rule.lua_partial_writes)
+        return MATCH
+    view = StepView(resolved, observation.now_ms, observation.run_id, state.before, state.before_epochs,
+                    lua_reply, native_reply, lua_after, native_after, paused_read,
+                    observation.denied, observation.native_epochs, epochs)  # fmt: skip
+    return verdict_of(view)
+
+
+def _recorded(state: JudgeState, observation: Observation, scripts_half_way: bool) -> tuple[Ledger, Ledger]:
+    """Each side's ledger after the step (the native's, the Lua side's): a transition's moves
+    recorded, or what a raw write or a script stopped half-way touched, tainted."""
+    resolved, before = observation.resolved, state.before
     if resolved.is_raw or scripts_half_way:
-        ledger = _moved(state.ledger, resolved, scripts_half_way, before, native_after)
-        lua_ledger = _moved(state.lua_ledger, resolved, scripts_half_way, before, lua_after)
-    elif resolved.sends_transition:
-        ledger = state.ledger.record(resolved, native_reply, native_after)
-        lua_ledger = state.lua_ledger.record(resolved, lua_reply, lua_after)
-    else:
-        ledger, lua_ledger = state.ledger, state.lua_ledger
-    # each side held to the invariants (a ledger after a full check that found nothing is settled;
-    # `held`: nothing moved since the last check)
-    broken: list[str] | None = _spec_parts(lua_off, native_off) if (lua_off or native_off) else None
-    if not partial:
-        held = native_after is before and ledger.settled
-        found = violations(ledger, resolved, before, native_reply, native_after, held)
+        return (_moved(state.ledger, resolved, scripts_half_way, before, observation.native_after),
+                _moved(state.lua_ledger, resolved, scripts_half_way, before, observation.lua_after))  # fmt: skip
+    if resolved.sends_transition:
+        return (state.ledger.record(resolved, observation.native_reply, observation.native_after),
+                state.lua_ledger.record(resolved, observation.lua_reply, observation.lua_after))  # fmt: skip
+    return state.ledger, state.lua_ledger
+
+
+def _checked(state: JudgeState, observation: Observation, ledger: Ledger,
+             lua_ledger: Ledger) -> tuple[Ledger, Ledger, list[str]]:  # fmt: skip
+    """Each side held to the invariants, then to the queue's accounting: the ledgers after (a ledger
+    after a full check that found nothing is settled; `held`: nothing moved since the last check)
+    and what each side broke, the native's first."""
+    resolved, before = observation.resolved, state.before
+    native_after, lua_after = observation.native_after, observation.lua_after
+    broken: list[str] = []
+    held = native_after is before and ledger.settled
+    found = violations(ledger, resolved, before, observation.native_reply, native_after, held)
+    if found:
+        broken += (f"native: {v}" for v in found)
+    elif not held:
+        ledger = ledger.checked()
+    if lua_after is not native_after and not _lua_stopped_half_way(before, observation):
+        held = lua_after is before and lua_ledger.settled
+        found = violations(lua_ledger, resolved, before, observation.lua_reply, lua_after, held)
         if found:
-            broken = [*(broken or ()), *(f"native: {v}" for v in found)]
+            broken += (f"lua: {v}" for v in found)
         elif not held:
-            ledger = ledger.checked()
-        if lua_after is not native_after and not _lua_stopped_half_way(before, observation):
-            held = lua_after is before and lua_ledger.settled
-            found = violations(lua_ledger, resolved, before, lua_reply, lua_after, held)
-            if found:
-                broken = [*(broken or ()), *(f"lua: {v}" for v in found)]
-            elif not held:
-                lua_ledger = lua_ledger.checked()
-        if resolved.sends_transition or resolved.is_raw:
-            ledger, lua_ledger, owed = _accounted(state, observation, ledger, lua_ledger)
-            if owed:
-                broken = [*(broken or ()), *owed]
-    if broken:
-        if lua_off or native_off:
-            headline = _spec_headline(verdict, lua_off, native_off, observation)
-            reason = f"{headline}: {'; '.join(broken)}"
-            return state, Verdict("divergence", verdict.rule, reason, finding=SPEC, prediction=prediction)
-        return state, Verdict("divergence", verdict.rule, "; ".join(broken), prediction=prediction)
-    if rule is not None and rule.resync:
-        lua_ledger = ledger  # the Lua server takes the native's ground
-    native_epochs = observation.native_epochs
-    if (
-        native_after is before
-        and native_epochs is state.before_epochs
-        and epochs is state.expected_epochs
-        and paused_reads is state.paused_reads
-        and exposure is state.exposure
-        and ledger is state.ledger
-        and lua_ledger is state.lua_ledger
-        and limited is state.limited
-    ):
-        return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
-    return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
-                      limited), verdict  # fmt: skip
+            lua_ledger = lua_ledger.checked()
+    if resolved.sends_transition or resolved.is_raw:
+        ledger, lua_ledger, owed = _accounted(state, observation, ledger, lua_ledger)
+        broken += owed
+    return ledger, lua_ledger, broken
 
 
 def judge_all(observations: Iterable[Observation], state: JudgeState | None = None) -> list[Verdict]:
