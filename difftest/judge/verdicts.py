@@ -307,11 +307,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     history stops there)."""
     resolved = observation.resolved
     exposure, paused_reads, paused_read, limited = _carried(state, observation)
-    transition = resolved.transition
-    if resolved.is_raw or state.expected_epochs or (transition is not None and transition.stamps is not Stamp.NONE):
-        epochs = expected_epochs(state, observation)
-    else:
-        epochs = state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
+    epochs = _epochs_after(state, observation)
     verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
     # the spec's model, held to each side (a step it does not predict is the pair's alone)
     prediction = spec_prediction(state, observation, paused_read, limited) if MODEL_ON else "off"
@@ -335,11 +331,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         if found:
             broken = [*(broken or ()), *found]
     if broken:
-        if lua_off or native_off:
-            headline = _spec_headline(verdict, lua_off, native_off, observation)
-            reason = f"{headline}: {'; '.join(broken)}"
-            return state, Verdict("divergence", verdict.rule, reason, finding=SPEC, prediction=prediction)
-        return state, Verdict("divergence", verdict.rule, "; ".join(broken), prediction=prediction)
+        return state, _off(verdict, broken, lua_off, native_off, observation, prediction)
     if rule is not None and rule.resync:
         lua_ledger = ledger  # the Lua server takes the native's ground
     native_epochs, native_after = observation.native_epochs, observation.native_after
@@ -356,6 +348,25 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
     return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
                       limited), verdict  # fmt: skip
+
+
+def _off(verdict: Verdict, broken: list[str], lua_off: str | None, native_off: str | None, observation: Observation,
+         prediction: model.Prediction | str) -> Verdict:  # fmt: skip
+    """A divergence of a side from the spec's model, its invariants or its accounting (the pair agreed,
+    or a contract row allowed its difference): headed by how the sides stand to the model, if it voted."""
+    if lua_off or native_off:
+        headline = _spec_headline(verdict, lua_off, native_off, observation)
+        return Verdict("divergence", verdict.rule, f"{headline}: {'; '.join(broken)}", finding=SPEC,
+                       prediction=prediction)  # fmt: skip
+    return Verdict("divergence", verdict.rule, "; ".join(broken), prediction=prediction)
+
+
+def _epochs_after(state: JudgeState, observation: Observation) -> Epochs:
+    """N1's expected epochs after the step, worked out only where one is held or the step may stamp one."""
+    resolved, transition = observation.resolved, observation.resolved.transition
+    if resolved.is_raw or state.expected_epochs or (transition is not None and transition.stamps is not Stamp.NONE):
+        return expected_epochs(state, observation)
+    return state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
 
 
 def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool]:
