@@ -43,7 +43,10 @@ def shard_of(document: dict[str, Any]) -> ShardSpec:
     return (int(shard["index"]), int(shard["count"])) if shard else (1, 1)
 
 
-def _same(parts: list[tuple[Path, dict[str, Any]]], key: str, what: str) -> None:
+Shard = tuple[Path, dict[str, Any]]  # a shard's run directory and its summary.json
+
+
+def _same(parts: list[Shard], key: str, what: str) -> None:
     first_dir, first = parts[0]
     for directory, document in parts[1:]:
         if document.get(key) != first.get(key):
@@ -59,7 +62,7 @@ def _budget_batches(budget: dict[str, Any]) -> int | None:
     return None if examples is None else -(-int(examples) // BATCH)
 
 
-def _check(parts: list[tuple[Path, dict[str, Any]]]) -> None:
+def _check(parts: list[Shard]) -> None:
     """Refuses parts that are not the shards of one campaign, each shard K/N once."""
     for directory, document in parts:
         if "batches" not in document:
@@ -92,7 +95,7 @@ def _check(parts: list[tuple[Path, dict[str, Any]]]) -> None:
         raise ShardMismatch(f"shard {', '.join(absent)} missing: merge all {count} shards of the campaign")
 
 
-def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]:
+def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
     """One summary from the shards' (directory, summary) pairs; artifact links are made relative
     to `out`. Raises ShardMismatch for shards that do not fit together or miss a batch."""
     if not parts:
@@ -142,13 +145,13 @@ def merge(parts: list[tuple[Path, dict[str, Any]]], out: Path) -> dict[str, Any]
     }
 
 
-def _joined(parts: list[tuple[Path, dict[str, Any]]], key: str) -> str | None:
+def _joined(parts: list[Shard], key: str) -> str | None:
     """The shards' values of `key`: the one they share, else all of them, comma-separated."""
     values = sorted({str(d.get(key)) for _, d in parts if d.get(key) is not None})
     return None if not values else values[0] if len(values) == 1 else ", ".join(values)
 
 
-def _build_fields(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+def _build_fields(parts: list[Shard]) -> dict[str, Any]:
     """The example database and the build under test (difftest/replay/build.py), each field joined as
     the paths are."""
     return {
