@@ -9,7 +9,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from difftest.base.exits import (  # the one table of codes and meanings; imported from here by older callers
     EXIT_COVERAGE,
@@ -118,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["mutants"]:
         # the runner parses its own arguments and has its own codes; --help shows this command's page first
         return mutants.command_mutants(argv[1:], lambda: subcommands(build_parser())["mutants"].format_help())
-    args: Any = None
+    args: argparse.Namespace | None = None
     try:
         try:
             args = build_parser().parse_args(argv)  # bad options: one line from OneLineParser.error
