@@ -5,6 +5,7 @@ Hypothesis other than the pinned one)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import itertools
 from pathlib import Path
@@ -15,9 +16,9 @@ from hypothesis import Phase
 
 from difftest.base.problems import SetupProblem
 from difftest.history import format as hist
-from difftest.history.format import Advance, CallStep, History
+from difftest.history.format import Advance, CallStep, History, RawWrite
 from strategies import engine
-from strategies.machine import QueueMachine, machine_settings, run_machine
+from strategies.machine import START_MS, QueueMachine, machine_settings, run_machine
 from strategies.shape import HistoryShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,10 +173,23 @@ def test_each_hook_off_alone_still_draws_valid_histories(hook: str) -> None:
         assert any(isinstance(step, CallStep) for step in history.steps) or not history.steps
 
 
+def _on_the_second(step: object) -> object:
+    """A PEXPIREAT's absolute time as it was when histories started on the second (START_MS - 999)."""
+    if isinstance(step, RawWrite) and step.command[:1] == (b"PEXPIREAT",):
+        at = int(step.command[2]) - (START_MS - hist.DEFAULT_START_MS)
+        return RawWrite((*step.command[:2], b"%d" % at, *step.command[3:]))
+    return step
+
+
 def test_the_hooks_make_the_histories_a_seed_drew_before_the_split() -> None:
     """The seed's first histories as the machine drew them before strategies/engine.py existed
     (bench/bench_engine.py --digest holds 6,000 of them): the hooks changed no choice."""
     made = drawn(examples=3, seed=1000, shape=HistoryShape())
+    assert {h.start_ms for h in made} == {START_MS}  # the last millisecond of a second (strategies/machine.py)
+    # the choices as recorded before: the same steps, with the start (and a PEXPIREAT's absolute time) on
+    # the second itself, as histories began until they began at its last millisecond
+    made = [dataclasses.replace(h, start_ms=hist.DEFAULT_START_MS, steps=tuple(map(_on_the_second, h.steps)))
+            for h in made]  # fmt: skip
     digest = hashlib.sha256("".join(hist.dumps(h) for h in made).encode()).hexdigest()[:16]
     assert ([len(h.steps) for h in made], digest) == ([39, 53, 47], "0d2902283e28e68c")  # recorded before
 
