@@ -456,11 +456,11 @@ def _no_mutation(self: Any, data: Any) -> None:
 # -- min_steps -----------------------------------------------------------------------------------
 # `run_state_machine_as_test(_min_steps=)` (a private argument) forces the stop draws of the first
 # steps: at least one rule runs after the initialize rules. Measured (bench/bench_engine.py, 300
-# histories): without it 3 runs in 300 stopped before their first rule, empty, so a budget of 300
-# histories handed on 297 (`--examples N` replays exactly N with it); and since a forced draw takes
-# nothing from the random stream, 292 of those 297 differ from the histories the same seeds drew
-# before this module existed (and every campaign, shard and mutant figure recorded from a seed). The
-# rate is the same either way (0.97, within the noise).
+# histories): without it 3 runs in 300 stopped before their first rule, histories of no step (the
+# machine hands them on all the same, so that a budget of N histories replays N); and since a forced
+# draw takes nothing from the random stream, 292 of the other 297 differ from the histories the same
+# seeds drew before this module existed (and from every campaign, shard and mutant figure recorded
+# from a seed). The rate is the same either way (0.97, within the noise).
 
 
 def run(factory: Callable[[], RuleBasedStateMachine], the_settings: settings, initializers: int) -> None:
