@@ -52,7 +52,7 @@ from difftest.history.format import (
 )
 from difftest.spec import domains
 from difftest.spec.calls import Call
-from difftest.spec.commands import TRANSITIONS, Layout, Rows
+from difftest.spec.commands import REFUSED_OVER_THE_LIMIT, TRANSITIONS, Layout, Rows
 from strategies import engine
 from strategies.hints import QueueHints
 from strategies.pools import (
@@ -64,14 +64,12 @@ from strategies.pools import (
     ERRORS,
     IDS,
     PAYLOADS,
-    PLAIN_VERB_WEIGHTS,
     QUEUES,
     TOKENS,
     USER_KINDS,
     USER_PROBES,
     USERS,
     WORKERS,
-    aimed_verb_weights,
 )
 from strategies.shape import HistoryShape
 from strategies.steps import (
@@ -156,13 +154,10 @@ IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # shrinks to), then one channel, then only the classes the transitions fire (hash and zset), then
 # with new-key events and key misses (the misses set aside by the judge: reads, docs/contract-decisions.md)
 NOTIFY_FLAGS = ("KEA", "KA", "EA", "Khz", "KEAnm")
-# the verbs whose retired script's first write is a deny-oom command (HSET, ZADD): refused over the
-# memory limit on both servers, so the hints do not move (ENQUEUE of a duplicate writes nothing either)
-REFUSED_OVER_THE_LIMIT = frozenset({"ENQUEUE", "EXTEND", "PAUSE"})
 # what a rule with a target returns when it adds nothing (one for all steps, not one a step)
 NOTHING: MultipleResults[Any] = multiple()
 CALLS = 118  # transitions per 256 steps
-PLAIN_WEIGHTS = dict(PLAIN_VERB_WEIGHTS)
+PLAIN_WEIGHTS = dict(domains.PLAIN_VERB_WEIGHTS)  # the command table's
 PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
 
 
@@ -209,8 +204,9 @@ def transition_weights(key: tuple[Hashable, ...]) -> dict[str, int]:
     if weights is None:
         pending, active, expired, due, dead, paused, claims_open, done_broken, dead_broken = cast(AimedKey, key)
         aimed_now = dict(
-            aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead, paused=paused,
-                               claims_open=claims_open, done_broken=done_broken, dead_broken=dead_broken)
+            domains.aimed_verb_weights(pending=pending, active=active, expired=expired, due=due, dead=dead,
+                                       paused=paused, claims_open=claims_open, done_broken=done_broken,
+                                       dead_broken=dead_broken)
         )  # fmt: skip
         total = sum(aimed_now.values())
         weights = {
@@ -594,7 +590,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _condition_call(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> Call:
         """A transition of any verb, mostly with a lease some worker holds; the hints move unless the
-        verb is `refused` (None: every verb, none writes)."""
+        verb is `refused` (None: every verb, none writes; the memory limit refuses the verbs whose first
+        write grows the keyspace, `REFUSED_OVER_THE_LIMIT`)."""
         hints = self.hints[queue]
         verb = draws.pick(VERBS)
         written = refused is not None and verb not in refused

@@ -1,7 +1,8 @@
-"""The small pools the rules draw values from, the restricted users, and the transitions' weights.
+"""The small pools the rules draw values from, and the restricted users.
 
 Tiny pools of queues, ids, tokens and durations make transitions collide and deadlines meet; every
-pool lists its plainest value first, which is what a choice shrinks to.
+pool lists its plainest value first, which is what a choice shrinks to. The transitions' weights are
+the command table's (`difftest.spec.domains.PLAIN_VERB_WEIGHTS`, `aimed_verb_weights`).
 """
 
 from __future__ import annotations
@@ -45,40 +46,3 @@ USER_KINDS = tuple(kind for kind, weight in USER_KIND_WEIGHTS.items() for _ in r
 # SWEEP writes the rows of the leases it exempts (D7 held to the caller's permissions)
 READ_ROWS_USER = domains.acl_user(domains.ROWS_KEY, "read")
 USER_PROBES[READ_ROWS_USER] = (*USER_PROBES[READ_ROWS_USER], *["EXTEND"] * 4, *["SWEEP"] * 4)
-
-
-# Each transition's fixed weight: a third of the transitions' share of the steps is drawn by these
-PLAIN_VERB_WEIGHTS = (
-    ("ENQUEUE", 20), ("CLAIM", 18), ("COMPLETE", 10), ("FAIL", 10), ("SWEEP", 10),
-    ("EXTEND", 8), ("PROMOTE", 8), ("REVIVE", 6), ("PAUSE", 4), ("RESUME", 4),
-)  # fmt: skip
-
-
-def aimed_verb_weights(
-    *,
-    pending: bool,
-    active: bool,
-    expired: bool,
-    due: bool,
-    dead: bool,
-    paused: bool,
-    claims_open: bool,
-    done_broken: bool,
-    dead_broken: bool,
-) -> tuple[tuple[str, int], ...]:
-    """Transitions weighted by what the queues hold (as far as the hints know): work that is waiting
-    draws the transition that does it; a corrupt set with a lease held draws the transition that
-    meets it (dead: FAIL's dead-letter path; done: COMPLETE); an open split claim draws PAUSE and
-    RESUME (D1). Two thirds of the transitions' share of the steps is drawn by these."""
-    return (
-        ("ENQUEUE", 20),
-        ("CLAIM", 6 + 24 * pending),
-        ("COMPLETE", 3 + 15 * active + 12 * done_broken),
-        ("FAIL", 3 + 10 * active + 12 * dead_broken),
-        ("EXTEND", 2 + 8 * active),
-        ("SWEEP", 4 + 24 * expired),
-        ("PROMOTE", 4 + 24 * due),
-        ("REVIVE", 2 + 12 * dead),
-        ("PAUSE", 2 + 12 * (claims_open and not paused)),
-        ("RESUME", 2 + 12 * paused),
-    )

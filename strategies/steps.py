@@ -23,7 +23,6 @@ from strategies.pools import (
     I64_MAX,
     IDS,
     PAYLOADS,
-    PLAIN_VERB_WEIGHTS,
     QUEUES,
     TOKENS,
 )
@@ -341,7 +340,7 @@ def typed_step(draw: Choices, queue: bytes, hints: QueueHints, now: int) -> list
     """A key a transition writes made of another type just before that transition: for every verb
     and every key it reaches, derived keys included (difftest/spec/domains.py)."""
     layout = Layout(queue)
-    verb = draw.weighted(PLAIN_VERB_WEIGHTS)
+    verb = draw.weighted(domains.PLAIN_VERB_WEIGHTS)
     kind = draw.spread(domains.written_keys(TRANSITIONS[verb]))
     job = reader_row(draw, verb, hints)
     if kind == domains.ROWS_KEY:
