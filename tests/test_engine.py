@@ -26,13 +26,8 @@ SCANNED = ("difftest", "strategies", "mutants", "bench")
 ENGINE = "strategies/engine.py"
 
 
-# Replica calls off where histories are loaded back: an upgrade after a first replica call marks that
-# call as run through the scripts, which the history format refuses (a replica call runs through each
-# server's own executor); the machine does that whatever the hooks (4 in 2,000 default histories).
-NO_REPLICA_CALLS = HistoryShape(replica_calls=False)
-
-
-def drawn(examples: int = 40, seed: int = 7, shape: HistoryShape = NO_REPLICA_CALLS) -> list[History]:
+def drawn(examples: int = 40, seed: int = 7, shape: HistoryShape | None = None) -> list[History]:
+    shape = shape or HistoryShape()
     made: list[History] = []
     run_machine(shape, made.append, machine_settings(examples, shape.max_steps, phases=[Phase.generate]), seed=seed)
     return made
