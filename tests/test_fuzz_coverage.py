@@ -29,6 +29,7 @@ def tools() -> native_coverage.Tools:
     return native_coverage.find_tools()
 
 
+@pytest.mark.timeout(900)  # a fresh clone first builds the instrumented module's dependencies (as test_native_coverage)
 def test_the_counters_of_a_raw_profile_are_llvm_profdatas(
     tools: native_coverage.Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -56,6 +57,7 @@ def test_the_counters_of_a_raw_profile_are_llvm_profdatas(
     assert len(view.bitmap()) == (len(counts) + 7) // 8
 
 
+@pytest.mark.timeout(900)  # a fresh clone first builds the instrumented module's dependencies (as test_native_coverage)
 def test_a_guided_service_records_native_counters_lua_lines_and_its_corpus(database: str, tmp_path: Path) -> None:  # noqa: F811
     reports = tmp_path / "reports"
     command = [sys.executable, "-m", "difftest", "fuzz", "--database", database, "--guidance", "rare",
