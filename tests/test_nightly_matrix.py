@@ -19,7 +19,16 @@ import pytest
 
 from difftest.servers.valkeys import NEWEST
 from tests.test_shards import comparable
-from tests.workflow import ROOT, context_for, input_defaults, job_commands, load, matrix_legs, plan_outputs
+from tests.workflow import (
+    ROOT,
+    context_for,
+    input_defaults,
+    job_commands,
+    load,
+    matrix_legs,
+    plan_outputs,
+    substitute,
+)
 
 SEED = "20261204"
 INPUTS = {"examples": "80", "campaign_shards": "2", "mutant_shards": "2", "generated_shards": "1", "valkey": NEWEST,
@@ -162,3 +171,104 @@ def test_the_summary_follows_the_mutation_gate_and_marks_a_subset(tmp_path: Path
     older = {k: v for k, v in document.items() if k not in ("passed", "thresholds", "subset")}
     (tmp_path / "m" / "outcomes.json").write_text(json.dumps(older))
     assert mutants_section(tmp_path / "m", None)[1] is False
+
+
+# ---- the fuzz job: the corpus from the night before, through GitHub's artifacts ------------------------
+
+
+def previous(api: str, artifact: str, output: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "GITHUB_API_URL": api, "GITHUB_REPOSITORY": "owner/difftest", "GITHUB_OUTPUT": str(output),
+            "PYTHONPATH": str(ROOT), **env}  # fmt: skip
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "difftest.report.nightly", "previous",
+                           "--artifact", artifact], env=full, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def artifact(number: int, name: str, run: int, day: int, expired: bool = False) -> dict[str, Any]:
+    """One entry of GitHub's artifact listing (GET /repos/{owner}/{repo}/actions/artifacts)."""
+    return {"id": number, "name": name, "expired": expired, "created_at": f"2026-12-{day:02d}T03:00:00Z",
+            "workflow_run": {"id": run, "head_branch": "main"}}  # fmt: skip
+
+
+def test_previous_names_the_newest_run_that_keeps_the_artifact_and_fails_when_github_does_not_answer(
+    tmp_path: Path,
+) -> None:
+    from difftest.report.nightly import EXIT_UNAVAILABLE, EXIT_USAGE
+    from tests.workflow import artifacts_api
+
+    corpus = "fuzz-corpus-9.1.2"
+    listing = {"artifacts": [artifact(11, corpus, 103, 3), artifact(12, corpus, 105, 5, expired=True),
+                             artifact(13, corpus, 104, 4), artifact(14, "fuzz-corpus-9.1.0", 106, 6)]}  # fmt: skip
+    output = tmp_path / "github-output"
+    with artifacts_api(listing) as api:
+        done = previous(api, "fuzz-corpus-9.1.2", output)
+        assert done.returncode == 0 and done.stdout == "run-id=104\n", done.stderr  # the newest not expired
+        assert output.read_text() == "run-id=104\n"
+        done = previous(api, "fuzz-corpus-7.2.4", output)  # the first night: none
+        assert done.returncode == 0 and done.stdout == "run-id=\n" and "starts empty" in done.stderr
+        done = previous(api, "fuzz-corpus-9.1.2", output, GITHUB_REPOSITORY="")
+        assert done.returncode == EXIT_USAGE and "--repository" in done.stderr
+    with artifacts_api(None, status=503) as api:
+        output.unlink()
+        done = previous(api, "fuzz-corpus-9.1.2", output)
+        assert done.returncode == EXIT_UNAVAILABLE and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not output.exists() and done.stdout == ""  # no run-id at all: the job stops there
+
+
+@pytest.mark.timeout(900)  # the fuzz command runs the coverage build, which a fresh clone builds first
+def test_the_fuzz_jobs_commands_carry_the_corpus_to_the_next_night(tmp_path: Path) -> None:
+    """Two nights of the fuzz job's steps as written (make setup skipped; download-artifact and
+    upload-artifact done by copying, GitHub's artifact listing by a stand-in on a local port)."""
+    from tests.workflow import artifacts_api, commands, environment
+
+    document = load()
+    inputs = {**input_defaults(document), **INPUTS, "fuzz_seconds": "20"}
+    job = document["jobs"]["fuzz"]
+    context = context_for(document, inputs, plan_outputs(document, inputs), {})
+    context["matrix"] = matrix_legs(job, context)[0]
+    listing: dict[str, Any] = {"artifacts": []}
+    kept: dict[int, Path] = {}  # run id -> its uploaded corpus artifact
+    printed: dict[int, list[str]] = {1: [], 2: []}
+    with artifacts_api(listing) as api:
+        for night in (1, 2):
+            cwd = workspace(tmp_path / f"night{night}")
+            outputs: dict[str, str] = {}
+            for step in job["steps"]:
+                guard = str(step.get("if", ""))
+                if "steps.previous.outputs.run-id != ''" in guard and not outputs.get("run-id"):
+                    continue  # download and import: only when a run kept a corpus
+                uses = str(step.get("uses", ""))
+                if uses.startswith("actions/download-artifact@"):
+                    shutil.copytree(kept[int(outputs["run-id"])], cwd / step["with"]["path"])
+                    continue
+                if uses.startswith("actions/upload-artifact@") and "corpus" in step["with"]["name"]:
+                    kept[night] = tmp_path / f"artifact-{night}"
+                    shutil.copytree(cwd / step["with"]["path"], kept[night])
+                    name = substitute(step["with"]["name"], context)
+                    listing["artifacts"].append(artifact(night, name, night, night))
+                    continue
+                if "run" not in step:
+                    continue
+                env = {**environment(document, job, step, context), "GITHUB_API_URL": api,
+                       "GITHUB_REPOSITORY": "owner/difftest", "GITHUB_OUTPUT": str(cwd / "github-output")}  # fmt: skip
+                for command in commands(step["run"]):
+                    if command == "make setup":
+                        continue
+                    done = shell(command, env, cwd, tmp_path / "summary.md")
+                    assert done.returncode == 0, (
+                        f"night {night}: {command}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+                    )
+                    printed[night].append(done.stdout)
+                if step.get("id") == "previous":
+                    outputs = dict(line.split("=", 1) for line in (cwd / "github-output").read_text().splitlines())
+    first = corpus_digests(kept[1] / "corpus.jsonl")
+    second = corpus_digests(kept[2] / "corpus.jsonl")
+    assert first and first <= second  # the second night saved the first night's corpus with its own
+    text = "\n".join(printed[2])
+    assert "run-id=1" in text and f"{len(first):,} new histories, 0 already held" in text
+    assert "run-id=\n" in "\n".join(printed[1])
+
+
+def corpus_digests(path: Path) -> set[str]:
+    from difftest.fuzz.corpusfile import digest_of
+
+    return {digest_of(json.loads(line)["history"]) for line in path.read_text().splitlines()[1:]}

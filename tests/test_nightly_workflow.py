@@ -147,7 +147,7 @@ def test_reports_are_uploaded_always_and_the_mutants_run_after_a_divergence() ->
 def test_the_matrix_jobs_their_needs_and_artifact_names() -> None:
     document = load()
     jobs = document["jobs"]
-    assert set(jobs) == {"plan", "campaign", "mutants", "merge"}
+    assert set(jobs) == {"plan", "campaign", "mutants", "fuzz", "merge"}
     assert jobs["campaign"]["needs"] == "plan" and jobs["mutants"]["needs"] == "plan"
     assert set(jobs["merge"]["needs"]) == {"plan", "campaign", "mutants"}
     assert set(jobs["plan"]["outputs"]) == {"seed", "campaign", "mutants", "valkey"}
@@ -194,6 +194,47 @@ def _legs(job: str) -> list[dict[str, str]]:
     defaults = input_defaults(document)
     context = context_for(document, defaults, plan_outputs(document), {})
     return matrix_legs(document["jobs"][job], context)
+
+
+def test_the_fuzz_job_carries_its_corpus_from_the_night_before_and_never_saves_less() -> None:
+    from tests.workflow import context_for, expand, plan_outputs, substitute
+
+    document = load()
+    job = document["jobs"]["fuzz"]
+    assert job["needs"] == "plan" and job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.valkey) }}"
+    assert job["permissions"] == {"contents": "read", "actions": "read"}  # the artifacts of earlier runs, no more
+    steps = {step.get("id"): step for step in job["steps"] if step.get("id")}
+    assert list(steps) == ["previous", "download", "import", "export"]
+    defaults = input_defaults(document)
+    leg = _legs("fuzz")[0]
+    context = context_for(document, defaults, plan_outputs(document), leg)
+    commands = {
+        step.get("id"): shlex.split(expand(command, env)) for step, command, env in job_commands(document, "fuzz")
+    }
+    uploads = [s for s in job["steps"] if "upload-artifact" in str(s.get("uses"))]
+    corpus_upload = next(s for s in uploads if "corpus" in s["with"]["name"])
+    corpus_name = substitute(corpus_upload["with"]["name"], context)
+    # the same artifact is looked for, downloaded and uploaded: previous/corpus.jsonl is what export wrote
+    assert commands["previous"][-2:] == ["--artifact", corpus_name]
+    assert substitute(steps["download"]["with"]["name"], context) == corpus_name
+    assert steps["download"]["with"]["run-id"] == "${{ steps.previous.outputs.run-id }}"
+    assert commands["import"][-1] == steps["download"]["with"]["path"] + "/corpus.jsonl"
+    assert commands["export"][-1] == corpus_upload["with"]["path"].rstrip("/") + "/corpus.jsonl"
+    assert corpus_upload["with"]["if-no-files-found"] == "error"
+    # download and import only when a run kept one; no export unless the night before's corpus came in
+    for key in ("download", "import"):
+        assert steps[key]["if"] == "${{ steps.previous.outputs.run-id != '' }}"
+    guard = steps["export"]["if"]
+    assert "!cancelled()" in guard and "steps.previous.outcome == 'success'" in guard
+    assert "steps.previous.outputs.run-id == ''" in guard and "steps.import.outcome == 'success'" in guard
+    assert "steps.export.outcome == 'success'" in corpus_upload["if"]
+    # the findings go up whatever happened; the service runs with coverage, so the corpus keeps more than labels
+    findings = next(s for s in uploads if s is not corpus_upload)
+    assert "always()" in findings["if"] and findings["with"]["path"].rstrip("/") == "reports"
+    fuzz = next(words for _, c in workflow_commands() if (words := shlex.split(c))[1:2] == ["fuzz"]
+                and "--seconds" in words)  # fmt: skip
+    assert {"--native-coverage", "--lua-coverage", "--no-dashboard"} <= set(fuzz)
+    assert fuzz[fuzz.index("--seconds") + 1] == defaults["fuzz_seconds"]
 
 
 def test_the_ci_guide_shows_the_same_commands() -> None:

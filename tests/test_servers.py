@@ -343,3 +343,19 @@ def test_a_restart_replays_only_its_own_history_once_the_aof_has_grown() -> None
         assert int(native.client.info("persistence")["aof_current_size"]) < AOF_COMPACT_BEFORE_RESTART_BYTES
         for server in (native, lua):
             assert server.client.hget("emq:{q}:job:kept", "payload") == b"x"
+
+
+def test_a_data_dir_too_deep_for_a_socket_address_still_serves_and_leaves_nothing(tmp_path: Path) -> None:
+    """A unix socket's address is at most 107 bytes: a server whose data dir is deeper (a deep --state,
+    checkout or pytest's tmp_path) gets its socket in a short directory of its own, removed by close."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    assert len(str(deep / "store" / "valkey.sock")) > 107
+    with ServerGroup(root=deep) as deep_group:
+        server = deep_group.add("store", tcp_port=0)
+        socket_dir = server.socket_path.parent
+        assert not str(server.socket_path).startswith(str(deep)) and len(str(server.socket_path)) <= 107
+        server.client.set("k", "v")
+        server.restart()  # the same short socket across a restart; the data stays in the deep data dir
+        assert server.client.get("k") == b"v"
+        assert (deep / "store").is_dir()
+    assert not socket_dir.exists()

@@ -4,9 +4,11 @@ environment it sees, and `${{ ... }}` expressions evaluated the way the runner w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,42 @@ def every_command(document: dict[Any, Any]) -> list[tuple[str, str]]:
 
 def words(command: str) -> list[str]:
     return shlex.split(command)
+
+
+@contextlib.contextmanager
+def artifacts_api(listing: dict[str, Any] | None, status: int = 200) -> Iterator[str]:
+    """A stand-in for GitHub's REST API on 127.0.0.1, answering GET /repos/OWNER/NAME/actions/artifacts with
+    `listing` (GitHub's documented shape: {"total_count", "artifacts": [{"id", "name", "expired", "created_at",
+    "workflow_run": {"id"}}]}, filtered by ?name= as GitHub does) or with `status`; yields its base URL
+    (what $GITHUB_API_URL holds on a runner). GitHub is the one outside service the nightly talks to; this
+    stands in for it, never for Valkey."""
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parsed = urllib.parse.urlparse(self.path)
+            name = urllib.parse.parse_qs(parsed.query).get("name", [None])[0]
+            if status != 200 or not re.fullmatch(r"/repos/[^/]+/[^/]+/actions/artifacts", parsed.path):
+                self.send_response(status if status != 200 else 404)
+                self.end_headers()
+                return
+            found = [a for a in (listing or {}).get("artifacts", []) if name is None or a.get("name") == name]
+            body = json.dumps({"total_count": len(found), "artifacts": found}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -42,6 +42,11 @@ def database_of(args: argparse.Namespace) -> Iterator[str]:
 def command_fuzz(args: argparse.Namespace) -> int:
     from difftest.fuzz.store import Store
 
+    if args.action in ("export", "import"):
+        return _carry(args)
+    if args.files:
+        raise SetupProblem(f"difftest fuzz{' ' + args.action if args.action else ''} takes no file "
+                           f"({args.files[0]}): only `fuzz export FILE` and `fuzz import FILE...` do")  # fmt: skip
     if args.action == "status":
         with database_of(args) as database:
             store = Store(database)
@@ -54,6 +59,51 @@ def command_fuzz(args: argparse.Namespace) -> int:
     if args.dashboard_only:
         return _dashboard_only(args)
     return _fuzz(args)
+
+
+def _carry(args: argparse.Namespace) -> int:
+    """`fuzz export FILE`: the store's corpus to a file; `fuzz import FILE...`: files' corpora into the store."""
+    from difftest.campaign.exampledb import ENVIRONMENT
+    from difftest.fuzz.corpusfile import export_corpus, import_corpus, read_corpus
+    from difftest.fuzz.store import Store
+
+    files: list[Path] = args.files
+    if args.action == "export" and len(files) != 1:
+        raise SetupProblem(f"difftest fuzz export takes one file, the corpus's path ({len(files)} given): "
+                           "e.g. difftest fuzz export reports/fuzz/corpus.jsonl")  # fmt: skip
+    if args.action == "import" and not files:
+        raise SetupProblem("difftest fuzz import takes the corpus files to add: e.g. difftest fuzz import corpus.jsonl")
+    reads = []
+    for path in files if args.action == "import" else []:  # every file checked before the store is touched
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as problem:
+            reason = problem.strerror if isinstance(problem, OSError) and problem.strerror else str(problem)
+            raise SetupProblem(f"corpus file {path}: {reason}: give a file `difftest fuzz export` wrote") from None
+        reads.append((path, read_corpus(text, f"corpus file {path}")))
+    with database_of(args) as database:
+        # the local store's URL has a new port each time: name its state directory instead
+        where = _shown(database) if args.database or os.environ.get(ENVIRONMENT) else f"the store in {args.state}"
+        store = Store(database)
+        try:
+            store.check()
+            if args.action == "export":
+                held = export_corpus(store, files[0], where)
+                print(f"fuzz: exported the corpus of {where}, {held:,} histories, to {files[0]}")
+                return EXIT_OK
+            for path, read in reads:
+                added = import_corpus(store, read)
+                refused = ""
+                if read.refused:
+                    more = ", ..." if len(read.refused) > 1 else ""
+                    refused = f"; {len(read.refused)} refused, this difftest cannot load them ({read.refused[0]}{more})"
+                print(
+                    f"fuzz: imported {path} into {where}: {added:,} new histories, "
+                    f"{len(read.entries) - added:,} already held{refused}; corpus now {store.corpus_size():,}"
+                )
+        finally:
+            store.close()
+    return EXIT_OK
 
 
 def _dashboard_only(args: argparse.Namespace) -> int:
@@ -209,8 +259,11 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
                   default_workers: int) -> None:  # fmt: skip
     from difftest.fuzz.service import STATE_DIR
 
-    fuzz.add_argument("action", nargs="?", choices=("status",),
-                      help="status: print the service's figures (what the dashboard shows) and exit")  # fmt: skip
+    fuzz.add_argument("action", nargs="?", choices=("status", "export", "import"),
+                      help="status: print the service's figures (what the dashboard shows) and exit; export FILE: "
+                      "write the corpus to FILE; import FILE...: add the corpora of files export wrote (the "
+                      "nightly carries the corpus between nights so)")  # fmt: skip
+    fuzz.add_argument("files", nargs="*", type=Path, metavar="FILE", help="export's file, or import's files")
     fuzz.add_argument("--database", metavar="URL", default=None,
                       help="the shared Valkey database (valkey://HOST:PORT[/DB]) that every service of the fuzzing "
                       "service joins: its records and Hypothesis's example database (default: $DIFFTEST_DATABASE, "

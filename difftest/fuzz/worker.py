@@ -15,7 +15,6 @@ a shrink under way stops at the smallest failure so far, which is recorded.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import random
@@ -206,11 +205,11 @@ class Worker:
         return {f"{verb}:{line}" for verb, line in parse_log(text[:cut])}
 
     def _keep(self, history: Any, new: dict[str, Any]) -> None:
+        from difftest.fuzz.corpusfile import digest_of
         from difftest.history.format import dumps
 
         text = dumps(history)
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        self.store.add_corpus(digest, {"history": text, "reached": new, "at": time.time(), "by": self.id})
+        self.store.add_corpus(digest_of(text), {"history": text, "reached": new, "at": time.time(), "by": self.id})
 
     def budget_left(self) -> bool:
         if self.shared is None or self.config.histories is None:

@@ -1,5 +1,5 @@
-"""The nightly matrix's two helpers, `python -m difftest.report.nightly plan|summary` (standard library only:
-`plan` runs before any set-up, on the runner's bare Python).
+"""The nightly matrix's helpers, `python -m difftest.report.nightly plan|summary|previous` (standard library
+only: `plan` runs before any set-up, on the runner's bare Python).
 
 - `plan` turns the workflow's inputs (campaign shards N, mutant shards M, Valkey versions, a seed)
   into the jobs' matrices, as `key=value` lines for $GITHUB_OUTPUT (and stdout).
@@ -7,6 +7,9 @@
   writes the Markdown job summary to $GITHUB_STEP_SUMMARY (and stdout): verdict, histories, steps,
   divergences with links, mutation score, unreached labels. Its exit code says whether the night
   was good, so the job fails on a divergence, a missed mutant, a void report or a missing shard.
+- `previous` finds the newest workflow run of this repository that still keeps an artifact of a
+  name (the fuzz job's corpus of the night before), through GitHub's REST API, and writes its id as
+  `run-id=...` for $GITHUB_OUTPUT (empty on the first night); download-artifact then fetches it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from difftest.servers.valkeys import STATIC_BUILDS, SUPPORTED, supported_text
 EXIT_OK = 0  # plan: matrices written; summary: the campaign agreed and every mutant was caught
 EXIT_BAD_NIGHT = 1  # summary: a divergence, a missed mutant, a void or interrupted report, a missing merge
 EXIT_USAGE = 2  # bad arguments: one line on stderr
+# previous: GitHub's API did not answer as documented (sysexits' EX_UNAVAILABLE); the job stops before it
+# fuzzes, since a night that started without the corpus would save a corpus without the earlier nights'
+EXIT_UNAVAILABLE = 69
 MAX_SHARDS = 64
 CAMPAIGN_FIELDS = ("verdict", "histories", "steps", "divergences", "coverage_missing")
 
@@ -97,6 +103,59 @@ def command_plan(args: argparse.Namespace) -> int:
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
             out.write(lines)
+    return EXIT_OK
+
+
+# -- previous --------------------------------------------------------------------------------------------
+
+API_TIMEOUT_S = 30.0
+
+
+def newest_run(listing: dict[str, Any], name: str) -> int | None:
+    """The run that uploaded the newest artifact `name` not yet expired, from GitHub's listing of a
+    repository's artifacts (GET /repos/{owner}/{repo}/actions/artifacts); None when there is none."""
+    kept = [a for a in listing.get("artifacts") or [] if a.get("name") == name and not a.get("expired")
+            and (a.get("workflow_run") or {}).get("id")]  # fmt: skip
+    if not kept:
+        return None
+    newest = max(kept, key=lambda a: (str(a.get("created_at") or ""), int(a.get("id") or 0)))
+    return int(newest["workflow_run"]["id"])
+
+
+def command_previous(args: argparse.Namespace) -> int:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    repository = args.repository or os.environ.get("GITHUB_REPOSITORY")
+    if not repository or repository.count("/") != 1:
+        sys.stderr.write(f"previous: no repository ({repository!r}): pass --repository OWNER/NAME, or run it in a "
+                         "workflow (GITHUB_REPOSITORY)\n")  # fmt: skip
+        return EXIT_USAGE
+    api = os.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    query = urllib.parse.urlencode({"name": args.artifact, "per_page": 100})
+    url = f"{api.rstrip('/')}/repos/{repository}/actions/artifacts?{query}"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.github+json",
+                                                   "X-GitHub-Api-Version": "2022-11-28"})  # fmt: skip
+    token = os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as answer:
+            listing = json.loads(answer.read())
+    except (urllib.error.URLError, OSError, ValueError) as problem:
+        reason = getattr(problem, "reason", None) or problem
+        sys.stderr.write(f"previous: GitHub's API ({url}) did not list the artifacts ({reason}): the corpus of "
+                         "the night before is not lost; run the job again\n")  # fmt: skip
+        return EXIT_UNAVAILABLE
+    run = newest_run(listing if isinstance(listing, dict) else {}, args.artifact)
+    line = f"run-id={run if run is not None else ''}\n"
+    sys.stdout.write(line)
+    sys.stderr.write(f"previous: {'run ' + str(run) if run else 'no run'} keeps an artifact {args.artifact}"
+                     f"{'' if run else ' (the first night, or it expired): the corpus starts empty'}\n")  # fmt: skip
+    if os.environ.get("GITHUB_OUTPUT"):
+        with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
+            out.write(line)
     return EXIT_OK
 
 
@@ -234,7 +293,8 @@ CODES = """exit codes:
   0  plan: the matrices written; summary: the campaign agreed and every mutant was caught
   1  summary: a divergence, a missed mutant, a void or interrupted report, or no merged report
      (a shard missing, a merge refused)
-  2  bad arguments: one line on stderr"""
+  2  bad arguments: one line on stderr
+ 69  previous: GitHub's API did not answer (one line on stderr): nothing was decided, run the job again"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a merged mutation report (outcomes.json)")  # fmt: skip
     summary.add_argument("--title", default="", help="the heading's tail, e.g. the Valkey version")
     summary.add_argument("--artifact", default=None, help="the artifact that holds the reports")
+    previous = actions.add_parser("previous", help="the newest run that keeps an artifact (run-id=...)",
+                                  epilog=CODES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    previous.add_argument("--artifact", required=True, help="the artifact's name, e.g. fuzz-9.1.2")
+    previous.add_argument("--repository", default=None, metavar="OWNER/NAME",
+                          help="the repository (default: $GITHUB_REPOSITORY); the token is $GITHUB_TOKEN")  # fmt: skip
     return parser
 
 
@@ -272,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return leaving.code if isinstance(leaving.code, int) else EXIT_USAGE
     if args.action == "plan":
         return command_plan(args)
+    if args.action == "previous":
+        return command_previous(args)
     return command_summary(args)
 
 

@@ -10,6 +10,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +78,20 @@ def _log_message(line: str) -> str:
     return _LOG_PREFIX.sub("", line.strip())
 
 
+SUN_PATH_MAX = 107  # a unix socket's address holds 108 bytes on Linux, its final NUL one of them
+
+
+def socket_path_for(workdir: Path) -> tuple[Path, Path | None]:
+    """Where a server's unix socket goes: in its data dir, or, when that path is too long for a socket's
+    address (a deep --state, checkout or temporary directory: valkey-server refuses to start), in a short
+    directory of its own under the temporary directory, returned too, so that close() removes it."""
+    wanted = workdir / "valkey.sock"  # as the server is given it (and measures it)
+    if len(os.fsencode(wanted)) <= SUN_PATH_MAX:
+        return wanted, None
+    short = Path(tempfile.mkdtemp(prefix="difftest-sock-"))
+    return short / "valkey.sock", short
+
+
 class EmbeddedServer(SocketClients):
     """One valkey-server child process with its own data dir, reached by a unix socket.
 
@@ -109,7 +124,7 @@ class EmbeddedServer(SocketClients):
                 "(cargo build --release in executors/native) or pass the path of your build"
             )
         self.walker = walker_module()  # DIFFTEST.WALK, the replay's keyspace walk (difftest/servers/walker-crate)
-        self.socket_path = workdir / "valkey.sock"
+        self.socket_path, self._socket_dir = socket_path_for(workdir)
         self.logfile = workdir / "valkey.log"
         self.stderr_file = workdir / "valkey.stderr"  # what the server writes there, since its last start
         self._process: subprocess.Popen[bytes] | ForkedServer | None = None
@@ -382,6 +397,10 @@ class EmbeddedServer(SocketClients):
         if self._stderr >= 0:
             os.close(self._stderr)
             self._stderr = -1
+        if self._socket_dir is not None:
+            with contextlib.suppress(OSError):
+                self.socket_path.unlink(missing_ok=True)
+                self._socket_dir.rmdir()
 
     def _close_process(self) -> None:
         self._close_ready()
