@@ -12,7 +12,7 @@ import pytest
 import valkey
 import valkey.exceptions
 
-from difftest.campaign.driver import _last_pass
+from difftest.campaign.driver import last_pass
 from difftest.cli.main import EXIT_DIVERGENCE, main
 from difftest.history import format as hist
 from difftest.history.format import REPLICA as TO_REPLICA
@@ -316,7 +316,7 @@ def test_a_propagation_divergence_found_with_the_lua_replica_carried_over_reprod
         assert lua.pid == lua_pid  # the same replica process, carried over
         assert _verdict(carried) == (3, KIND, X_MISSING, None)
         # the campaign's own last pass, on the same replayer (its replicas carried over from try to try)
-        minimal = _last_pass(replayer, carried)
+        minimal = last_pass(replayer, carried)
         shrunk = _verdict(minimal)
         assert shrunk is not None and shrunk[1:] == (KIND, X_MISSING, None)
         assert len(minimal.history.steps) < len(history.steps)

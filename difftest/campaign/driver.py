@@ -292,7 +292,7 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
     except (_Diverged, _ShrinkSpent):
         # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
         smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
-        report.failure = _save_failure(config, batch, _last_pass(replayer, smallest))
+        report.failure = _save_failure(config, batch, last_pass(replayer, smallest))
         return False
     return True
 
@@ -408,7 +408,7 @@ def _build_of(config: CampaignConfig) -> dict[str, Any]:
                         bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
 
 
-def _last_pass(replayer: Replayer, failed: ReplayResult) -> ReplayResult:
+def last_pass(replayer: Replayer, failed: ReplayResult) -> ReplayResult:
     """Delete the steps Hypothesis's minimal history can still do without; returns its replay."""
     from difftest.history.format import step_to_json
     from difftest.history.shrink import minimise
@@ -529,7 +529,7 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     try:
         try:
             group = ServerGroup(backend=config.backend)
-            _mark_owner(group)
+            mark_owner(group)
             if on_root is not None:
                 on_root(group.root)
             with Replayer(config.module, group=group, lua_scripts=config.lua_scripts,
@@ -587,7 +587,7 @@ def _next_position(otherwise: int) -> int:
 # ---- leftovers: what a killed process could not remove ----------------------------------------------
 
 
-def _mark_owner(group: ServerGroup) -> None:
+def mark_owner(group: ServerGroup) -> None:
     """Name the process that removes a server group's directory (in /dev/shm): if it is killed
     before it can, the next campaign's start does (`sweep_leftovers`)."""
     root = Path(group.root)
@@ -626,7 +626,7 @@ def sweep_leftovers(shm: Path = SHM) -> list[Path]:
 # ---- workers in processes of their own -------------------------------------------------------------
 
 
-def _bind_to_parent(parent: int) -> bool:
+def bind_to_parent(parent: int) -> bool:
     """A worker dies with the runner: SIGTERM when it ends, even by SIGKILL (and the worker's servers
     die with the worker). False if the runner is already gone."""
     with contextlib.suppress(OSError, AttributeError):
@@ -652,7 +652,7 @@ def _worker_process(config: CampaignConfig, worker: int, messages: Queue[tuple[A
     whole report, or its error); SIGINT and SIGTERM (also the runner's death) end it cleanly."""
     global _stop, _parent, _dealer
     with _signals(_interrupt_once), quiet_swallowed_interrupts():
-        if not _bind_to_parent(parent):
+        if not bind_to_parent(parent):
             return
         _stop, _parent, _dealer = stop, parent, dealer
 

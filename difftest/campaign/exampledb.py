@@ -55,7 +55,7 @@ def check_spec(spec: str, origin: str) -> str:
     return spec
 
 
-def _client(spec: str) -> Redis:
+def client_of(spec: str) -> Redis:
     from redis import Redis
 
     parts = urlsplit(spec)
@@ -75,7 +75,7 @@ def open_database(spec: str | Path) -> ExampleDatabase:
         return DirectoryBasedExampleDatabase(str(spec))
     from hypothesis.extra.redis import RedisExampleDatabase
 
-    return RedisExampleDatabase(_client(str(spec)))
+    return RedisExampleDatabase(client_of(str(spec)))
 
 
 def check_database(spec: str | Path) -> None:
@@ -84,7 +84,7 @@ def check_database(spec: str | Path) -> None:
         return
     from redis.exceptions import RedisError
 
-    client = _client(str(spec))
+    client = client_of(str(spec))
     try:
         client.ping()
     except RedisError as exc:

@@ -148,16 +148,8 @@ def _fuzz(args: argparse.Namespace) -> int:
     from difftest.fuzz.worker import FuzzConfig
 
     build = args.build  # the command line checked the module and recorded the build (difftest/cli/fuzz.py)
-    module = args.module
     native = args.native_coverage or args.guidance != "off"
-    if native:
-        from difftest.instrument.native import build as coverage_build
-        from difftest.instrument.native import find_tools
-
-        if args.module_given:
-            raise SetupProblem("--native-coverage and --guidance build and load this checkout's module, "
-                               "instrumented: drop --module")  # fmt: skip
-        module = coverage_build(find_tools())
+    module = _module_to_load(args, native)
     from difftest.servers.compiled import clock_library
 
     clock_library()
@@ -196,7 +188,26 @@ def _fuzz(args: argparse.Namespace) -> int:
             print(status_text(store, args.reports), flush=True)
         finally:
             store.close()
-    elapsed = time.monotonic() - started
+    return _verdict(stopped_by, mine, time.monotonic() - started)
+
+
+def _module_to_load(args: argparse.Namespace, native: bool) -> Path:
+    """The module the workers load: --module (or the release build), or with coverage on, this
+    checkout's module built instrumented."""
+    if not native:
+        module: Path = args.module
+        return module
+    from difftest.instrument.native import build as coverage_build
+    from difftest.instrument.native import find_tools
+
+    if args.module_given:
+        raise SetupProblem("--native-coverage and --guidance build and load this checkout's module, "
+                           "instrumented: drop --module")  # fmt: skip
+    return coverage_build(find_tools())
+
+
+def _verdict(stopped_by: int, mine: dict[str, int], elapsed: float) -> int:
+    """The service's last line and its exit code: a signal's, else a divergence, void or agree."""
     how = {int(signal.SIGTERM): "stopped by SIGTERM", int(signal.SIGINT): "stopped by Ctrl-C"}.get(
         stopped_by, "budget spent"
     )
@@ -290,6 +301,12 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
         help="the batches' seeds derive from it (default: random); findings replay by artifact",
     )
     fuzz.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    _coverage_arguments(fuzz)
+    _dashboard_arguments(fuzz)
+
+
+def _coverage_arguments(fuzz: argparse.ArgumentParser) -> None:
+    """What the workers measure (native counters, Lua lines), what steers them, what they replay first."""
     fuzz.add_argument("--native-coverage", action="store_true",
                       help="run the coverage build of the module and read its counters after every history "
                       "(the dashboard's native counters)")  # fmt: skip
@@ -306,6 +323,10 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
         action="store_true",
         help="do not replay the class corpus first (one short history per behaviour label)",
     )
+
+
+def _dashboard_arguments(fuzz: argparse.ArgumentParser) -> None:
+    """Where the live dashboard is served, or that it is not, or that it alone is."""
     fuzz.add_argument(
         "--dashboard",
         type=int,

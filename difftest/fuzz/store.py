@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from difftest.base.problems import SetupProblem
-from difftest.campaign.exampledb import _client, describe
+from difftest.campaign.exampledb import client_of, describe
 
 FORMAT = "difftest-fuzz"
 VERSION = 1
@@ -45,7 +45,7 @@ class Store:
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
-        self.client: Any = _client(spec)  # redis-py's replies are bytes; its stubs say bytes | str
+        self.client: Any = client_of(spec)  # redis-py's replies are bytes; its stubs say bytes | str
 
     def key(self, name: str) -> str:
         return PREFIX + name

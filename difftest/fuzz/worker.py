@@ -256,7 +256,7 @@ class Worker:
 
     def adopt_orphans(self) -> None:
         """Failures a dead worker found but did not record: replayed, minimised and recorded here."""
-        from difftest.campaign.driver import _last_pass
+        from difftest.campaign.driver import last_pass
         from difftest.history.format import loads
 
         while (orphan := self.store.take_orphan()) is not None:
@@ -268,7 +268,7 @@ class Worker:
                 self.store.unpend(pending)  # it does not fail on this build: nothing to record
                 continue
             raw = signatures.signature(result)
-            self.record_failure(_last_pass(self.replayer, result), raw, pending)
+            self.record_failure(last_pass(self.replayer, result), raw, pending)
 
 
 def finding_directory(reports: Path, name: str) -> Path:
@@ -282,14 +282,43 @@ def finding_directory(reports: Path, name: str) -> Path:
     return directory
 
 
+def _machine_settings(config: FuzzConfig) -> Any:
+    """Hypothesis's settings of one batch: the shared example database, no deadline, quiet."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+    from difftest.campaign.exampledb import open_database
+
+    return settings(max_examples=config.batch, deadline=None, database=open_database(config.database),
+                    stateful_step_count=config.max_steps, suppress_health_check=list(HealthCheck),
+                    report_multiple_bugs=False, print_blob=False,
+                    phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+                    verbosity=Verbosity.quiet)  # fmt: skip
+
+
+def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, Any]) -> bool:
+    """A batch's first failing history: False for a known defect met again (counted, not shrunk
+    again); else True, the history kept as pending in the store and the shrink's budget started."""
+    from difftest.history.format import dumps
+
+    raw = signatures.signature(result)
+    seen = worker.store.known_raw(raw)
+    if seen is not None:
+        worker.store.seen_again(seen)
+        worker.met_again += 1
+        return False
+    worker.failed_after = worker.histories
+    worker.state = "shrinking a failure"
+    worker.beat(force=True)
+    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + worker.config.shrink_seconds,
+                  pending=worker.store.pend(worker.id, dumps(history), worker.config.build))  # fmt: skip
+    return True
+
+
 def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     """One Hypothesis run of the worker's batch size (the explicit histories first)."""
-    from hypothesis import HealthCheck, Phase, Verbosity, settings, target
+    from hypothesis import target
 
-    from difftest.campaign.driver import _last_pass
-    from difftest.campaign.exampledb import open_database
-    from difftest.history.format import dumps
-    from difftest.replay.replayer import ReferenceLost
+    from difftest.campaign.driver import last_pass
     from strategies.corpus import CORPUS_NOTE
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
@@ -299,11 +328,6 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                          replica_calls=True)  # fmt: skip
     known: dict[str, Any] = {}  # failing replays by the history's repr, in the order found
     shrink: dict[str, Any] = {}  # the first failure's raw signature, pending field and limits
-    machine_settings = settings(max_examples=config.batch, deadline=None, database=open_database(config.database),
-                                stateful_step_count=config.max_steps, suppress_health_check=list(HealthCheck),
-                                report_multiple_bugs=False, print_blob=False,
-                                phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-                                verbosity=Verbosity.quiet)  # fmt: skip
 
     def on_history(history: Any, in_test: bool = True) -> None:
         key = repr(history)
@@ -316,27 +340,14 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                 worker.beat()  # heard while it shrinks: a long shrink is not taken for a dead worker
             elif _draining or not worker.budget_left():
                 raise _Drain
-            try:
-                result = worker.replayer.replay(history)
-            except ReferenceLost:
-                raise
+            result = worker.replayer.replay(history)  # ReferenceLost (the Lua side lost its server) ends the batch
             if not known:
                 score = worker.reached(history, result, in_test and not history.note.startswith(CORPUS_NOTE))
                 if in_test and guidance_mode(config) != "off":
                     target(score, label="reached")
             if result.divergence is not None:
-                if not known:
-                    raw = signatures.signature(result)
-                    seen = worker.store.known_raw(raw)
-                    if seen is not None:  # a known defect, met again: counted, not shrunk again
-                        worker.store.seen_again(seen)
-                        worker.met_again += 1
-                        return
-                    worker.failed_after = worker.histories
-                    worker.state = "shrinking a failure"
-                    worker.beat(force=True)
-                    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + config.shrink_seconds,
-                                  pending=worker.store.pend(worker.id, dumps(history), config.build))  # fmt: skip
+                if not known and not _first_failure(worker, history, result, shrink):
+                    return  # a known defect, met again: counted, not shrunk again
                 known[key] = result
         if result.divergence is not None:
             raise _Failed(result.divergence.reason)
@@ -344,25 +355,25 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     try:
         for history in explicit:
             on_history(history, in_test=False)
-        run_machine(shape, on_history, machine_settings, seed=seed)
+        run_machine(shape, on_history, _machine_settings(config), seed=seed)
     except (_Failed, _ShrinkDone):
         if not known:
             raise
         smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
-        minimal = smallest if _draining else _last_pass(worker.replayer, smallest)
+        minimal = smallest if _draining else last_pass(worker.replayer, smallest)
         worker.record_failure(minimal, shrink["raw"], shrink["pending"])
 
 
 def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
     """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
-    from difftest.campaign.driver import _bind_to_parent, _mark_owner, quiet_swallowed_interrupts
+    from difftest.campaign.driver import bind_to_parent, mark_owner, quiet_swallowed_interrupts
     from difftest.replay.replayer import Replayer
     from difftest.servers.group import ServerGroup
     from difftest.servers.local import pin_to_core
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _ask_to_drain)
-    if not _bind_to_parent(parent):
+    if not bind_to_parent(parent):
         return
     if config.pin:
         pin_to_core(slot)
@@ -377,7 +388,7 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
     try:
         with quiet_swallowed_interrupts():
             group = ServerGroup()
-            _mark_owner(group)
+            mark_owner(group)
             with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
                 worker = Worker(config, slot, store, replayer, shared)
                 if profiles is not None:
@@ -387,22 +398,7 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
                 if config.lua_lines:
                     worker.lua_log = Path(replayer.lua_server.logfile)
                 worker.adopt_orphans()
-                explicit = _first_histories(config, slot, store)
-                rng = random.Random(config.seed if config.seed is not None else None)
-                number = 0
-                while not _draining and worker.budget_left():
-                    worker.batch_seed = (config.seed + 1000 * slot + number if config.seed is not None
-                                         else rng.randrange(2**63))  # fmt: skip
-                    worker.state = f"batch {number + 1} (seed {worker.batch_seed})"
-                    worker.beat(force=True)
-                    try:
-                        _batch(worker, worker.batch_seed, explicit)
-                    except _Drain:
-                        break
-                    explicit = []
-                    number += 1
-                    if config.seconds is not None and time.time() - worker.started >= config.seconds:
-                        break
+                _batches(worker, _first_histories(config, slot, store))
     except Exception as problem:
         if not _draining:
             raise
@@ -412,18 +408,43 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
               f"({type(problem).__name__})", file=sys.stderr, flush=True)  # fmt: skip
     finally:
         if worker is not None:
-            worker.state = "stopped"
-            with contextlib.suppress(Exception):
-                worker.beat(force=True)
-            if worker.counters is not None:
-                with contextlib.suppress(Exception):
-                    worker.counters.look()
-                    worker.store.add_native(worker.counters.bitmap())
+            _stopped(worker)
         if group is not None:
             group.close()
         if profiles is not None:
             shutil.rmtree(profiles, ignore_errors=True)
         store.close()
+
+
+def _batches(worker: Worker, explicit: list[Any]) -> None:
+    """Batch after batch (the explicit histories in the first) until drained, out of budget or time."""
+    config = worker.config
+    rng = random.Random(config.seed if config.seed is not None else None)
+    number = 0
+    while not _draining and worker.budget_left():
+        worker.batch_seed = (config.seed + 1000 * worker.slot + number if config.seed is not None
+                             else rng.randrange(2**63))  # fmt: skip
+        worker.state = f"batch {number + 1} (seed {worker.batch_seed})"
+        worker.beat(force=True)
+        try:
+            _batch(worker, worker.batch_seed, explicit)
+        except _Drain:
+            break
+        explicit = []
+        number += 1
+        if config.seconds is not None and time.time() - worker.started >= config.seconds:
+            break
+
+
+def _stopped(worker: Worker) -> None:
+    """A worker's last record (stopped) and its last native counters, whatever stopped it."""
+    worker.state = "stopped"
+    with contextlib.suppress(Exception):
+        worker.beat(force=True)
+    if worker.counters is not None:
+        with contextlib.suppress(Exception):
+            worker.counters.look()
+            worker.store.add_native(worker.counters.bitmap())
 
 
 def _first_histories(config: FuzzConfig, slot: int, store: Store) -> list[Any]:
