@@ -158,7 +158,10 @@ mod tests {
         assert_eq!(parse_int(&[b'1'; 40]), Err(IntError::Overflow));
         assert_eq!(int_arg(&[b'1'; 25], 0, i64::MAX), Err(OVERFLOW));
         // but still not of the form when anything else is wrong
-        assert_eq!(parse_int(b"0000000000000000000000001"), Err(IntError::NotInt));
+        assert_eq!(
+            parse_int(b"0000000000000000000000001"),
+            Err(IntError::NotInt)
+        );
         assert_eq!(parse_int(b""), Err(IntError::NotInt));
         // and a stored counter of 25 digits is still not an integer for HINCRBY
         assert_eq!(string2ll(&[b'1'; 25]), None);

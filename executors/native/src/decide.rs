@@ -159,28 +159,43 @@ pub enum FirstWrite {
 }
 
 /// Why the server refuses a transition at its first write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// READONLY: the server is a read-only replica and the caller is not its primary
     ReadOnly,
+    /// The server denies every write now, and says why in its own words: NOREPLICAS (fewer good
+    /// replicas than `min-replicas-to-write`) or MISCONF (its last save or AOF write failed)
+    WritesDenied(Vec<u8>),
     /// OOM: used memory is over `maxmemory` and the first write is a deny-oom command
     Oom,
 }
 
-/// What the server's script runner decides at a script's first write (script.c `scriptCall`:
-/// the read-only check before the OOM check), as a pure function of the server's state.
+/// What the server's script runner decides at a script's first write (script.c
+/// `scriptVerifyWriteCommandAllow`, then `scriptVerifyOOM`: read-only replica, then a write the
+/// server denies whatever it is (MISCONF, NOREPLICAS: `writes_denied`, the server's error text),
+/// then the memory limit), as a pure function of the server's state.
 pub fn first_write_refusal(
     first: FirstWrite,
     read_only_replica: bool,
+    writes_denied: Option<Vec<u8>>,
     oom: bool,
 ) -> Option<Refusal> {
     if read_only_replica {
         Some(Refusal::ReadOnly)
+    } else if let Some(text) = writes_denied {
+        Some(Refusal::WritesDenied(text))
     } else if oom && first == FirstWrite::DenyOom {
         Some(Refusal::Oom)
     } else {
         None
     }
+}
+
+/// Whether a refused probe write (see `host::writes_denied`) says the server denies writes now:
+/// its error text begins with NOREPLICAS or MISCONF. Any other answer (the probe ran, or another
+/// error) denies nothing.
+pub fn denies_writes(probe_error: &[u8]) -> bool {
+    probe_error.starts_with(b"NOREPLICAS ") || probe_error.starts_with(b"MISCONF ")
 }
 
 #[cfg(test)]
@@ -367,22 +382,55 @@ mod tests {
     fn first_write_refusals() {
         use FirstWrite::{DenyOom, Plain};
         // a healthy primary refuses nothing
-        assert_eq!(first_write_refusal(Plain, false, false), None);
-        assert_eq!(first_write_refusal(DenyOom, false, false), None);
+        assert_eq!(first_write_refusal(Plain, false, None, false), None);
+        assert_eq!(first_write_refusal(DenyOom, false, None, false), None);
         // over the limit: only a deny-oom first write (HSET, ZADD); ZPOPMIN, ZREM, HDEL go on
-        assert_eq!(first_write_refusal(Plain, false, true), None);
+        assert_eq!(first_write_refusal(Plain, false, None, true), None);
         assert_eq!(
-            first_write_refusal(DenyOom, false, true),
+            first_write_refusal(DenyOom, false, None, true),
             Some(Refusal::Oom)
         );
         // a read-only replica refuses any write, and says so before the limit would
         assert_eq!(
-            first_write_refusal(Plain, true, false),
+            first_write_refusal(Plain, true, None, false),
             Some(Refusal::ReadOnly)
         );
         assert_eq!(
-            first_write_refusal(DenyOom, true, true),
+            first_write_refusal(DenyOom, true, None, true),
             Some(Refusal::ReadOnly)
         );
+        // writes denied (NOREPLICAS, MISCONF): any first write, after READONLY, before OOM
+        let denied = || Some(b"NOREPLICAS Not enough good replicas to write.".to_vec());
+        assert_eq!(
+            first_write_refusal(Plain, false, denied(), false),
+            Some(Refusal::WritesDenied(denied().unwrap_or_default()))
+        );
+        assert_eq!(
+            first_write_refusal(DenyOom, false, denied(), true),
+            Some(Refusal::WritesDenied(denied().unwrap_or_default()))
+        );
+        assert_eq!(
+            first_write_refusal(Plain, true, denied(), false),
+            Some(Refusal::ReadOnly)
+        );
+    }
+
+    #[test]
+    fn only_noreplicas_and_misconf_deny_writes() {
+        assert!(denies_writes(
+            b"NOREPLICAS Not enough good replicas to write."
+        ));
+        assert!(denies_writes(
+            b"MISCONF Errors writing to the AOF file: No space left on device"
+        ));
+        for other in [
+            &b"WRONGTYPE Operation against a key holding the wrong kind of value"[..],
+            b"READONLY You can't write against a read only replica.",
+            b"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            b"NOREPLICAS",
+            b"",
+        ] {
+            assert!(!denies_writes(other));
+        }
     }
 }

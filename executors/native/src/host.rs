@@ -7,8 +7,9 @@ use valkey_module::{
     ValkeyError, ValkeyString, ValkeyValue,
 };
 
-use crate::decide::{first_write_refusal, FirstWrite, Refusal};
+use crate::decide::{denies_writes, first_write_refusal, FirstWrite, Refusal};
 use crate::errors;
+use crate::layout::Queue;
 use crate::plan::Op;
 // the calls' answers; the transitions name the type through this module, as they call it through it
 pub use crate::reply::Reply;
@@ -96,16 +97,48 @@ pub fn apply(ctx: &Context, plan: &[Op]) -> Result<Vec<Reply>, ValkeyError> {
 /// `deny-oom` (as EVAL is), so that the server does not refuse them before they run: a script
 /// that writes nothing answers on a replica, and one whose first write is ZREM drains a full
 /// queue. Commands from the primary's link or the AOF are never refused (the server obeys them).
-pub fn first_write(ctx: &Context, first: FirstWrite) -> Result<(), ValkeyError> {
+pub fn first_write(ctx: &Context, first: FirstWrite, queue: &Queue) -> Result<(), ValkeyError> {
     let flags = ctx.get_flags();
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Ok(());
     }
     let read_only_replica = flags.contains(ContextFlags::SLAVE | ContextFlags::READONLY);
-    match first_write_refusal(first, read_only_replica, flags.contains(ContextFlags::OOM)) {
+    let denied = if read_only_replica {
+        None // (READONLY comes first: no need to ask)
+    } else {
+        writes_denied(ctx, &queue.key(PROBE_SUFFIX))
+    };
+    match first_write_refusal(
+        first,
+        read_only_replica,
+        denied,
+        flags.contains(ContextFlags::OOM),
+    ) {
         None => Ok(()),
         Some(Refusal::ReadOnly) => Err(errors::emq(errors::READONLY)),
+        Some(Refusal::WritesDenied(text)) => Err(forwarded(&text)),
         Some(Refusal::Oom) => Err(errors::emq(errors::OOM)),
+    }
+}
+
+/// The probe's key below, in the queue's own slot (a cluster node answers a call for another
+/// slot's key with an error, which would hide the server's answer). SETRANGE with an empty value
+/// changes no key, whatever it holds: on a missing key it creates none, on a string it writes
+/// nothing, on another type it answers WRONGTYPE; nothing is propagated or notified.
+const PROBE_SUFFIX: &[u8] = b"probe";
+
+/// Whether the server denies every write now (NOREPLICAS: fewer good replicas than
+/// `min-replicas-to-write`; MISCONF: its last RDB save or AOF write failed), in the server's own
+/// words. No context flag tells; a write command called in script mode is checked by the server
+/// as a script's is, so the gate asks with a write that changes nothing (PROBE_SUFFIX). Measured in
+/// docs/contract-decisions.md ("Writes the server denies").
+fn writes_denied(ctx: &Context, probe: &[u8]) -> Option<Vec<u8>> {
+    let options = CallOptionsBuilder::new().errors_as_replies().script_mode();
+    let result: CallResult<'static> =
+        ctx.call_ext("SETRANGE", &options.build(), &[probe, b"0", b""]);
+    match own(&result) {
+        Err(text) if denies_writes(&text) => Some(text),
+        _ => None,
     }
 }
 

@@ -29,7 +29,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     // that set: a delay of 0 never touches delayed, and the reverse)
     caller.open(ctx, &row, Access::Write)?;
     // the script's first write is the row's HSET (deny-oom), after its ACL check
-    host::first_write(ctx, FirstWrite::DenyOom)?;
+    host::first_write(ctx, FirstWrite::DenyOom, &c.q)?;
     let now = host::now_ms()?;
     let (state, set, score): (&[u8], _, _) = if delay == 0 {
         (b"pending", key(&c, 0)?, now)

@@ -9,12 +9,12 @@ use crate::host::{self, Reply};
 use crate::layout::Queue;
 use crate::plan::{op, Expect};
 
-/// The one declared key, `emq:{q}:meta`, after the shape and layout gates.
-fn meta<'a>(argv: &[&'a [u8]]) -> Result<&'a [u8], ValkeyError> {
+/// The one declared key, `emq:{q}:meta`, and its queue, after the shape and layout gates.
+fn meta<'a>(argv: &[&'a [u8]]) -> Result<(&'a [u8], Queue), ValkeyError> {
     let s = args::shape(argv, 1, 0).map_err(emq)?;
     let key = s.keys.first().copied().ok_or(emq(errors::SHAPE))?;
-    Queue::from_meta(key).ok_or(emq(errors::LAYOUT))?;
-    Ok(key)
+    let queue = Queue::from_meta(key).ok_or(emq(errors::LAYOUT))?;
+    Ok((key, queue))
 }
 
 /// Whether `paused` is set; a wrong-typed meta answers WRONGTYPE here, as HSET/HDEL would.
@@ -27,9 +27,9 @@ fn paused(ctx: &Context, meta: &[u8]) -> Result<bool, ValkeyError> {
 
 /// HSET meta paused 1: always written (a present flag is rewritten to "1"), 1 when it was absent.
 pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
-    let meta = meta(argv)?;
+    let (meta, queue) = meta(argv)?;
     // the Lua host's HSET (deny-oom) is refused before it runs, wrong-typed meta or not
-    host::first_write(ctx, FirstWrite::DenyOom)?;
+    host::first_write(ctx, FirstWrite::DenyOom, &queue)?;
     let added = i64::from(!paused(ctx, meta)?);
     host::apply(
         ctx,
@@ -41,9 +41,9 @@ pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
 /// HDEL meta paused: 1 when it was set; when it was not, HDEL would change nothing, so nothing
 /// is sent.
 pub fn resume(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
-    let meta = meta(argv)?;
+    let (meta, queue) = meta(argv)?;
     // the Lua host's HDEL (not deny-oom) is sent whatever meta holds: refused on a replica
-    host::first_write(ctx, FirstWrite::Plain)?;
+    host::first_write(ctx, FirstWrite::Plain, &queue)?;
     if !paused(ctx, meta)? {
         return Ok(ValkeyValue::Integer(0));
     }

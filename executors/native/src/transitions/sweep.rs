@@ -42,7 +42,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     };
     if !expired.is_empty() {
         // the script's first write is the first expired member's ZREM (not deny-oom)
-        host::first_write(ctx, FirstWrite::Plain)?;
+        host::first_write(ctx, FirstWrite::Plain, &c.q)?;
     }
     let run_id = epoch::current()?;
 
@@ -267,7 +267,13 @@ mod tests {
             plan[10],
             op(
                 "HSET",
-                &[b"emq:{q}:job:d", b"state", b"dead", b"last_error", b"stalled"],
+                &[
+                    b"emq:{q}:job:d",
+                    b"state",
+                    b"dead",
+                    b"last_error",
+                    b"stalled"
+                ],
                 Expect::AnyInt
             )
         );
