@@ -27,6 +27,7 @@ from difftest.history.format import (
     Multi,
     Notify,
     RawWrite,
+    ReplicasRequired,
     Step,
 )
 from difftest.spec import domains
@@ -286,11 +287,15 @@ def _production() -> Iterator[History]:
 
 
 def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
-    """Each transition over the memory limit (set, the call, lifted), and each sent to the server's
-    read-only replica (one after the other: the replicas started for the first serve them all);
-    without `replica_calls` (containers: no replicas), none of the latter."""
+    """Each transition over the memory limit (set, the call, lifted), each while the servers deny
+    writes for want of replicas, and each sent to the server's read-only replica (one after the
+    other: the replicas started for the first serve them all); without `replica_calls` (containers:
+    no replicas), none of the latter."""
     for verb in TRANSITIONS:
         yield _history(f"condition:oom:{verb.lower()}", MemoryLimit(True), CallStep(plain(verb)), MemoryLimit(False))
+    for verb in TRANSITIONS:
+        yield _history(f"condition:noreplicas:{verb.lower()}", ReplicasRequired(True), CallStep(plain(verb)),
+                       ReplicasRequired(False))  # fmt: skip
     if replica_calls:
         for verb in TRANSITIONS:
             yield _history(f"condition:replica:{verb.lower()}", CallStep(plain(verb), target=REPLICA))

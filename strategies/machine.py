@@ -47,6 +47,7 @@ from difftest.history.format import (
     Multi,
     Notify,
     RawWrite,
+    ReplicasRequired,
     Restart,
     Step,
 )
@@ -142,7 +143,7 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
     "restart", "crash", "resp3_call", "transaction", "notify", "another_database", "other_writers_ttl",
-    "other_writers_fields", "memory_limit", "replica_call",
+    "other_writers_fields", "server_condition", "replica_call",
 ))}  # fmt: skip
 
 
@@ -605,16 +606,23 @@ class QueueMachine(RuleBasedStateMachine):
     @weight(1)
     @precondition(on_shape("memory"))
     @rule()
-    def memory_limit(self) -> None:
-        """maxmemory below the used memory (noeviction) on both servers, one to three transitions that
-        meet it, then the limit lifted: draining goes on, growth is refused, alike on both
-        (docs/contract-decisions.md, "The memory limit")."""
+    def server_condition(self) -> None:
+        """A server condition that refuses scripts at their first write, on both servers, one to three
+        transitions that meet it, then the condition lifted. Two times in three the memory limit
+        (maxmemory below the used memory, noeviction: draining goes on, growth is refused), else
+        every write denied for want of replicas (min-replicas-to-write: NOREPLICAS wherever a
+        transition would write) (docs/contract-decisions.md, "The memory limit", "Writes the server
+        denies")."""
         draws = self.draws()
         queue = draws.queue()
-        self.steps.append(MemoryLimit(True))
+        memory = draws.integer(0, 2) != 0
+        switch: Callable[[bool], Step] = MemoryLimit if memory else ReplicasRequired
+        self.steps.append(switch(True))
         for _ in range(draws.integer(1, 3)):
-            self.steps.append(CallStep(self._condition_call(draws, queue, REFUSED_OVER_THE_LIMIT)))
-        self.steps.append(MemoryLimit(False))
+            # over the limit the verbs whose first write grows the keyspace are refused; with writes
+            # denied every verb is, wherever it would write (None: the hints move for none)
+            self.steps.append(CallStep(self._condition_call(draws, queue, REFUSED_OVER_THE_LIMIT if memory else None)))
+        self.steps.append(switch(False))
 
     @weight(lambda self: 12 if self.calls_replica else 6)
     @precondition(on_shape("replica_calls"))

@@ -1,9 +1,11 @@
-"""The memory limit and a read-only replica as a call target, on real servers: each verb's outcome on
-both executors (docs/contract-decisions.md, "The memory limit", "A read-only replica as a call target")."""
+"""The memory limit, writes the server denies (too few replicas, a failed save) and a read-only replica as
+a call target, on real servers: each verb's outcome on both executors (docs/contract-decisions.md, "The
+memory limit", "Writes the server denies", "A read-only replica as a call target")."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +124,86 @@ def test_over_the_memory_limit_both_executors_do_what_the_scripts_do(
     assert [_outcome(r) for r in replies] == [over_limit, over_limit], name
     lua_after, native_after = (_walk(s) for s in primaries)
     assert lua_after == native_after, name  # the same writes (or none), lease_epoch aside (N1)
+    for side in sides:
+        side.close()
+
+
+def _writes_denied_outcome(on_replica: Any, code: str) -> Any:
+    """Where the servers deny writes, a call is refused exactly where a replica refuses it (wherever
+    the script writes), with the server's own code; elsewhere it answers as there."""
+    return code if on_replica == READONLY else on_replica
+
+
+@pytest.mark.parametrize(("name", "call", "_", "on_replica"), CASES + PAUSED_CASES)
+def test_with_too_few_replicas_both_executors_refuse_wherever_the_scripts_write(
+    servers: tuple[ServerGroup, list[EmbeddedServer], Replicas], name: str, call: Call, _: Any, on_replica: Any
+) -> None:
+    """min-replicas-to-write above the good replicas connected: NOREPLICAS at the first write, as the
+    script is refused (the unmodified module wrote: docs/contract-decisions.md, "Writes the server denies")."""
+    group, primaries, _replicas = servers
+    sides = _prepare(group, primaries, name.endswith("-paused"))
+    before = [_walk(s) for s in primaries]
+    for server in primaries:
+        server.client.config_set("min-replicas-to-write", 100)
+        server.client.config_set("min-replicas-max-lag", 10)
+    try:
+        replies = [side.call(call) for side in sides]
+    finally:
+        for server in primaries:
+            server.client.config_set("min-replicas-to-write", 0)
+    expected = _writes_denied_outcome(on_replica, "NOREPLICAS")
+    assert [_outcome(r) for r in replies] == [expected, expected], name
+    lua_after, native_after = (_walk(s) for s in primaries)
+    assert lua_after == native_after, name
+    if expected == "NOREPLICAS":
+        assert [lua_after, native_after] == before, name  # refused at the first write: nothing written
+    for side in sides:
+        side.close()
+
+
+def _failing_saves(server: EmbeddedServer) -> tuple[dict[str, str], Path]:
+    """The server's next RDB save fails (its file's name, dump.rdb, is taken by a directory: the rename
+    of the written file fails), with save points and stop-writes-on-bgsave-error on: from then on it
+    denies writes with MISCONF. Returns what to set back and the directory to remove."""
+    client = server.client
+    kept = {name: str(client.config_get(name)[name]) for name in ("save", "stop-writes-on-bgsave-error")}
+    taken = server.workdir / str(client.config_get("dbfilename")["dbfilename"])
+    if taken.exists():  # an earlier save's file (a replica's sync): kept aside, put back after
+        taken.rename(taken.with_name(taken.name + ".kept"))
+    taken.mkdir()
+    client.config_set("save", "3600 1")
+    client.config_set("stop-writes-on-bgsave-error", "yes")
+    client.bgsave()
+    deadline = time.monotonic() + 60
+    while client.info("persistence")["rdb_bgsave_in_progress"]:
+        assert time.monotonic() < deadline, "the failing BGSAVE did not end"
+        time.sleep(0.01)
+    assert client.info("persistence")["rdb_last_bgsave_status"] == "err"
+    return kept, taken
+
+
+@pytest.mark.parametrize("name", ["enqueue-new", "enqueue-duplicate", "claim", "complete", "sweep", "pause", "resume"])
+def test_after_a_failed_save_both_executors_refuse_wherever_the_scripts_write(
+    servers: tuple[ServerGroup, list[EmbeddedServer], Replicas], name: str
+) -> None:
+    """A save that failed (a full disk, say) with stop-writes-on-bgsave-error: MISCONF at the first write,
+    read by the module's gate from the same answer as NOREPLICAS (not generated: a failed save is a fork)."""
+    group, primaries, _replicas = servers
+    (_, call, _, on_replica) = next(case for case in CASES if case[0] == name)
+    sides = _prepare(group, primaries, False)
+    kept = [_failing_saves(server) for server in primaries]
+    try:
+        replies = [side.call(call) for side in sides]
+    finally:
+        for server, (settings, taken) in zip(primaries, kept, strict=True):
+            for setting, value in settings.items():
+                server.client.config_set(setting, value)  # no save points: writes are taken again
+            taken.rmdir()
+            if taken.with_name(taken.name + ".kept").exists():
+                taken.with_name(taken.name + ".kept").rename(taken)
+    expected = _writes_denied_outcome(on_replica, "MISCONF")
+    assert [_outcome(r) for r in replies] == [expected, expected], name
+    assert _walk(primaries[0]) == _walk(primaries[1]), name
     for side in sides:
         side.close()
 

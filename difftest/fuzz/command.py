@@ -212,15 +212,19 @@ def _verdict(stopped_by: int, mine: dict[str, int], elapsed: float) -> int:
         stopped_by, "budget spent"
     )
     met = mine["findings"] + mine["met_again"]
-    verdict = "divergence" if met else ("void" if not mine["histories"] else "agree")
-    print(f"fuzz: {verdict}: {how} after {elapsed:,.0f} s; this service compared {mine['histories']:,} histories "
-          f"({mine['steps']:,} steps), found {mine['findings']} new finding(s), met known ones {mine['met_again']} "
-          f"time(s); {mine['replaced']} worker(s) replaced", flush=True)  # fmt: skip
+    # the corpus's histories, replayed first, are compared too (their steps count, the budget's
+    # histories do not): a service that spent its budget on them compared something, it is not void
+    compared = mine["histories"] or mine["steps"]
+    verdict = "divergence" if met else ("agree" if compared else "void")
+    print(f"fuzz: {verdict}: {how} after {elapsed:,.0f} s; this service compared {mine['histories']:,} new "
+          f"histories ({mine['steps']:,} steps, the corpus's replays included), found {mine['findings']} new "
+          f"finding(s), met known ones {mine['met_again']} time(s); {mine['replaced']} worker(s) replaced",
+          flush=True)  # fmt: skip
     if stopped_by:
         return EXIT_TERMINATED if stopped_by == signal.SIGTERM else EXIT_INTERRUPTED
     if met:
         return EXIT_DIVERGENCE
-    return EXIT_VOID if not mine["histories"] else EXIT_OK
+    return EXIT_OK if compared else EXIT_VOID
 
 
 @contextlib.contextmanager

@@ -161,6 +161,17 @@ class MemoryLimit:
 
 
 @dataclass(frozen=True)
+class ReplicasRequired:
+    """Every write denied on both servers, as a primary denies them when fewer good replicas are
+    connected than it requires (`min-replicas-to-write 100`: more than any server here has, so the
+    server answers NOREPLICAS to any write, deterministic), or that requirement lifted
+    (`min-replicas-to-write 0`); the harness's own writes never meet it (docs/contract-decisions.md,
+    "Writes the server denies")."""
+
+    required: bool
+
+
+@dataclass(frozen=True)
 class RawWrite:
     """A plain command sent to both servers as the admin: how histories corrupt the keyspace."""
 
@@ -180,7 +191,19 @@ class Exec:
     """EXEC: the transaction the last `Multi` opened runs."""
 
 
-Step: TypeAlias = CallStep | BeginClaim | EndClaim | Advance | Restart | RawWrite | Notify | Multi | Exec | MemoryLimit
+Step: TypeAlias = (
+    CallStep
+    | BeginClaim
+    | EndClaim
+    | Advance
+    | Restart
+    | RawWrite
+    | Notify
+    | Multi
+    | Exec
+    | MemoryLimit
+    | ReplicasRequired
+)
 
 
 @dataclass(frozen=True)
@@ -279,6 +302,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
         return {"op": "notify", "flags": step.flags}
     if isinstance(step, MemoryLimit):
         return {"op": "memory", "limit": step.limit}
+    if isinstance(step, ReplicasRequired):
+        return {"op": "replicas", "required": step.required}
     return {"op": "raw", "command": [encode_bytes(part) for part in step.command]}
 
 
@@ -459,12 +484,14 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return Restart(crash=op == "crash")
     if op == "memory":
         return _parse_memory(obj, where)
+    if op == "replicas":
+        return _parse_replicas(obj, where)
     if op == "notify":
         return _parse_notify(obj, where)
     if op == "raw":
         return _parse_raw(obj, where)
-    raise HistoryError(f"{where} field 'op': {op!r} is not a step "
-                       "(call, begin, end, advance, restart, crash, raw, notify, multi, exec, memory)")  # fmt: skip
+    raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, "
+                       "crash, raw, notify, multi, exec, memory, replicas)")  # fmt: skip
 
 
 def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
@@ -473,6 +500,15 @@ def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
         raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
                            f"or false (lifted), got {limit!r}")  # fmt: skip
     return MemoryLimit(limit)
+
+
+def _parse_replicas(obj: dict[str, object], where: str) -> ReplicasRequired:
+    required = _require(obj, "required", where)
+    if not isinstance(required, bool):
+        raise HistoryError(f"{where} field 'required': expected true (every write denied for want of "
+                           "replicas: min-replicas-to-write 100 on both servers) or false (lifted), "
+                           f"got {required!r}")  # fmt: skip
+    return ReplicasRequired(required)
 
 
 def _parse_notify(obj: dict[str, object], where: str) -> Notify:

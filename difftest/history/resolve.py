@@ -18,6 +18,7 @@ from difftest.history.format import (
     Multi,
     Notify,
     RawWrite,
+    ReplicasRequired,
     Restart,
     Step,
 )
@@ -72,6 +73,9 @@ class Resolved:
     is_advance: bool = field(init=False, repr=False, compare=False)
     is_notify: bool = field(init=False, repr=False, compare=False)  # keyspace notifications switched
     is_memory: bool = field(init=False, repr=False, compare=False)  # the memory limit set or lifted
+    is_replicas: bool = field(init=False, repr=False, compare=False)  # writes denied for want of replicas, or not
+    # a server condition switched (the memory limit, the replicas required): a segment of its own
+    is_condition: bool = field(init=False, repr=False, compare=False)
     is_multi: bool = field(init=False, repr=False, compare=False)
     is_exec: bool = field(init=False, repr=False, compare=False)
 
@@ -88,6 +92,8 @@ class Resolved:
         derive(self, "is_advance", isinstance(step, Advance))
         derive(self, "is_notify", isinstance(step, Notify))
         derive(self, "is_memory", isinstance(step, MemoryLimit))
+        derive(self, "is_replicas", isinstance(step, ReplicasRequired))
+        derive(self, "is_condition", self.is_memory or self.is_replicas)
         derive(self, "is_multi", isinstance(step, Multi))
         derive(self, "is_exec", isinstance(step, Exec))
 

@@ -144,7 +144,8 @@ def _error_code(reply: Reply) -> str | None:
 # the memory limit when that write is a deny-oom command): the script stops before it writes
 # anything, and the module must refuse at the same point (docs/contract-decisions.md, "The memory limit",
 # "A read-only replica as a call target")
-FIRST_WRITE_REFUSALS = frozenset({"READONLY", "OOM"})
+# (and NOREPLICAS, MISCONF: a server that denies every write, "Writes the server denies")
+FIRST_WRITE_REFUSALS = frozenset({"READONLY", "NOREPLICAS", "MISCONF", "OOM"})
 
 
 def _refused_at_first_write(view: StepView) -> Verdict | None:

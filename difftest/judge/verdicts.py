@@ -77,6 +77,7 @@ class JudgeState:
     ledger: Ledger = field(default_factory=Ledger)  # the native side's
     lua_ledger: Ledger = field(default_factory=Ledger)
     limited: bool = False  # the memory limit is on (a `memory` step set it): the model's first-write gate
+    writes_denied: bool = False  # the servers deny every write (a `replicas` step): the same gate, before OOM
 
 
 def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
@@ -218,7 +219,7 @@ MODEL_ON = True
 
 
 def spec_prediction(state: JudgeState, observation: Observation, paused_read: Reply,
-                    limited: bool) -> model.Prediction | str:  # fmt: skip
+                    limited: bool, writes_denied: bool = False) -> model.Prediction | str:  # fmt: skip
     """What the spec's model says each executor does at the step, or the kind of step it does not
     predict (model.UNJUDGED_KINDS). `paused_read`: a split claim's end, the Lua host's read at its begin."""
     resolved, before = observation.resolved, state.before
@@ -226,6 +227,8 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
         return "died"
     if resolved.is_raw:
         command = resolved.step.command  # type: ignore[union-attr]
+        if writes_denied:
+            return "raw-writes-denied"
         return model.raw_prediction(command, before, observation.now_ms, limited, state.before_epochs)
     if resolved.is_advance:
         return model.advanced(before, resolved.step.ms)  # type: ignore[union-attr]
@@ -243,7 +246,7 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
         "begin" if resolved.is_begin else "end" if resolved.is_end else "call",
         paused_read,
         resolved.via_scripts,
-        model.REPLICA if resolved.on_replica else model.MEMORY if limited else None,
+        _gate(resolved.on_replica, writes_denied, limited),
     )
     return model.predict(facts, before, state.before_epochs, observation.now_ms, observation.run_id)
 
@@ -306,11 +309,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     then each side's invariants and accounting. On a divergence the state is returned as it was (the
     history stops there)."""
     resolved = observation.resolved
-    exposure, paused_reads, paused_read, limited = _carried(state, observation)
+    exposure, paused_reads, paused_read, limited, writes_denied = _carried(state, observation)
     epochs = _epochs_after(state, observation)
     verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
     # the spec's model, held to each side (a step it does not predict is the pair's alone)
-    prediction = spec_prediction(state, observation, paused_read, limited) if MODEL_ON else "off"
+    prediction = spec_prediction(state, observation, paused_read, limited, writes_denied) if MODEL_ON else "off"
     if isinstance(prediction, str):
         lua_off = native_off = None
         verdict = replace(verdict, unjudged=prediction)
@@ -344,10 +347,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         and ledger is state.ledger
         and lua_ledger is state.lua_ledger
         and limited is state.limited
+        and writes_denied is state.writes_denied
     ):
         return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
     return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
-                      limited), verdict  # fmt: skip
+                      limited, writes_denied), verdict  # fmt: skip
 
 
 def _off(verdict: Verdict, broken: list[str], lua_off: str | None, native_off: str | None, observation: Observation,
@@ -369,7 +373,7 @@ def _epochs_after(state: JudgeState, observation: Observation) -> Epochs:
     return state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
 
 
-def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool]:
+def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool, bool]:
     """What the state carries past the step: the exposure to other writers, the split claims' pause
     reads still open (and, at a claim's end, the read its begin made), whether the memory limit is on."""
     resolved = observation.resolved
@@ -378,15 +382,27 @@ def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, Pau
         exposure = _exposure(exposure, resolved)  # (no other step exposes anything)
     paused_reads = state.paused_reads
     paused_read: Reply = None
-    limited = state.limited
+    limited, writes_denied = state.limited, state.writes_denied
     if resolved.is_memory:
         limited = bool(resolved.step.limit)  # type: ignore[union-attr]
+    elif resolved.is_replicas:
+        writes_denied = bool(resolved.step.required)  # type: ignore[union-attr]
     if resolved.is_begin:
         paused_reads = (*paused_reads, (resolved.index, observation.lua_reply))
     elif resolved.is_end:
         paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
         paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
-    return exposure, paused_reads, paused_read, limited
+    return exposure, paused_reads, paused_read, limited, writes_denied
+
+
+def _gate(on_replica: bool, writes_denied: bool, limited: bool) -> str | None:
+    """The server condition that refuses a script at its first write, in the order script.c checks
+    them: a read-only replica (a replica never lacks replicas), writes denied, the memory limit."""
+    if on_replica:
+        return model.REPLICA
+    if writes_denied:
+        return model.WRITES_DENIED
+    return model.MEMORY if limited else None
 
 
 def _pair_verdict(state: JudgeState, observation: Observation, exposure: Exposure, paused_read: Reply,

@@ -99,6 +99,11 @@ def by_hand(history: History) -> list[str]:
         elif isinstance(step, hist.MemoryLimit):
             limit = b"maxmemory-policy noeviction maxmemory 1" if step.limit else b"maxmemory 0"
             lines.append(f"{prefix}both: CONFIG SET {limit.decode()}")
+        elif isinstance(step, hist.ReplicasRequired):
+            required = (
+                b"min-replicas-to-write 100 min-replicas-max-lag 10" if step.required else b"min-replicas-to-write 0"
+            )
+            lines.append(f"{prefix}both: CONFIG SET {required.decode()}")
         else:
             lines.append(f"{prefix}{hist.step_to_json(step)}")
     return lines

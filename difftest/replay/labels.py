@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest.history.format import MemoryLimit, Notify, RawWrite
+from difftest.history.format import MemoryLimit, Notify, RawWrite, ReplicasRequired
 from difftest.history.resolve import Resolved
 from difftest.judge import accounting
 from difftest.judge.contract import RULES
@@ -70,6 +70,9 @@ CONDITION_LABELS: tuple[str, ...] = (
     # read-only replica (docs/contract-decisions.md, "The memory limit", "A read-only replica as a call target")
     *(f"condition:oom:{verb.lower()}" for verb in TRANSITIONS),
     *(f"condition:replica:{verb.lower()}" for verb in TRANSITIONS),
+    # while the server denies every write for want of good replicas (min-replicas-to-write;
+    # docs/contract-decisions.md, "Writes the server denies")
+    *(f"condition:noreplicas:{verb.lower()}" for verb in TRANSITIONS),
 )
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
@@ -102,10 +105,13 @@ def labels(result: ReplayResult) -> Counter[str]:
     restarted = False
     stale_refused = fenced_success = False
     limited = False  # the memory limit is on (a `memory` step)
+    denied = False  # every write denied for want of replicas (a `replicas` step)
     for record in result.records:
         resolved = record.resolved
         if resolved.is_memory:
             limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
+        if resolved.is_replicas:
+            denied = isinstance(resolved.step, ReplicasRequired) and resolved.step.required
         if record.verdict.rule:
             reached[f"contract:{record.verdict.rule}"] += 1
         if resolved.is_restart:
@@ -116,7 +122,8 @@ def labels(result: ReplayResult) -> Counter[str]:
         transition = resolved.transition
         if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
             continue
-        kind = _transition_labels(reached, resolved, transition, record.native_reply, limited, restarted)
+        condition = "noreplicas" if denied else "oom" if limited else None
+        kind = _transition_labels(reached, resolved, transition, record.native_reply, condition, restarted)
         if transition.fenced:
             fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
             stale_refused |= kind == "fenced"
@@ -134,15 +141,15 @@ def labels(result: ReplayResult) -> Counter[str]:
 
 
 def _transition_labels(reached: Counter[str], resolved: Resolved, transition: Transition, reply: Reply,
-                       limited: bool, restarted: bool) -> str:  # fmt: skip
+                       condition: str | None, restarted: bool) -> str:  # fmt: skip
     """The labels of one transition call the native side answered (its conditions, its reply's kind,
     and what that reply shows: N1, an extend after a restart, a sweep's verdicts, the invariants it
     exercised); returns the reply's kind."""
     if resolved.guarded is not None and (resolved.protocol == 3 or resolved.in_multi):
         # the call reached both servers under the condition (a refused one never left the Lua host)
         reached[f"condition:{'multi' if resolved.in_multi else 'resp3'}:{transition.verb.lower()}"] += 1
-    if resolved.guarded is not None and (limited or resolved.on_replica):
-        reached[f"condition:{'replica' if resolved.on_replica else 'oom'}:{transition.verb.lower()}"] += 1
+    if resolved.guarded is not None and (condition or resolved.on_replica):
+        reached[f"condition:{'replica' if resolved.on_replica else condition}:{transition.verb.lower()}"] += 1
     kind = reply_kind(transition.verb, reply)
     moved = kind == transition.reply_kinds[0]
     reached[f"reply:{transition.verb}:{kind}"] += 1

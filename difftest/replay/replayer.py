@@ -20,7 +20,7 @@ from typing import Any
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from difftest.base.problems import ScriptDoesNotCompile, SetupProblem
-from difftest.history.format import Advance, CallStep, History, MemoryLimit, Notify, Restart, Step
+from difftest.history.format import Advance, CallStep, History, MemoryLimit, Notify, ReplicasRequired, Restart, Step
 from difftest.history.resolve import Resolved, resolve
 from difftest.instrument import lua as lua_coverage
 from difftest.judge.contract import RULES, Verdict, acl_probe_keys
@@ -28,7 +28,7 @@ from difftest.judge.events import Events, events_problem
 from difftest.judge.verdicts import JudgeState, Observation, judge
 from difftest.replay.replicas import KIND as PROPAGATION
 from difftest.replay.replicas import Propagation, Replicas, primary_options
-from difftest.replay.sides import LuaSide, NativeSide, Side, StepOutcome
+from difftest.replay.sides import MEMORY, REPLICAS, LuaSide, NativeSide, Side, StepOutcome
 from difftest.servers.group import ServerGroup
 from difftest.servers.wire import Element, Future, Wire
 from difftest.spec.commands import TRANSITIONS
@@ -119,13 +119,13 @@ class ReplayResult:
 
 def can_write(segment: list[Resolved]) -> bool:
     """Whether a segment holds a step that can write (a clock advance or a restart alone cannot)."""
-    return any(not (step.is_advance or step.is_restart or step.is_notify or step.is_memory) for step in segment)
+    return any(not (step.is_advance or step.is_restart or step.is_notify or step.is_condition) for step in segment)
 
 
 def segments(
     steps: tuple[Resolved, ...], alone_from: int | None = None, longest: int | None = None
 ) -> list[list[Resolved]]:
-    """Runs of steps between clock advances, restarts, notify and memory steps, of at most `longest`
+    """Runs of steps between clock advances, restarts, notify and condition steps, of at most `longest`
     steps (SEGMENT_STEPS); each of those stands alone, and so does a call to a replica (sent once both
     replicas have caught up) and every step from index `alone_from` on (a round trip each: which
     step a server died at)."""
@@ -134,7 +134,7 @@ def segments(
     current: list[Resolved] = []
     for step in steps:
         alone = alone_from is not None and step.index >= alone_from
-        if step.is_advance or step.is_restart or step.is_notify or step.is_memory or step.on_replica or alone:
+        if step.is_advance or step.is_restart or step.is_notify or step.is_condition or step.on_replica or alone:
             if current:
                 out.append(current)
             out.append([step])
@@ -461,7 +461,11 @@ class Replayer:
             return _lap(self.stages, "events", mark)
         if isinstance(step.step, MemoryLimit):
             for side in (self.lua, self.native):
-                side.set_memory_limit(step.step.limit)
+                side.set_condition(MEMORY, step.step.limit)
+            return _lap(self.stages, "memory", mark)
+        if isinstance(step.step, ReplicasRequired):
+            for side in (self.lua, self.native):
+                side.set_condition(REPLICAS, step.step.required)
             return _lap(self.stages, "memory", mark)
         return mark
 
@@ -523,9 +527,9 @@ class Replayer:
         the millisecond)."""
         assert self.lua is not None
         admin: Wire = self.lua.wires[None]
-        limited = self.lua.memory_limited
-        if limited:
-            self.lua.set_memory_limit(False)  # RESTORE is deny-oom: the harness's writes never meet the limit
+        held_conditions = sorted(self.lua.conditions)
+        for condition in held_conditions:  # RESTORE is a deny-oom write: the harness's writes never meet them
+            self.lua.set_condition(condition, False)
         held = with_epochs(*parse_canonical(lua_walk))
         commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
         if commands:
@@ -544,8 +548,8 @@ class Replayer:
                     admin.read()
             finally:
                 clock.set(now)
-        if limited:
-            self.lua.set_memory_limit(True)
+        for condition in held_conditions:
+            self.lua.set_condition(condition, True)
         self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
 
     def _replicas_for(self, history: History) -> Replicas | None:

@@ -43,6 +43,21 @@ WalkCommand = tuple[bytes, ...]
 WireKey = str | None | tuple[str | None, int]  # a user (None: the admin) on RESP2, or (user, 3) on RESP3
 
 
+# The server conditions a history switches (docs/history-format.md: `memory`, `replicas`), each with
+# the CONFIG SET arguments that switch it on and off, on both servers alike. Both refuse a script at
+# its first write (docs/contract-decisions.md): deterministic, whatever the keyspace holds.
+MEMORY, REPLICAS = "memory", "replicas"
+CONDITIONS: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {
+    # maxmemory 1 with noeviction: any keyspace is over it (OOM at a deny-oom first write)
+    MEMORY: ((b"maxmemory-policy", b"noeviction", b"maxmemory", b"1"),
+             (b"maxmemory-policy", b"noeviction", b"maxmemory", b"0")),
+    # more good replicas required than any server here has (one at most): NOREPLICAS at any first
+    # write; min-replicas-max-lag must be above 0 for the server to count them at all
+    REPLICAS: ((b"min-replicas-to-write", b"100", b"min-replicas-max-lag", b"10"),
+               (b"min-replicas-to-write", b"0")),
+}  # fmt: skip
+
+
 @dataclass
 class StepOutcome:
     """What one side did at one step: its reply and the keyspace walk after it (raw); inside a
@@ -86,8 +101,8 @@ class Side:
         self.notify_flags = ""
         self.subscriber: Wire | None = None
         self.markers = 0  # the last marker published
-        # the memory limit (a history's `memory` step): on or off on this server
-        self.memory_limited = False
+        # the server conditions a history switched on (`memory`, `replicas` steps: CONDITIONS)
+        self.conditions: set[str] = set()
         # the server's read-only replica, for a history's calls with a `target` (set by the replay),
         # its one admin wire and the scripts loaded since its start
         self.replica: EmbeddedServer | None = None
@@ -133,26 +148,33 @@ class Side:
         # restart made them all again (about 1.5 ms a side)
         self.made_users: set[str] = set()
         self.connected_start = self.server.starts
-        if self.memory_limited:
-            # a started server forgot its CONFIG SET: the limit holds until the history lifts it
-            self.set_memory_limit(True)
+        for condition in sorted(self.conditions):
+            # a started server forgot its CONFIG SET: a condition holds until the history lifts it
+            self.set_condition(condition, True)
         if self.notify_flags:
             # a started server has its configured flags again: kept on, as a deployment's config
             # file would keep them (docs/contract-decisions.md, "Keyspace notifications")
             self.set_notify(self.notify_flags)
 
-    # -- the memory limit and the replica ---------------------------------------------------
+    # -- the server's conditions and the replica --------------------------------------------
 
-    def set_memory_limit(self, limit: bool) -> None:
-        """`maxmemory 1` with `noeviction` (any keyspace is over it: deterministic), or `maxmemory
-        0`; the pipe must be synced (a boundary between segments, a reset, a re-sync)."""
-        commands = [(b"CONFIG", b"SET", b"maxmemory-policy", b"noeviction", b"maxmemory", b"1" if limit else b"0")]
+    @property
+    def memory_limited(self) -> bool:
+        return MEMORY in self.conditions
+
+    def set_condition(self, condition: str, on: bool) -> None:
+        """A server condition (CONDITIONS) switched on or off by CONFIG SET; the pipe must be synced
+        (a boundary between segments, a reset, a re-sync)."""
+        switched_on, switched_off = CONDITIONS[condition]
         admin = self.wires[None]
-        admin.send(commands)
+        admin.send([(b"CONFIG", b"SET", *(switched_on if on else switched_off))])
         answer = admin.read()
         if isinstance(answer, ErrorReply):
-            raise SetupProblem(f"{self.name} server refused the memory limit: {answer.message}")
-        self.memory_limited = limit
+            raise SetupProblem(f"{self.name} server refused the {condition} condition: {answer.message}")
+        if on:
+            self.conditions.add(condition)
+        else:
+            self.conditions.discard(condition)
 
     def replica_wire(self) -> Wire:
         """The admin wire to the server's replica, opened again (and its scripts forgotten) after
@@ -269,11 +291,11 @@ class Side:
         while the server has not restarted and the users are the same (another database: each wire
         selects it). Keyspace notifications go off (a history switches them on with its `notify` step)."""
         self.pipe.reset()
-        if self.memory_limited:
+        for condition in sorted(self.conditions):
             if self.server.starts == self.connected_start:
-                self.set_memory_limit(False)  # lifted before the reset's FLUSHALL
-            else:  # a server started since: maxmemory is its default, none
-                self.memory_limited = False
+                self.set_condition(condition, False)  # lifted before the reset's FLUSHALL (a write)
+            else:  # a server started since: its config is the default, no condition
+                self.conditions.discard(condition)
         if self.notify_flags:
             if self.server.starts == self.connected_start:
                 self.set_notify("")

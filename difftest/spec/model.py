@@ -186,6 +186,7 @@ UNJUDGED_KINDS: dict[str, str] = {
     "died": "the native server died at the step (no reply, no keyspace)",
     "raw-command": "a raw write of a command the model does not read (its effect is Valkey's, not the spec's)",
     "raw-over-limit": "a raw write while the memory limit is on (refused or not by the command's own flags)",
+    "raw-writes-denied": "a raw write while the servers deny writes (refused as a write command is)",
     "off": "the model switched off (bench/bench_replay.py --model measures its cost against the same run)",
 }
 
@@ -193,7 +194,9 @@ READ, WRITE = "read", "write"
 Denied = frozenset[tuple[bytes, str]]
 # the access a command needs on a derived key (the native checks the same, host.rs `Access`)
 EXISTS, READS, WRITES, READ_WRITE = "exists", "read", "write", "read-write"
-REPLICA, MEMORY = "READONLY", "OOM"  # the server conditions that refuse a script at its first write
+# the server conditions that refuse a script at its first write: a read-only replica, every write denied
+# (fewer good replicas than min-replicas-to-write; MISCONF refuses the same way, not generated), the memory limit
+REPLICA, WRITES_DENIED, MEMORY = "READONLY", "NOREPLICAS", "OOM"
 
 
 @dataclass(frozen=True)
@@ -211,11 +214,13 @@ _COUNTER = {
     NOTINT: _Error("ERR hash value is not an integer", "EMQ NOTINT"),
     OVERFLOW: _Error("ERR increment or decrement would overflow", "EMQ OVERFLOW"),
 }
-_GATES = {REPLICA: _Error("READONLY", "READONLY"), MEMORY: _Error("OOM", "OOM")}
+_GATES = {REPLICA: _Error("READONLY", "READONLY"), WRITES_DENIED: _Error("NOREPLICAS", "NOREPLICAS"),
+          MEMORY: _Error("OOM", "OOM")}  # fmt: skip
 _LANE = _Error("EMQ LANE", "EMQ LANE")  # the module's alone: the scripts ignore a `group` field
 # each fault's class, as the contract's rules name it (Outcome.error)
 _CLASSES = {_WRONGTYPE: WRONGTYPE, _COUNTER[NOTINT]: NOTINT, _COUNTER[OVERFLOW]: OVERFLOW, _LANE: LANE,
-            _NOPERM: "NOPERM", _GATES[REPLICA]: REPLICA, _GATES[MEMORY]: MEMORY}  # fmt: skip
+            _NOPERM: "NOPERM", _GATES[REPLICA]: REPLICA, _GATES[WRITES_DENIED]: WRITES_DENIED,
+            _GATES[MEMORY]: MEMORY}  # fmt: skip
 
 
 class _Stop(Exception):
@@ -237,7 +242,8 @@ class CallFacts:
     `denied` the (key, read|write) the caller may not touch; `stage` "call", "begin" (the Lua host's
     `paused?` read of a split CLAIM) or "end" (its claim, `read_at_begin` what that read answered);
     `scripts_only` the native server runs the Lua host for it too (an upgrade's Lua-era worker);
-    `gate` READONLY on a read-only replica, OOM over the memory limit, None otherwise."""
+    `gate` READONLY on a read-only replica, NOREPLICAS where the server denies every write, OOM
+    over the memory limit, None otherwise."""
 
     verb: Verb
     layout: Layout | None
@@ -296,7 +302,7 @@ class _Run:
             faults.append(_NOPERM)
         if write and not self.gated:
             self.gated = True
-            if self.gate == REPLICA or (self.gate == MEMORY and deny_oom):
+            if self.gate in (REPLICA, WRITES_DENIED) or (self.gate == MEMORY and deny_oom):
                 faults.append(_GATES[self.gate])
         entry = self.get(key)
         if want is not None and entry is not None and entry.kind != want:
