@@ -617,6 +617,10 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         memory = draws.integer(0, 2) != 0
         switch: Callable[[bool], Step] = MemoryLimit if memory else ReplicasRequired
+        if draws.chance(4):
+            # another writer's hash where the module's gate asks whether writes are denied (its probe,
+            # SETRANGE emq:{q}:probe 0 "", answers WRONGTYPE then): the gate must not take that for a denial
+            self.steps.append(RawWrite((b"HSET", Layout(queue).base + b"probe", b"owner", b"ops")))
         self.steps.append(switch(True))
         for _ in range(draws.integer(1, 3)):
             # over the limit the verbs whose first write grows the keyspace are refused; with writes
