@@ -60,10 +60,11 @@ def shell(command: str, env: dict[str, str], cwd: Path, summary: Path) -> subpro
 
 
 def run_job(name: str, leg: int, cwd: Path, summary: Path, extra: dict[str, str]) -> list[tuple[str, int]]:
-    """Every command of one matrix leg of a job (make setup skipped); (command, exit code) each."""
+    """Every command of one matrix leg of a job (make setup skipped; the first night: no earlier run
+    kept anything, so the steps that look for one and use it are skipped); (command, exit code) each."""
     codes = []
     for step, command, env in job_commands(load(), name, INPUTS, leg):
-        if command == "make setup":
+        if command == "make setup" or step.get("id") == "previous" or "steps.previous.outputs" in str(step.get("if")):
             continue
         assert "always()" in str(step.get("if", "always()")) or "cancelled()" in str(step.get("if", "cancelled()"))
         command = command.replace("--backend docker", "--backend local")
@@ -272,3 +273,18 @@ def corpus_digests(path: Path) -> set[str]:
     from difftest.fuzz.corpusfile import digest_of
 
     return {digest_of(json.loads(line)["history"]) for line in path.read_text().splitlines()[1:]}
+
+
+def test_carry_brings_the_night_befores_history_whole_and_never_over_tonights(tmp_path: Path) -> None:
+    from difftest.report.nightly import EXIT_OK, EXIT_USAGE, main
+
+    kept = tmp_path / "previous" / "mutants-scores.jsonl"
+    tonight = tmp_path / "reports" / "mutants-scores.jsonl"
+    # the first night: nothing kept, nothing written (the merges start the file)
+    assert main(["carry", str(kept), str(tonight)]) == EXIT_OK and not tonight.exists()
+    kept.parent.mkdir()
+    kept.write_text('{"score": 1}\n{"score": 2}\n')
+    assert main(["carry", str(kept), str(tonight)]) == EXIT_OK
+    assert tonight.read_text() == kept.read_text() and not list(tonight.parent.glob(".*.tmp"))
+    tonight.write_text('{"score": 3}\n')  # tonight's run wrote it already: never replaced
+    assert main(["carry", str(kept), str(tonight)]) == EXIT_USAGE and tonight.read_text() == '{"score": 3}\n'

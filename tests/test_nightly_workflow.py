@@ -128,8 +128,9 @@ def test_reports_are_uploaded_always_and_the_mutants_run_after_a_divergence() ->
     document = load()
     for name in ("campaign", "mutants", "merge"):
         steps = document["jobs"][name]["steps"]
-        upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
-        assert "always()" in str(upload.get("if", "")) and upload["with"]["path"].rstrip("/") == "reports", name
+        uploads = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+        upload = next(s for s in uploads if s["with"]["path"].rstrip("/") == "reports")
+        assert "always()" in str(upload.get("if", "")), name
     # the mutant shards do not wait for the campaign, and the merge runs whatever the shards found
     assert "campaign" not in str(document["jobs"]["mutants"].get("needs", ""))
     assert "cancelled()" in str(document["jobs"]["merge"].get("if", ""))
@@ -156,7 +157,9 @@ def test_the_matrix_jobs_their_needs_and_artifact_names() -> None:
         assert jobs[name]["strategy"]["fail-fast"] is False  # one failing shard does not cancel the others
 
     def uploaded(job: str) -> str:
-        return str(next(s for s in jobs[job]["steps"] if "upload-artifact" in str(s.get("uses")))["with"]["name"])
+        """The name of the job's artifact of reports/ (the merge also uploads its score history apart)."""
+        steps = [s for s in jobs[job]["steps"] if "upload-artifact" in str(s.get("uses"))]
+        return str(next(s for s in steps if s["with"]["path"].rstrip("/") == "reports")["with"]["name"])
 
     def downloaded(pattern_of: str) -> str:
         steps = [s for s in jobs["merge"]["steps"] if "download-artifact" in str(s.get("uses"))]
@@ -235,6 +238,44 @@ def test_the_fuzz_job_carries_its_corpus_from_the_night_before_and_never_saves_l
                 and "--seconds" in words)  # fmt: skip
     assert {"--native-coverage", "--lua-coverage", "--no-dashboard"} <= set(fuzz)
     assert fuzz[fuzz.index("--seconds") + 1] == defaults["fuzz_seconds"]
+
+
+def test_the_merge_carries_the_mutation_score_history_and_never_saves_less() -> None:
+    from tests.workflow import context_for, expand, plan_outputs, substitute
+
+    document = load()
+    job = document["jobs"]["merge"]
+    assert job["permissions"] == {"contents": "read", "actions": "read"}
+    steps = job["steps"]
+    ids = [step.get("id") for step in steps if step.get("id")]
+    assert ids == ["previous", "download", "carry"]
+    by_id = {step["id"]: step for step in steps if step.get("id")}
+    leg = _legs("merge")[0]
+    context = context_for(document, input_defaults(document), plan_outputs(document), leg)
+    commands = {step.get("id"): shlex.split(expand(c, env)) for step, c, env in job_commands(document, "merge")}
+    history = next(s for s in steps if "upload-artifact" in str(s.get("uses")) and "scores" in s["with"]["name"])
+    name = substitute(history["with"]["name"], context)
+    assert (
+        commands["previous"][-2:] == ["--artifact", name]
+        and substitute(by_id["download"]["with"]["name"], context) == name
+    )
+    # what the night before uploaded comes back where tonight's merges append (their default, beside OUT)
+    assert commands["carry"][-2:] == [by_id["download"]["with"]["path"] + "/mutants-scores.jsonl",
+                                      history["with"]["path"]]  # fmt: skip
+    merges = [
+        w
+        for _, c, env in job_commands(document, "merge")
+        if (w := shlex.split(expand(c, env)))[1:3] == ["mutants", "merge"]
+    ]
+    assert merges and all("--score-history" not in w for w in merges)
+    assert all(Path(w[3]).parent == Path(history["with"]["path"]).parent for w in merges)
+    for key in ("download", "carry"):
+        assert by_id[key]["if"] == "${{ steps.previous.outputs.run-id != '' }}"
+    guard = history["if"]
+    assert "steps.previous.outcome == 'success'" in guard and "steps.carry.outcome == 'success'" in guard
+    # the merges run whatever the history's steps did (a step without `if` would be skipped after a failure)
+    after = steps[steps.index(by_id["carry"]) + 1 :]
+    assert all("cancelled()" in str(s.get("if", "")) or "always()" in str(s.get("if", "")) for s in after)
 
 
 def test_the_ci_guide_shows_the_same_commands() -> None:

@@ -1,5 +1,5 @@
-"""The nightly matrix's helpers, `python -m difftest.report.nightly plan|summary|previous` (standard library
-only: `plan` runs before any set-up, on the runner's bare Python).
+"""The nightly matrix's helpers, `python -m difftest.report.nightly plan|summary|previous|carry` (standard
+library only: `plan` runs before any set-up, on the runner's bare Python).
 
 - `plan` turns the workflow's inputs (campaign shards N, mutant shards M, Valkey versions, a seed)
   into the jobs' matrices, as `key=value` lines for $GITHUB_OUTPUT (and stdout).
@@ -10,6 +10,8 @@ only: `plan` runs before any set-up, on the runner's bare Python).
 - `previous` finds the newest workflow run of this repository that still keeps an artifact of a
   name (the fuzz job's corpus of the night before), through GitHub's REST API, and writes its id as
   `run-id=...` for $GITHUB_OUTPUT (empty on the first night); download-artifact then fetches it.
+- `carry FROM TO` copies a file the night before kept (its mutation score history) to where tonight's
+  run appends to it: whole or not at all, never over a file tonight already wrote.
 """
 
 from __future__ import annotations
@@ -159,6 +161,23 @@ def command_previous(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def command_carry(args: argparse.Namespace) -> int:
+    source, target = Path(args.source), Path(args.target)
+    if target.exists():
+        sys.stderr.write(f"carry: {target} exists already (tonight's): not replaced by {source}; carry it "
+                         "before the step that writes it\n")  # fmt: skip
+        return EXIT_USAGE
+    if not source.is_file():
+        sys.stderr.write(f"carry: {source} is not in the night before's artifact: tonight's history starts here\n")
+        return EXIT_OK
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(source.read_bytes())
+    os.replace(temporary, target)
+    sys.stderr.write(f"carry: {source} -> {target} ({len(source.read_bytes().splitlines())} line(s))\n")
+    return EXIT_OK
+
+
 # -- summary -------------------------------------------------------------------------------------------
 
 
@@ -293,7 +312,7 @@ CODES = """exit codes:
   0  plan: the matrices written; summary: the campaign agreed and every mutant was caught
   1  summary: a divergence, a missed mutant, a void or interrupted report, or no merged report
      (a shard missing, a merge refused)
-  2  bad arguments: one line on stderr
+  2  bad arguments: one line on stderr (carry: the target exists already)
  69  previous: GitHub's API did not answer (one line on stderr): nothing was decided, run the job again"""
 
 
@@ -327,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     previous.add_argument("--artifact", required=True, help="the artifact's name, e.g. fuzz-9.1.2")
     previous.add_argument("--repository", default=None, metavar="OWNER/NAME",
                           help="the repository (default: $GITHUB_REPOSITORY); the token is $GITHUB_TOKEN")  # fmt: skip
+    carrying = actions.add_parser("carry", help="a file the night before kept, to where tonight appends to it",
+                                  epilog=CODES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    carrying.add_argument("source", metavar="FROM", help="the file in the downloaded artifact")
+    carrying.add_argument("target", metavar="TO", help="where tonight's run appends to it (must not exist yet)")
     return parser
 
 
@@ -339,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_plan(args)
     if args.action == "previous":
         return command_previous(args)
+    if args.action == "carry":
+        return command_carry(args)
     return command_summary(args)
 
 
