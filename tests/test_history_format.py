@@ -127,6 +127,8 @@ def test_memory_and_replica_steps_round_trip() -> None:
     [
         (HEADER + '\n{"op": "memory"}', ":2: missing field 'limit'"),
         (HEADER + '\n{"op": "memory", "limit": 1}', ":2 field 'limit': expected true (maxmemory 1 with noeviction"),
+        (HEADER + '\n{"op": "replicas"}', ":2: missing field 'required'"),
+        (HEADER + '\n{"op": "replicas", "required": "yes"}', ":2 field 'required': expected true (every write denied"),
         (
             HEADER + '\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "target": "primary"}',
             ":2 field 'target': expected 'replica'",

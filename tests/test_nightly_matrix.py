@@ -205,7 +205,7 @@ def test_previous_names_the_newest_run_that_keeps_the_artifact_and_fails_when_gi
         assert done.returncode == 0 and done.stdout == "run-id=104\n", done.stderr  # the newest not expired
         assert output.read_text() == "run-id=104\n"
         done = previous(api, "fuzz-corpus-7.2.4", output)  # the first night: none
-        assert done.returncode == 0 and done.stdout == "run-id=\n" and "starts empty" in done.stderr
+        assert done.returncode == 0 and done.stdout == "run-id=\n" and "starts without it" in done.stderr
         done = previous(api, "fuzz-corpus-9.1.2", output, GITHUB_REPOSITORY="")
         assert done.returncode == EXIT_USAGE and "--repository" in done.stderr
     with artifacts_api(None, status=503) as api:

@@ -494,21 +494,21 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
                        "crash, raw, notify, multi, exec, memory, replicas)")  # fmt: skip
 
 
+def _switched(obj: dict[str, object], name: str, where: str, meaning: str) -> bool:
+    """A server condition's switch: the field `name`, true (`meaning`) or false (lifted)."""
+    value = _require(obj, name, where)
+    if not isinstance(value, bool):
+        raise HistoryError(f"{where} field {name!r}: expected true ({meaning}) or false (lifted), got {value!r}")
+    return value
+
+
 def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
-    limit = _require(obj, "limit", where)
-    if not isinstance(limit, bool):
-        raise HistoryError(f"{where} field 'limit': expected true (maxmemory 1 with noeviction on both servers) "
-                           f"or false (lifted), got {limit!r}")  # fmt: skip
-    return MemoryLimit(limit)
+    return MemoryLimit(_switched(obj, "limit", where, "maxmemory 1 with noeviction on both servers"))
 
 
 def _parse_replicas(obj: dict[str, object], where: str) -> ReplicasRequired:
-    required = _require(obj, "required", where)
-    if not isinstance(required, bool):
-        raise HistoryError(f"{where} field 'required': expected true (every write denied for want of "
-                           "replicas: min-replicas-to-write 100 on both servers) or false (lifted), "
-                           f"got {required!r}")  # fmt: skip
-    return ReplicasRequired(required)
+    meaning = "every write denied for want of replicas: min-replicas-to-write 100 on both servers"
+    return ReplicasRequired(_switched(obj, "required", where, meaning))
 
 
 def _parse_notify(obj: dict[str, object], where: str) -> Notify:

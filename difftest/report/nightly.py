@@ -98,13 +98,17 @@ def plan(campaign_shards: int, mutant_shards: int, versions: list[str], seed: in
     }
 
 
-def command_plan(args: argparse.Namespace) -> int:
-    outputs = plan(args.campaign_shards, args.mutant_shards, args.valkey, args.seed, args.generated_shards)
-    lines = "".join(f"{key}={value}\n" for key, value in outputs.items())
+def _output(lines: str) -> None:
+    """`key=value` lines on stdout and, in a workflow, appended to $GITHUB_OUTPUT (the step's outputs)."""
     sys.stdout.write(lines)
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
             out.write(lines)
+
+
+def command_plan(args: argparse.Namespace) -> int:
+    outputs = plan(args.campaign_shards, args.mutant_shards, args.valkey, args.seed, args.generated_shards)
+    _output("".join(f"{key}={value}\n" for key, value in outputs.items()))
     return EXIT_OK
 
 
@@ -147,17 +151,13 @@ def command_previous(args: argparse.Namespace) -> int:
             listing = json.loads(answer.read())
     except (urllib.error.URLError, OSError, ValueError) as problem:
         reason = getattr(problem, "reason", None) or problem
-        sys.stderr.write(f"previous: GitHub's API ({url}) did not list the artifacts ({reason}): the corpus of "
-                         "the night before is not lost; run the job again\n")  # fmt: skip
+        sys.stderr.write(f"previous: GitHub's API ({url}) did not list the artifacts ({reason}): what the "
+                         "night before kept is not lost; run the job again\n")  # fmt: skip
         return EXIT_UNAVAILABLE
     run = newest_run(listing if isinstance(listing, dict) else {}, args.artifact)
-    line = f"run-id={run if run is not None else ''}\n"
-    sys.stdout.write(line)
     sys.stderr.write(f"previous: {'run ' + str(run) if run else 'no run'} keeps an artifact {args.artifact}"
-                     f"{'' if run else ' (the first night, or it expired): the corpus starts empty'}\n")  # fmt: skip
-    if os.environ.get("GITHUB_OUTPUT"):
-        with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
-            out.write(line)
+                     f"{'' if run else ' (the first night, or it expired): tonight starts without it'}\n")  # fmt: skip
+    _output(f"run-id={run if run is not None else ''}\n")
     return EXIT_OK
 
 
