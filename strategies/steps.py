@@ -288,6 +288,8 @@ def value_step(draw: Choices, queue: bytes, hints: QueueHints, now: int) -> list
             members[job] = now  # due or expired as far as the hints can tell
         return [RawWrite((b"ZADD", layout.key(name), score, job)), *then(draw, verb, queue, hints, now, job)]
     field = draw.spread(tuple(domains.ROW_FIELDS))
+    if field == b"attempts" and hints.active and draw.aim(3):
+        return _respelled_token(draw, queue, hints, now)
     value = domains.field_value(draw.spread, field.decode())
     verb = draw.pick(domains.ROW_FIELDS[field])
     job = reader_row(draw, verb, hints)
@@ -300,6 +302,24 @@ def value_step(draw: Choices, queue: bytes, hints: QueueHints, now: int) -> list
         if token is not None and token >= 0:
             hints.attempts[job] = token
     return [RawWrite(write), *then(draw, verb, queue, hints, now, job)]
+
+
+# Another spelling of the same number: what a tool that reads and writes the counter back as text can
+# leave (a leading zero, spaces, a sign); a fence that compares numbers, not the bytes, passes it
+RESPELLINGS = (b"0%d", b" %d", b"%d ", b"+%d")
+
+
+def _respelled_token(draw: Choices, queue: bytes, hints: QueueHints, now: int) -> list[Step]:
+    """A held lease's `attempts` rewritten by another writer as another spelling of the same number,
+    then its holder's fenced call with its token: the scripts compare the bytes, so the fence fails."""
+    job = draw.pick(sorted(hints.active))
+    token = hints.attempts.get(job, 1)
+    respelled = draw.pick(RESPELLINGS) % token
+    verb = draw.pick(tuple(verb for verb in domains.ROW_FIELDS[b"attempts"] if TRANSITIONS[verb].fenced))
+    return [
+        RawWrite((b"HSET", Layout(queue).row(job), b"attempts", respelled)),
+        *then(draw, verb, queue, hints, now, job),
+    ]
 
 
 # Counters past one digit, as a job claimed, failed, swept and revived ten times and more leaves them
