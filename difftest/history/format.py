@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from difftest.spec.calls import Call, as_bytes
 from difftest.spec.commands import TRANSITIONS, queue_keys, queue_of_base
@@ -158,6 +158,11 @@ class MemoryLimit:
     (docs/contract-decisions.md, "The memory limit")."""
 
     limit: bool
+    condition: ClassVar[str] = "memory"  # the server condition it switches (difftest/replay/sides.py)
+
+    @property
+    def on(self) -> bool:
+        return self.limit
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,11 @@ class ReplicasRequired:
     "Writes the server denies")."""
 
     required: bool
+    condition: ClassVar[str] = "replicas"
+
+    @property
+    def on(self) -> bool:
+        return self.required
 
 
 @dataclass(frozen=True)

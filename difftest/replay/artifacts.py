@@ -18,6 +18,7 @@ from difftest.history import format as hist
 from difftest.history.format import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
 from difftest.judge.events import show
 from difftest.replay.replayer import Divergence, ReplayResult
+from difftest.replay.sides import CONDITIONS
 from difftest.spec import model
 from difftest.spec.calls import Call
 from difftest.spec.replies import Reply
@@ -96,14 +97,10 @@ def by_hand(history: History) -> list[str]:
             lines.append(f"{prefix}{kind}{as_user}\n  native: {native}\n  lua:    {script}")
         elif isinstance(step, RawWrite):
             lines.append(f"{prefix}both: " + " ".join(_text(p) for p in step.command))
-        elif isinstance(step, hist.MemoryLimit):
-            limit = b"maxmemory-policy noeviction maxmemory 1" if step.limit else b"maxmemory 0"
-            lines.append(f"{prefix}both: CONFIG SET {limit.decode()}")
-        elif isinstance(step, hist.ReplicasRequired):
-            required = (
-                b"min-replicas-to-write 100 min-replicas-max-lag 10" if step.required else b"min-replicas-to-write 0"
-            )
-            lines.append(f"{prefix}both: CONFIG SET {required.decode()}")
+        elif isinstance(step, hist.MemoryLimit | hist.ReplicasRequired):
+            switched_on, switched_off = CONDITIONS[step.condition]  # what the replay sends, word for word
+            words = " ".join(word.decode() for word in (switched_on if step.on else switched_off))
+            lines.append(f"{prefix}both: CONFIG SET {words}")
         else:
             lines.append(f"{prefix}{hist.step_to_json(step)}")
     return lines

@@ -28,7 +28,7 @@ from difftest.judge.events import Events, events_problem
 from difftest.judge.verdicts import JudgeState, Observation, judge
 from difftest.replay.replicas import KIND as PROPAGATION
 from difftest.replay.replicas import Propagation, Replicas, primary_options
-from difftest.replay.sides import MEMORY, REPLICAS, LuaSide, NativeSide, Side, StepOutcome
+from difftest.replay.sides import LuaSide, NativeSide, Side, StepOutcome
 from difftest.servers.group import ServerGroup
 from difftest.servers.wire import Element, Future, Wire
 from difftest.spec.commands import TRANSITIONS
@@ -459,13 +459,9 @@ class Replayer:
             for side in (self.lua, self.native):
                 side.set_notify(step.step.flags)
             return _lap(self.stages, "events", mark)
-        if isinstance(step.step, MemoryLimit):
+        if isinstance(step.step, MemoryLimit | ReplicasRequired):
             for side in (self.lua, self.native):
-                side.set_condition(MEMORY, step.step.limit)
-            return _lap(self.stages, "memory", mark)
-        if isinstance(step.step, ReplicasRequired):
-            for side in (self.lua, self.native):
-                side.set_condition(REPLICAS, step.step.required)
+                side.set_condition(step.step.condition, step.step.on)
             return _lap(self.stages, "memory", mark)
         return mark
 

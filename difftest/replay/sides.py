@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from difftest.base.problems import SetupProblem
-from difftest.history.format import CallStep, RawWrite, Step
+from difftest.history.format import CallStep, MemoryLimit, RawWrite, ReplicasRequired, Step
 from difftest.history.resolve import Resolved, resolve
 from difftest.judge.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
 from difftest.servers.local import EmbeddedServer
@@ -46,7 +46,7 @@ WireKey = str | None | tuple[str | None, int]  # a user (None: the admin) on RES
 # The server conditions a history switches (docs/history-format.md: `memory`, `replicas`), each with
 # the CONFIG SET arguments that switch it on and off, on both servers alike. Both refuse a script at
 # its first write (docs/contract-decisions.md): deterministic, whatever the keyspace holds.
-MEMORY, REPLICAS = "memory", "replicas"
+MEMORY, REPLICAS = MemoryLimit.condition, ReplicasRequired.condition
 CONDITIONS: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {
     # maxmemory 1 with noeviction: any keyspace is over it (OOM at a deny-oom first write)
     MEMORY: ((b"maxmemory-policy", b"noeviction", b"maxmemory", b"1"),
@@ -157,10 +157,6 @@ class Side:
             self.set_notify(self.notify_flags)
 
     # -- the server's conditions and the replica --------------------------------------------
-
-    @property
-    def memory_limited(self) -> bool:
-        return MEMORY in self.conditions
 
     def set_condition(self, condition: str, on: bool) -> None:
         """A server condition (CONDITIONS) switched on or off by CONFIG SET; the pipe must be synced
