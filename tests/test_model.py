@@ -165,9 +165,9 @@ def test_a_caller_the_row_is_read_only_to_extends_through_the_scripts_only() -> 
 
 def test_over_the_memory_limit_growth_is_refused_and_draining_goes_on() -> None:
     before: Snapshot = {L.active: Entry("zset", {b"j": b"900"}, -1), L.row(b"j"): _row(attempts=b"3")}
-    grow = model.predict(_facts(Verb.ENQUEUE, b"k", b"p", 0, gate=model.MEMORY), before, {}, 1000, b"r1")
+    grow = model.predict(_facts(Verb.ENQUEUE, b"k", b"p", 0, gates=frozenset({model.MEMORY})), before, {}, 1000, b"r1")
     assert grow.lua.errors == ("OOM",) and grow.native.errors == ("OOM",) and grow.native.after is before
-    drain = model.predict(_facts(Verb.COMPLETE, b"j", 3, gate=model.MEMORY), before, {}, 1000, b"r1")
+    drain = model.predict(_facts(Verb.COMPLETE, b"j", 3, gates=frozenset({model.MEMORY})), before, {}, 1000, b"r1")
     assert drain.lua.reply == drain.native.reply == 1
 
 

@@ -246,7 +246,7 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
         "begin" if resolved.is_begin else "end" if resolved.is_end else "call",
         paused_read,
         resolved.via_scripts,
-        _gate(resolved.on_replica, writes_denied, limited),
+        _gates(resolved.on_replica, writes_denied, limited),
     )
     return model.predict(facts, before, state.before_epochs, observation.now_ms, observation.run_id)
 
@@ -395,14 +395,20 @@ def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, Pau
     return exposure, paused_reads, paused_read, limited, writes_denied
 
 
-def _gate(on_replica: bool, writes_denied: bool, limited: bool) -> str | None:
-    """The server condition that refuses a script at its first write, in the order script.c checks
-    them: a read-only replica (a replica never lacks replicas), writes denied, the memory limit."""
+def _gates(on_replica: bool, writes_denied: bool, limited: bool) -> model.Gates:
+    """The server conditions on at a call, which refuse a script at its first write: a call sent to
+    the read-only replica meets the replica's (which ignores the primary's memory limit and never
+    lacks replicas), any other the primary's, writes denied and the memory limit together."""
     if on_replica:
-        return model.REPLICA
-    if writes_denied:
-        return model.WRITES_DENIED
-    return model.MEMORY if limited else None
+        return _ON_REPLICA
+    return _PRIMARY_GATES[writes_denied, limited]
+
+
+_ON_REPLICA: model.Gates = frozenset({model.REPLICA})
+_PRIMARY_GATES: dict[tuple[bool, bool], model.Gates] = {
+    (denied, limited): frozenset({model.WRITES_DENIED} if denied else ()) | frozenset({model.MEMORY} if limited else ())
+    for denied in (False, True) for limited in (False, True)
+}  # fmt: skip
 
 
 def _pair_verdict(state: JudgeState, observation: Observation, exposure: Exposure, paused_read: Reply,

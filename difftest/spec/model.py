@@ -120,7 +120,7 @@ def _score(ms: int) -> bytes:
 def claim(before: Snapshot, layout: Layout, lease_ms: int, now_ms: int) -> Outcome:
     """CLAIM past the pause check, as the module does it (attempts exact), without the caller's
     permissions or a server condition: the contract's D1 reads it for the side that claims."""
-    r = _Run(before, frozenset(), None, True, now_ms)
+    r = _Run(before, frozenset(), NO_GATES, True, now_ms)
     try:
         reply = _claim_script(r, layout, (lease_ms,), None)
     except _Stop as stop:
@@ -146,7 +146,7 @@ def sweep(
     refuses the whole sweep there; either way the first fault in that order is the error. The Lua
     outcome on an error is its error class only (its partial writes are not predicted).
     """
-    r = _Run(before, frozenset(), None, run_id is not None, now_ms)
+    r = _Run(before, frozenset(), NO_GATES, run_id is not None, now_ms)
     try:
         reply = _sweep(r, layout, (max_stalled, limit), run_id, epochs)
     except _Stop as stop:
@@ -197,6 +197,8 @@ EXISTS, READS, WRITES, READ_WRITE = "exists", "read", "write", "read-write"
 # the server conditions that refuse a script at its first write: a read-only replica, every write denied
 # (fewer good replicas than min-replicas-to-write; MISCONF refuses the same way, not generated), the memory limit
 REPLICA, WRITES_DENIED, MEMORY = "READONLY", "NOREPLICAS", "OOM"
+Gates = frozenset[str]  # the conditions on at a call, any of the three
+NO_GATES: Gates = frozenset()
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,8 @@ class CallFacts:
     `denied` the (key, read|write) the caller may not touch; `stage` "call", "begin" (the Lua host's
     `paused?` read of a split CLAIM) or "end" (its claim, `read_at_begin` what that read answered);
     `scripts_only` the native server runs the Lua host for it too (an upgrade's Lua-era worker);
-    `gate` READONLY on a read-only replica, NOREPLICAS where the server denies every write, OOM
-    over the memory limit, None otherwise."""
+    `gates` the server conditions on (READONLY: sent to a read-only replica, NOREPLICAS: the server
+    denies every write, OOM: over the memory limit), any of them together."""
 
     verb: Verb
     layout: Layout | None
@@ -254,20 +256,20 @@ class CallFacts:
     stage: str = "call"
     read_at_begin: Reply = None
     scripts_only: bool = False
-    gate: str | None = None
+    gates: Gates = NO_GATES
 
 
 class _Run:
     """One executor's walk through a transition: the keyspace as it writes (copied at its first
     write), the caller's permissions, whether the first write has been reached, and the facts."""
 
-    __slots__ = ("before", "data", "denied", "gate", "gated", "native", "now", "wrote")
+    __slots__ = ("before", "data", "denied", "gated", "gates", "native", "now", "wrote")
 
-    def __init__(self, before: Snapshot, denied: Denied, gate: str | None, native: bool, now: int) -> None:
+    def __init__(self, before: Snapshot, denied: Denied, gates: Gates, native: bool, now: int) -> None:
         self.before = before
         self.data: dict[bytes, Entry] | None = None
         self.denied = denied
-        self.gate = gate
+        self.gates = gates
         self.gated = False
         self.native = native
         self.now = now
@@ -298,12 +300,17 @@ class _Run:
         declared key, which the server checked before the command ran), the first-write gate,
         the key's type (`want`; None: any). Its entry, or _Stop."""
         faults: list[_Error] = []
+        first_write = write and not self.gated
+        if first_write:
+            self.gated = True
+            # the script runner (valkey 9.1) checks the memory limit first at a deny-oom first write
+            if deny_oom and MEMORY in self.gates:
+                faults.append(_GATES[MEMORY])
         if access is not None and self.denied and not self.allowed(key, access):
             faults.append(_NOPERM)
-        if write and not self.gated:
-            self.gated = True
-            if self.gate in (REPLICA, WRITES_DENIED) or (self.gate == MEMORY and deny_oom):
-                faults.append(_GATES[self.gate])
+        if first_write:
+            # then a read-only replica, then writes denied (a replica never lacks replicas)
+            faults += (_GATES[gate] for gate in (REPLICA, WRITES_DENIED) if gate in self.gates)
         entry = self.get(key)
         if want is not None and entry is not None and entry.kind != want:
             faults.append(_WRONGTYPE)
@@ -622,7 +629,7 @@ def _lua_side(facts: CallFacts, before: Snapshot, now_ms: int) -> Expected:
     if facts.layout is None:
         return Expected(Refused(facts.refusal or ""), after=before)
     layout, transition = facts.layout, TRANSITIONS[facts.verb]
-    r = _Run(before, facts.denied, facts.gate, False, now_ms)
+    r = _Run(before, facts.denied, facts.gates, False, now_ms)
     if transition.reads_meta:
         if facts.stage == "end":
             read = facts.read_at_begin
@@ -655,7 +662,7 @@ def _native_side(facts: CallFacts, before: Snapshot, epochs: Epochs, now_ms: int
     layout, transition = facts.layout, TRANSITIONS[facts.verb]
     if _declared_denied(transition, layout, facts.denied):
         return Expected(errors=("NOPERM",), after=before)
-    r = _Run(before, facts.denied, facts.gate, True, now_ms)
+    r = _Run(before, facts.denied, facts.gates, True, now_ms)
     if facts.verb is Verb.SWEEP:
         return _outcome(r, lambda: _sweep(r, layout, facts.args, run_id, epochs), before)
     effect = _claim_native if facts.verb is Verb.CLAIM else _EFFECTS[facts.verb]

@@ -161,34 +161,56 @@ pub enum FirstWrite {
 /// Why the server refuses a transition at its first write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
+    /// OOM: used memory is over `maxmemory` and the first write is a deny-oom command
+    Oom,
+    /// NOPERM: the caller may not write the key of the first write (a derived key: ENQUEUE's row)
+    NoPerm,
     /// READONLY: the server is a read-only replica and the caller is not its primary
     ReadOnly,
     /// The server denies every write now, and says why in its own words: NOREPLICAS (fewer good
     /// replicas than `min-replicas-to-write`) or MISCONF (its last save or AOF write failed)
     WritesDenied(Vec<u8>),
-    /// OOM: used memory is over `maxmemory` and the first write is a deny-oom command
-    Oom,
 }
 
-/// What the server's script runner decides at a script's first write (script.c
-/// `scriptVerifyWriteCommandAllow`, then `scriptVerifyOOM`: read-only replica, then a write the
-/// server denies whatever it is (MISCONF, NOREPLICAS: `writes_denied`, the server's error text),
-/// then the memory limit), as a pure function of the server's state.
-pub fn first_write_refusal(
-    first: FirstWrite,
-    read_only_replica: bool,
-    writes_denied: Option<Vec<u8>>,
-    oom: bool,
-) -> Option<Refusal> {
-    if read_only_replica {
-        Some(Refusal::ReadOnly)
-    } else if let Some(text) = writes_denied {
-        Some(Refusal::WritesDenied(text))
-    } else if oom && first == FirstWrite::DenyOom {
+/// What the server at hand checks at a script's first write, and in which order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AtFirstWrite {
+    pub first: FirstWrite,
+    /// used memory over `maxmemory` (the context flag, as the script runner reads it)
+    pub oom: bool,
+    /// the caller may not write that write's key (None: a declared key the server checked before)
+    pub acl_refused: bool,
+    pub read_only_replica: bool,
+    /// the server's own text when it denies every write (NOREPLICAS, MISCONF)
+    pub writes_denied: Option<Vec<u8>>,
+}
+
+/// What the server's script runner decides at a script's first write, as a pure function of the
+/// server's state, in the order valkey 9.1's runner checks it (measured: docs/contract-decisions.md,
+/// "Two refusals at once"): the memory limit at a deny-oom first write, then the caller's access to
+/// the key, then a read-only replica, then a write the server denies whatever it is (MISCONF,
+/// NOREPLICAS).
+pub fn first_write_refusal(at: AtFirstWrite) -> Option<Refusal> {
+    if at.oom && at.first == FirstWrite::DenyOom {
         Some(Refusal::Oom)
+    } else if at.acl_refused {
+        Some(Refusal::NoPerm)
+    } else if at.read_only_replica {
+        Some(Refusal::ReadOnly)
     } else {
-        None
+        at.writes_denied.map(Refusal::WritesDenied)
     }
+}
+
+/// Whether the gate must ask the server if it denies writes (a probe call): only when nothing
+/// that comes before it in `first_write_refusal`'s order refuses already.
+pub fn must_ask_writes_denied(
+    first: FirstWrite,
+    oom: bool,
+    acl_refused: bool,
+    read_only_replica: bool,
+) -> bool {
+    !(oom && first == FirstWrite::DenyOom) && !acl_refused && !read_only_replica
 }
 
 /// Whether a refused probe write (see `host::writes_denied`) says the server denies writes now:
@@ -381,38 +403,79 @@ mod tests {
     #[test]
     fn first_write_refusals() {
         use FirstWrite::{DenyOom, Plain};
+        let at = |first, oom, acl_refused, read_only_replica, denied: bool| AtFirstWrite {
+            first,
+            oom,
+            acl_refused,
+            read_only_replica,
+            writes_denied: denied
+                .then(|| b"NOREPLICAS Not enough good replicas to write.".to_vec()),
+        };
+        let denied =
+            || Refusal::WritesDenied(b"NOREPLICAS Not enough good replicas to write.".to_vec());
         // a healthy primary refuses nothing
-        assert_eq!(first_write_refusal(Plain, false, None, false), None);
-        assert_eq!(first_write_refusal(DenyOom, false, None, false), None);
-        // over the limit: only a deny-oom first write (HSET, ZADD); ZPOPMIN, ZREM, HDEL go on
-        assert_eq!(first_write_refusal(Plain, false, None, true), None);
         assert_eq!(
-            first_write_refusal(DenyOom, false, None, true),
+            first_write_refusal(at(Plain, false, false, false, false)),
+            None
+        );
+        assert_eq!(
+            first_write_refusal(at(DenyOom, false, false, false, false)),
+            None
+        );
+        // over the limit: only a deny-oom first write (HSET, ZADD); ZPOPMIN, ZREM, HDEL go on
+        assert_eq!(
+            first_write_refusal(at(Plain, true, false, false, false)),
+            None
+        );
+        assert_eq!(
+            first_write_refusal(at(DenyOom, true, false, false, false)),
             Some(Refusal::Oom)
         );
-        // a read-only replica refuses any write, and says so before the limit would
+        // the limit comes first: before the caller's access, a read-only replica, writes denied
         assert_eq!(
-            first_write_refusal(Plain, true, None, false),
+            first_write_refusal(at(DenyOom, true, true, true, true)),
+            Some(Refusal::Oom)
+        );
+        assert_eq!(
+            first_write_refusal(at(DenyOom, true, false, true, false)),
+            Some(Refusal::Oom)
+        );
+        assert_eq!(
+            first_write_refusal(at(DenyOom, true, false, false, true)),
+            Some(Refusal::Oom)
+        );
+        // then the caller's access to the key, before a read-only replica or writes denied
+        assert_eq!(
+            first_write_refusal(at(Plain, true, true, true, true)),
+            Some(Refusal::NoPerm)
+        );
+        assert_eq!(
+            first_write_refusal(at(DenyOom, false, true, false, true)),
+            Some(Refusal::NoPerm)
+        );
+        // then a read-only replica, then writes denied (a replica never lacks replicas)
+        assert_eq!(
+            first_write_refusal(at(Plain, true, false, true, true)),
             Some(Refusal::ReadOnly)
         );
         assert_eq!(
-            first_write_refusal(DenyOom, true, None, true),
-            Some(Refusal::ReadOnly)
-        );
-        // writes denied (NOREPLICAS, MISCONF): any first write, after READONLY, before OOM
-        let denied = || Some(b"NOREPLICAS Not enough good replicas to write.".to_vec());
-        assert_eq!(
-            first_write_refusal(Plain, false, denied(), false),
-            Some(Refusal::WritesDenied(denied().unwrap_or_default()))
+            first_write_refusal(at(Plain, false, false, false, true)),
+            Some(denied())
         );
         assert_eq!(
-            first_write_refusal(DenyOom, false, denied(), true),
-            Some(Refusal::WritesDenied(denied().unwrap_or_default()))
+            first_write_refusal(at(Plain, true, false, false, true)),
+            Some(denied())
         );
-        assert_eq!(
-            first_write_refusal(Plain, true, denied(), false),
-            Some(Refusal::ReadOnly)
-        );
+    }
+
+    #[test]
+    fn the_probe_is_asked_only_where_nothing_refuses_before_it() {
+        use FirstWrite::{DenyOom, Plain};
+        assert!(must_ask_writes_denied(Plain, false, false, false));
+        assert!(must_ask_writes_denied(Plain, true, false, false));
+        assert!(!must_ask_writes_denied(DenyOom, true, false, false));
+        assert!(!must_ask_writes_denied(Plain, false, true, false));
+        assert!(!must_ask_writes_denied(Plain, false, false, true));
     }
 
     #[test]

@@ -7,7 +7,9 @@ use valkey_module::{
     ValkeyError, ValkeyString, ValkeyValue,
 };
 
-use crate::decide::{denies_writes, first_write_refusal, FirstWrite, Refusal};
+use crate::decide::{
+    denies_writes, first_write_refusal, must_ask_writes_denied, AtFirstWrite, FirstWrite, Refusal,
+};
 use crate::errors;
 use crate::layout::Queue;
 use crate::plan::Op;
@@ -92,32 +94,47 @@ pub fn apply(ctx: &Context, plan: &[Op]) -> Result<Vec<Reply>, ValkeyError> {
 }
 
 /// The gate at the point where the retired script makes its first write: refused as the script
-/// would be there (READONLY on a read-only replica, OOM over `maxmemory` when that write is a
-/// deny-oom command), nothing written. The commands are registered without `write` and
-/// `deny-oom` (as EVAL is), so that the server does not refuse them before they run: a script
-/// that writes nothing answers on a replica, and one whose first write is ZREM drains a full
-/// queue. Commands from the primary's link or the AOF are never refused (the server obeys them).
-pub fn first_write(ctx: &Context, first: FirstWrite, queue: &Queue) -> Result<(), ValkeyError> {
+/// would be there (OOM over `maxmemory` when that write is a deny-oom command, NOPERM when the
+/// caller may not write that write's derived key, READONLY on a read-only replica, the server's
+/// NOREPLICAS or MISCONF), in the script runner's order, nothing written. The commands are
+/// registered without `write` and `deny-oom` (as EVAL is), so that the server does not refuse
+/// them before they run: a script that writes nothing answers on a replica, and one whose first
+/// write is ZREM drains a full queue. `acl` is the caller's check of the first write's key where
+/// the server has not checked it (a derived key), None for a declared key. Commands from the
+/// primary's link or the AOF are never refused (the server obeys them).
+pub fn first_write(
+    ctx: &Context,
+    first: FirstWrite,
+    queue: &Queue,
+    acl: Option<(&Caller, &[u8])>,
+) -> Result<(), ValkeyError> {
     let flags = ctx.get_flags();
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Ok(());
     }
-    let read_only_replica = flags.contains(ContextFlags::SLAVE | ContextFlags::READONLY);
-    let denied = if read_only_replica {
-        None // (READONLY comes first: no need to ask)
-    } else {
-        writes_denied(ctx, &queue.key(PROBE_SUFFIX))
+    let oom = flags.contains(ContextFlags::OOM);
+    let acl_refused = match acl {
+        Some((caller, key)) => caller.open(ctx, key, Access::Write).is_err(),
+        None => false,
     };
-    match first_write_refusal(
+    let read_only_replica = flags.contains(ContextFlags::SLAVE | ContextFlags::READONLY);
+    let writes_denied = if must_ask_writes_denied(first, oom, acl_refused, read_only_replica) {
+        writes_denied(ctx, &queue.key(PROBE_SUFFIX))
+    } else {
+        None // something earlier refuses: no need to ask
+    };
+    match first_write_refusal(AtFirstWrite {
         first,
+        oom,
+        acl_refused,
         read_only_replica,
-        denied,
-        flags.contains(ContextFlags::OOM),
-    ) {
+        writes_denied,
+    }) {
         None => Ok(()),
+        Some(Refusal::Oom) => Err(errors::emq(errors::OOM)),
+        Some(Refusal::NoPerm) => Err(errors::emq(errors::NOPERM)),
         Some(Refusal::ReadOnly) => Err(errors::emq(errors::READONLY)),
         Some(Refusal::WritesDenied(text)) => Err(forwarded(&text)),
-        Some(Refusal::Oom) => Err(errors::emq(errors::OOM)),
     }
 }
 

@@ -60,7 +60,11 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
 // deny-oom command before it runs, where the retired scripts are refused only at their first
 // write; each handler refuses there itself (`host::first_write`, docs/contract-decisions.md, "The memory
 // limit" and "A read-only replica as a call target"). may-replicate keeps what a write flag gives
-// that matters here: CLIENT PAUSE WRITE holds the commands back.
+// that matters here: CLIENT PAUSE WRITE holds the commands back. PAUSE and RESUME are the Lua
+// host's plain HSET and HDEL, which the server checks before they run and when a transaction
+// queues them: they are registered with those commands' flags ("write deny-oom", "write"), so
+// that a transaction holding one is refused whole, as the host's is (docs/contract-decisions.md,
+// "Two refusals at once").
 // Key positions: first key 2, last 1 + numkeys, step 1 (numkeys is fixed per command, and each
 // handler still checks it). Table: difftest/spec/commands.py.
 valkey_module! {
@@ -78,7 +82,7 @@ valkey_module! {
         ["EMQ.PROMOTE", emq_promote, "may-replicate", 2, 4, 1],
         ["EMQ.SWEEP", emq_sweep, "may-replicate", 2, 5, 1],
         ["EMQ.REVIVE", emq_revive, "may-replicate", 2, 4, 1],
-        ["EMQ.PAUSE", emq_pause, "may-replicate", 2, 2, 1],
-        ["EMQ.RESUME", emq_resume, "may-replicate", 2, 2, 1],
+        ["EMQ.PAUSE", emq_pause, "write deny-oom", 2, 2, 1],
+        ["EMQ.RESUME", emq_resume, "write", 2, 2, 1],
     ],
 }

@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         return empty();
     }
     // the script's first write is its ZPOPMIN (not deny-oom), on an empty pending too
-    host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+    host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
 
     // Step 2, peeked: the member ZPOPMIN would pop (same order). A wrong-typed pending answers
     // WRONGTYPE here as the script's ZPOPMIN does, before any write.

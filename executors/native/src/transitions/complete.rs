@@ -22,7 +22,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         return Ok(ValkeyValue::Integer(0));
     }
     // the script's first write is ZREM active (not deny-oom)
-    host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+    host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
     // the checks, in the order the script's writes would meet them: the row's HSET, done's
     // ZADD (D3), the metrics HINCRBY (D3, D4)
     caller.open(ctx, &row, Access::Write)?;

@@ -27,9 +27,9 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
 
     // the row is absent, so its HSET cannot fail; the one set it joins must take a ZADD (only
     // that set: a delay of 0 never touches delayed, and the reverse)
-    caller.open(ctx, &row, Access::Write)?;
-    // the script's first write is the row's HSET (deny-oom), after its ACL check
-    host::first_write(ctx, FirstWrite::DenyOom, &c.q)?;
+    // the script's first write is the row's HSET (deny-oom): the memory limit, then its ACL check,
+    // then a replica's or the server's refusal, in the script runner's order
+    host::first_write(ctx, FirstWrite::DenyOom, &c.q, Some((&caller, &row)))?;
     let now = host::now_ms()?;
     let (state, set, score): (&[u8], _, _) = if delay == 0 {
         (b"pending", key(&c, 0)?, now)

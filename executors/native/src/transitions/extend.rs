@@ -24,7 +24,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         return Ok(ValkeyValue::Integer(0));
     }
     // the script's first write is ZADD XX active (deny-oom), before the native's row write
-    host::first_write(ctx, FirstWrite::DenyOom, &c.q)?;
+    host::first_write(ctx, FirstWrite::DenyOom, &c.q, None)?;
     caller.open(ctx, &row, Access::Write)?;
     let at = deadline(host::now_ms()?, lease).map_err(emq)?;
     let run_id = epoch::current()?;

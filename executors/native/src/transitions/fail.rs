@@ -25,7 +25,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         return Ok(ValkeyValue::Integer(0));
     }
     // the script's first write is ZREM active (not deny-oom)
-    host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+    host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
     // past the fence the stored attempts are the token's bytes: both canonical decimals
     caller.open(ctx, &row, Access::Write)?;
     let leave_active = op("ZREM", &[active, id], Expect::Int(1));

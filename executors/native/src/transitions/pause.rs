@@ -3,7 +3,6 @@
 use valkey_module::{Context, ValkeyError, ValkeyResult, ValkeyValue};
 
 use crate::args;
-use crate::decide::FirstWrite;
 use crate::errors::{self, emq};
 use crate::host::{self, Reply};
 use crate::layout::Queue;
@@ -27,9 +26,9 @@ fn paused(ctx: &Context, meta: &[u8]) -> Result<bool, ValkeyError> {
 
 /// HSET meta paused 1: always written (a present flag is rewritten to "1"), 1 when it was absent.
 pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
-    let (meta, queue) = meta(argv)?;
-    // the Lua host's HSET (deny-oom) is refused before it runs, wrong-typed meta or not
-    host::first_write(ctx, FirstWrite::DenyOom, &queue)?;
+    // registered `write deny-oom` as the Lua host's HSET is: the server refuses it before it runs
+    // (and refuses a transaction that queues it), wrong-typed meta or not
+    let (meta, _) = meta(argv)?;
     let added = i64::from(!paused(ctx, meta)?);
     host::apply(
         ctx,
@@ -41,9 +40,9 @@ pub fn pause(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
 /// HDEL meta paused: 1 when it was set; when it was not, HDEL would change nothing, so nothing
 /// is sent.
 pub fn resume(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
-    let (meta, queue) = meta(argv)?;
-    // the Lua host's HDEL (not deny-oom) is sent whatever meta holds: refused on a replica
-    host::first_write(ctx, FirstWrite::Plain, &queue)?;
+    // registered `write` as the Lua host's HDEL is: the server refuses it on a replica or where it
+    // denies writes, before it runs, whatever meta holds
+    let (meta, _) = meta(argv)?;
     if !paused(ctx, meta)? {
         return Ok(ValkeyValue::Integer(0));
     }

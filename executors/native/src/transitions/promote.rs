@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     };
     if !due.is_empty() {
         // the script's first write is the first due member's ZREM (not deny-oom)
-        host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+        host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
     }
 
     // every member decided before any write, each check where the script's write would meet it:

@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
         _ => return Err(errors::host_reply()),
     }
     // the script's first write is ZREM dead (not deny-oom)
-    host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+    host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
     let leave_dead = op("ZREM", &[dead, id], Expect::Int(1));
     let row = c.q.job(id);
     caller.open(ctx, &row, Access::Exists)?;

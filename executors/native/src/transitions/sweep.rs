@@ -42,7 +42,7 @@ pub fn run(ctx: &Context, argv: &[&[u8]]) -> ValkeyResult {
     };
     if !expired.is_empty() {
         // the script's first write is the first expired member's ZREM (not deny-oom)
-        host::first_write(ctx, FirstWrite::Plain, &c.q)?;
+        host::first_write(ctx, FirstWrite::Plain, &c.q, None)?;
     }
     let run_id = epoch::current()?;
 
