@@ -61,6 +61,9 @@ class Resolved:
     protocol: int = 2  # 3: sent on the worker's RESP3 connection (an end: its begin's)
     in_multi: bool = False  # a call between a 'multi' and its 'exec': an element of the transaction
     on_replica: bool = False  # a call sent to each server's read-only replica (`target`)
+    # an element of a transaction the server discards whole (EXECABORT): a command it holds was
+    # refused when queued (`queue_time_refusal`)
+    aborted: bool = False
     transition: Transition | None = field(init=False, repr=False, compare=False)
     # the call runs through the Lua scripts (the host adapter) on the native server too
     via_scripts: bool = field(init=False, repr=False, compare=False)
@@ -107,11 +110,50 @@ def guard(call: Call) -> Guarded | str:
     return Guarded(Layout(queue), tuple(args))
 
 
+def queue_time_refusal(verb: str, memory_limit: bool, writes_denied: bool) -> bool:
+    """Whether the server refuses a transition's command when a transaction queues it: the host's
+    plain commands (PAUSE's HSET, deny-oom; RESUME's HDEL), which the module's PAUSE and RESUME are
+    registered as, under the memory limit (deny-oom only) or where writes are denied. EVALSHA and
+    the module's other commands are neither `write` nor `deny-oom`: queued, they meet the
+    condition inside EXEC, at their first write (docs/contract-decisions.md, "Two refusals at once")."""
+    transition = TRANSITIONS[verb]
+    if transition.scripted:
+        return False
+    return writes_denied or (memory_limit and transition.first_write_grows)
+
+
+def _discarded(steps: Sequence[Step]) -> set[int]:
+    """The indexes of the calls in transactions the server discards whole (pure): a transaction
+    whose queued commands include one `queue_time_refusal` refuses under the conditions on at its
+    MULTI (a history switches none inside a transaction)."""
+    memory_limit = writes_denied = False
+    opened: list[int] | None = None
+    refused = False
+    discarded: set[int] = set()
+    for index, step in enumerate(steps):
+        if isinstance(step, MemoryLimit):
+            memory_limit = step.limit
+        elif isinstance(step, ReplicasRequired):
+            writes_denied = step.required
+        elif isinstance(step, Multi):
+            opened, refused = [], False
+        elif isinstance(step, CallStep) and opened is not None:
+            opened.append(index)
+            passes = isinstance(guard(step.call), Guarded)  # (the Lua host sends no refused call)
+            refused = refused or (passes and queue_time_refusal(step.call.verb, memory_limit, writes_denied))
+        if opened is not None and (isinstance(step, Exec) or index == len(steps) - 1):
+            if refused:
+                discarded.update(opened)
+            opened = None if isinstance(step, Exec) else opened
+    return discarded
+
+
 def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     """Every step resolved (the steps must be well paired: a loaded history is)."""
     begun: dict[str, Resolved] = {}
     out: list[Resolved] = []
     in_multi = False
+    discarded = _discarded(steps) if any(isinstance(s, MemoryLimit | ReplicasRequired) for s in steps) else set()
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
@@ -128,6 +170,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 protocol=step.protocol,
                 in_multi=in_multi,
                 on_replica=isinstance(step, CallStep) and step.target is not None,
+                aborted=index in discarded,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved

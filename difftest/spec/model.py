@@ -682,6 +682,13 @@ def predict(facts: CallFacts, before: Snapshot, epochs: Epochs, now_ms: int, run
 # -- the harness's own steps: the same on both sides --------------------------------------------------
 
 
+def discarded(before: Snapshot) -> Prediction:
+    """An element of a transaction the server discarded (EXECABORT: a command it queued was refused
+    then): nothing written, on both sides alike."""
+    expected = Expected(errors=("EXECABORT",), after=before)
+    return Prediction(expected, expected)
+
+
 def unchanged(before: Snapshot) -> Prediction:
     """A step that writes nothing (a restart, a condition switched, MULTI, EXEC): the keyspace as it
     was (a restart reloads it from the AOF; the clock is frozen). Its reply is not the executors'."""

@@ -210,7 +210,8 @@ pub fn must_ask_writes_denied(
     acl_refused: bool,
     read_only_replica: bool,
 ) -> bool {
-    !(oom && first == FirstWrite::DenyOom) && !acl_refused && !read_only_replica
+    let refused_before = (oom && first == FirstWrite::DenyOom) || acl_refused || read_only_replica;
+    !refused_before
 }
 
 /// Whether a refused probe write (see `host::writes_denied`) says the server denies writes now:
