@@ -12,7 +12,7 @@ random beside everything else, in combinations no corpus lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from difftest.history.format import (
     REPLICA,
@@ -30,6 +30,7 @@ from difftest.history.format import (
     ReplicasRequired,
     Step,
 )
+from difftest.replay.labels import DRAWN_PAIRS
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, Layout, Rows, Transition, Verb
@@ -301,8 +302,35 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
             yield _history(f"condition:replica:{verb.lower()}", CallStep(plain(verb), target=REPLICA))
 
 
+# the user the combined corpus calls as: one who may only read job rows (its ENQUEUE meets the memory
+# limit and its own denial at the same first write: which refusal wins, docs/contract-decisions.md)
+PAIR_USER = domains.acl_user("job:*", "read")
+
+
+def _combined() -> Iterator[History]:
+    """Each transition under two conditions at once (`pair:<a>+<b>:<verb>`, the pairs the generator's
+    server-condition block draws): the memory limit and writes denied together, either with a
+    restricted user, a RESP3 connection, a transaction (and PAUSE in it: EXECABORT) or another database."""
+    switches: dict[str, Callable[[bool], Step]] = {"oom": MemoryLimit, "noreplicas": ReplicasRequired}
+    for a, b in DRAWN_PAIRS:
+        pair = (a, b)
+        for verb, transition in TRANSITIONS.items():
+            if "multi" in pair and transition.reads_meta:
+                continue
+            on = [switches[c] for c in pair if c in switches]
+            user = PAIR_USER if "user" in pair else None
+            call = CallStep(plain(verb), user, protocol=3 if "resp3" in pair else 2)
+            met: tuple[Step, ...] = (call,)
+            if "multi" in pair:
+                met = (Multi(), call, CallStep(plain(Verb.PAUSE)), Exec())
+            steps: tuple[Step, ...] = (*(switch(True) for switch in on), *met, *(switch(False) for switch in on))
+            note = f"{CORPUS_NOTE}pair:{a}+{b}:{verb.lower()}"
+            users = {user: USERS[user]} if user is not None else {}
+            yield History((*PRELUDE, *steps), users=users, note=note, db=2 if "db" in pair else 0)
+
+
 def class_corpus(replica_calls: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(),
-            *_memory_and_replica(replica_calls)]  # fmt: skip
+            *_memory_and_replica(replica_calls), *_combined()]  # fmt: skip

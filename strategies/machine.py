@@ -589,12 +589,13 @@ class QueueMachine(RuleBasedStateMachine):
             self.steps.append(CallStep(transition_call(draws, verb, queue, hints, self.now, held)))
         self.steps.append(Exec())
 
-    def _condition_call(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> Call:
-        """A transition of any verb, mostly with a lease some worker holds; the hints move unless the
-        verb is `refused` (None: every verb, none writes; the memory limit refuses the verbs whose first
-        write grows the keyspace, `REFUSED_OVER_THE_LIMIT`)."""
+    def _condition_call(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None,
+                        verbs: tuple[str, ...] = VERBS) -> Call:  # fmt: skip
+        """A transition of any of `verbs`, mostly with a lease some worker holds; the hints move unless
+        the verb is `refused` (None: every verb, none writes; the memory limit refuses the verbs whose
+        first write grows the keyspace, `REFUSED_OVER_THE_LIMIT`)."""
         hints = self.hints[queue]
-        verb = draws.pick(VERBS)
+        verb = draws.pick(verbs)
         written = refused is not None and verb not in refused
         held = draws.pick(sorted(hints.active)) if TRANSITIONS[verb].fenced and hints.active and draws.aim(4) else None
         taken = hints.head() if verb == "CLAIM" and hints.pending and not hints.paused and written else None
@@ -607,26 +608,50 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(on_shape("memory"))
     @rule()
     def server_condition(self) -> None:
-        """A server condition that refuses scripts at their first write, on both servers, one to three
-        transitions that meet it, then the condition lifted. Two times in three the memory limit
-        (maxmemory below the used memory, noeviction: draining goes on, growth is refused), else
+        """Server conditions that refuse scripts at their first write, switched on together on both
+        servers, one to three meetings with them, then lifted. Half the blocks the memory limit alone
+        (maxmemory below the used memory, noeviction: draining goes on, growth is refused), a quarter
         every write denied for want of replicas (min-replicas-to-write: NOREPLICAS wherever a
-        transition would write) (docs/contract-decisions.md, "The memory limit", "Writes the server
-        denies")."""
+        transition would write), a quarter both at once (which refusal wins: docs/contract-decisions.md,
+        "Two refusals at once"). Each meeting is a call as the admin, or by a restricted user, or on a
+        RESP3 connection, or a transaction of one or two calls (where a PAUSE or RESUME refused when
+        queued discards the whole transaction)."""
         draws = self.draws()
         queue = draws.queue()
-        memory = draws.integer(0, 2) != 0
-        switch: Callable[[bool], Step] = MemoryLimit if memory else ReplicasRequired
+        which = draws.integer(0, 3)
+        memory, denied = which != 2, which >= 2
         if draws.chance(4):
             # another writer's hash where the module's gate asks whether writes are denied (its probe,
             # SETRANGE emq:{q}:probe 0 "", answers WRONGTYPE then): the gate must not take that for a denial
             self.steps.append(RawWrite((b"HSET", Layout(queue).base + b"probe", b"owner", b"ops")))
-        self.steps.append(switch(True))
+        switches: tuple[Callable[[bool], Step], ...] = (
+            *((MemoryLimit,) if memory else ()), *((ReplicasRequired,) if denied else ()),
+        )  # fmt: skip
+        self.steps.extend(switch(True) for switch in switches)
+        # over the limit alone the verbs whose first write grows the keyspace are refused; with writes
+        # denied every verb is, wherever it would write (None: the hints move for none)
+        refused = REFUSED_OVER_THE_LIMIT if memory and not denied else None
         for _ in range(draws.integer(1, 3)):
-            # over the limit the verbs whose first write grows the keyspace are refused; with writes
-            # denied every verb is, wherever it would write (None: the hints move for none)
-            self.steps.append(CallStep(self._condition_call(draws, queue, REFUSED_OVER_THE_LIMIT if memory else None)))
-        self.steps.append(switch(False))
+            self._meet_condition(draws, queue, refused)
+        self.steps.extend(switch(False) for switch in switches)
+
+    def _meet_condition(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> None:
+        """One meeting with the server conditions on: a call as the admin (half the time), by a
+        restricted user of any permission class, on RESP3, or inside a transaction; the hints move
+        only for an admin's call the conditions let write."""
+        how = draws.integer(0, 5)
+        if how == 3 and self.shape.users:
+            user = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS))
+            self.steps.append(CallStep(self._condition_call(draws, queue, None), user))
+        elif how == 4:
+            self.steps.append(CallStep(self._condition_call(draws, queue, refused), protocol=3))
+        elif how == 5 and self.shape.transactions:
+            self.steps.append(Multi())
+            for _ in range(draws.integer(1, 2)):
+                self.steps.append(CallStep(self._condition_call(draws, queue, None, IN_MULTI)))
+            self.steps.append(Exec())
+        else:
+            self.steps.append(CallStep(self._condition_call(draws, queue, refused)))
 
     @weight(lambda self: 12 if self.calls_replica else 6)
     @precondition(on_shape("replica_calls"))

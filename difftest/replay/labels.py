@@ -74,6 +74,20 @@ CONDITION_LABELS: tuple[str, ...] = (
     # docs/contract-decisions.md, "Writes the server denies")
     *(f"condition:noreplicas:{verb.lower()}" for verb in TRANSITIONS),
 )
+# Conditions combined (issue 36): `pair:<a>+<b>:<verb>` for a transition sent while two conditions
+# held at once (PAIR_CONDITIONS, the pair in that order). Reported for every pair that occurs; required
+# for the pairs the generator's server-condition block draws together (DRAWN_PAIRS; a transaction
+# only with the verbs it may hold), each in the class corpus too.
+PAIR_CONDITIONS = ("oom", "noreplicas", "replica", "user", "resp3", "multi", "db", "notify")
+DRAWN_PAIRS = (("oom", "noreplicas"), ("oom", "user"), ("noreplicas", "user"), ("oom", "resp3"),
+               ("noreplicas", "resp3"), ("oom", "multi"), ("noreplicas", "multi"), ("oom", "db"),
+               ("noreplicas", "db"))  # fmt: skip
+PAIR_LABELS: tuple[str, ...] = tuple(
+    f"pair:{a}+{b}:{verb.lower()}"
+    for a, b in DRAWN_PAIRS
+    for verb, t in TRANSITIONS.items()
+    if "multi" not in (a, b) or not t.reads_meta
+)
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
 
@@ -86,6 +100,7 @@ REQUIRED: tuple[str, ...] = (
     *CLASS_LABELS,
     *CONDITION_LABELS,
     *NOTIFY_LABELS,
+    *PAIR_LABELS,
 )
 
 
@@ -106,8 +121,11 @@ def labels(result: ReplayResult) -> Counter[str]:
     stale_refused = fenced_success = False
     limited = False  # the memory limit is on (a `memory` step)
     denied = False  # every write denied for want of replicas (a `replicas` step)
+    notified = False  # keyspace notifications on (a `notify` step)
     for record in result.records:
         resolved = record.resolved
+        if resolved.is_notify:
+            notified = bool(resolved.step.flags)  # type: ignore[union-attr]
         if resolved.is_memory:
             limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
         if resolved.is_replicas:
@@ -124,6 +142,10 @@ def labels(result: ReplayResult) -> Counter[str]:
             continue
         condition = "noreplicas" if denied else "oom" if limited else None
         kind = _transition_labels(reached, resolved, transition, record.native_reply, condition, restarted)
+        if denied and limited and resolved.guarded is not None and not resolved.on_replica:
+            reached[f"condition:oom:{transition.verb.lower()}"] += 1  # (both on: each condition's label)
+        if resolved.guarded is not None:
+            _pair_labels(reached, resolved, transition, (limited, denied, bool(result.history.db), notified))
         if transition.fenced:
             fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
             stale_refused |= kind == "fenced"
@@ -138,6 +160,25 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     reached.update(model_labels(result))
     return reached
+
+
+def _pair_labels(reached: Counter[str], resolved: Resolved, transition: Transition,
+                 held: tuple[bool, bool, bool, bool]) -> None:  # fmt: skip
+    """`pair:<a>+<b>:<verb>` for every two conditions (PAIR_CONDITIONS) this call met at once: the
+    primary's memory limit and writes denied (a call to the replica meets neither), the replica, a
+    restricted user, RESP3, a transaction, another database, notifications (`held`: limited, denied,
+    db, notified)."""
+    limited, denied, db, notified = held
+    on_primary = not resolved.on_replica
+    met = (limited and on_primary, denied and on_primary, resolved.on_replica, resolved.user is not None,
+           resolved.protocol == 3, resolved.in_multi, db, notified)  # fmt: skip
+    if sum(met) < 2:
+        return
+    names = [name for name, on in zip(PAIR_CONDITIONS, met, strict=True) if on]
+    verb = transition.verb.lower()
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            reached[f"pair:{a}+{b}:{verb}"] += 1
 
 
 def _transition_labels(reached: Counter[str], resolved: Resolved, transition: Transition, reply: Reply,

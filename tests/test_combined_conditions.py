@@ -1,0 +1,227 @@
+"""Two server conditions at once, on real servers: the ten cases where the unmodified pair differed
+(docs/contract-decisions.md, "Two refusals at once"), each now answered alike, and as the spec's model
+predicts where the history format can say it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import valkey
+
+from difftest.history import format as hist
+from difftest.replay.replayer import Replayer
+from difftest.replay.replicas import Replicas, primary_options
+from difftest.replay.sides import LuaSide, NativeSide, Side
+from difftest.servers.group import ServerGroup
+from difftest.servers.local import EmbeddedServer
+from difftest.spec.calls import Call
+from difftest.spec.domains import acl_user, permission_users
+from difftest.spec.errors import error_code
+from executors.native.adapter import DEFAULT_MODULE
+
+Q = "q"
+META = "emq:{q}:meta"
+USERS = permission_users((Q.encode(),))
+JOB_READER = acl_user("job:*", "read")  # may only read job rows: ENQUEUE's HSET is denied to it
+ENQUEUE = Call.of("ENQUEUE", Q, "j9", "p", 0)
+PAUSE = Call.of("PAUSE", Q)
+HOST_AND_MODULE = {"PAUSE": (("HSET", META, "paused", "1"), ("EMQ.PAUSE", 1, META)),
+                   "RESUME": (("HDEL", META, "paused"), ("EMQ.RESUME", 1, META))}  # fmt: skip
+
+
+def _code(reply: Any) -> Any:
+    """An error by its code (the first word), anything else as it is; lists element by element."""
+    if isinstance(reply, list):
+        return [_code(r) for r in reply]
+    message = getattr(reply, "message", None)
+    if message is not None:
+        return error_code(message)
+    if isinstance(reply, Exception):
+        text = str(reply)
+        return "EXECABORT" if text.startswith(("Transaction discarded", "EXECABORT")) else text.split()[0]
+    return reply
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[list[EmbeddedServer], Replicas]]:
+    with ServerGroup() as group:
+        primaries = [
+            group.add("lua", **primary_options()),
+            group.add("native", module=DEFAULT_MODULE, **primary_options()),
+        ]
+        replicas = Replicas(group, [("lua", primaries[0]), ("native", primaries[1])])
+        try:
+            yield primaries, replicas
+        finally:
+            for server in primaries:
+                _conditions(server, memory=False, denied=False)
+            replicas.close()
+
+
+def _conditions(server: EmbeddedServer, memory: bool, denied: bool) -> None:
+    client = server.client
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1 if memory else 0)
+    client.config_set("min-replicas-max-lag", 10)
+    client.config_set("min-replicas-to-write", 100 if denied else 0)
+
+
+def _sides(primaries: list[EmbeddedServer]) -> list[Side]:
+    sides: list[Side] = [LuaSide(primaries[0], USERS), NativeSide(primaries[1], USERS)]
+    for side in sides:
+        _conditions(side.server, memory=False, denied=False)
+        side.server.client.flushall()
+        side.call(Call.of("ENQUEUE", Q, "j1", "p", 0))
+    return sides
+
+
+def _transaction(client: valkey.Valkey, command: tuple[Any, ...], between: Any = None) -> list[Any]:
+    """MULTI, the command, EXEC on one connection, each reply kept; `between` runs before EXEC."""
+    connection = client.connection_pool.get_connection("MULTI")
+    replies: list[Any] = []
+    try:
+        for step in (("MULTI",), command, ("EXEC",)):
+            if step[0] == "EXEC" and between is not None:
+                between()
+            connection.send_command(*step)
+            try:
+                replies.append(connection.read_response())
+            except valkey.exceptions.ResponseError as error:
+                replies.append(error)
+    finally:
+        client.connection_pool.release(connection)
+    return replies
+
+
+@pytest.mark.parametrize(("memory", "denied", "user", "call", "expected"), [
+    (True, False, JOB_READER, ENQUEUE, "OOM"),  # 1: the limit before the row's ACL
+    (True, True, None, ENQUEUE, "OOM"),  # 2: the limit before writes denied
+    (True, True, None, PAUSE, "OOM"),  # 4: the host's HSET, checked by the server
+    (False, True, JOB_READER, ENQUEUE, "NOPERM"),  # the row's ACL before writes denied
+    (True, True, None, Call.of("CLAIM", Q, 10), "NOREPLICAS"),  # ZPOPMIN is not deny-oom
+])  # fmt: skip
+def test_two_refusals_at_the_first_write_are_answered_alike(
+    servers: tuple[list[EmbeddedServer], Replicas], memory: bool, denied: bool, user: str | None, call: Call,
+    expected: str,
+) -> None:  # fmt: skip
+    primaries, _ = servers
+    sides = _sides(primaries)
+    before = [side.server.client.dbsize() for side in sides]
+    for side in sides:
+        _conditions(side.server, memory, denied)
+    replies = [side.call(call, user=user) for side in sides]
+    for side in sides:
+        _conditions(side.server, memory=False, denied=False)
+    assert [_code(r) for r in replies] == [expected, expected]
+    assert [side.server.client.dbsize() for side in sides] == before  # nothing written
+    for side in sides:
+        side.close()
+
+
+@pytest.mark.parametrize(("verb", "memory", "denied", "expected"), [
+    ("PAUSE", False, True, ["OK", "NOREPLICAS", "EXECABORT"]),  # 6
+    ("RESUME", False, True, ["OK", "NOREPLICAS", "EXECABORT"]),
+    ("PAUSE", True, False, ["OK", "OOM", "EXECABORT"]),
+    ("RESUME", True, False, ["OK", "QUEUED", [0]]),  # HDEL is not deny-oom: queued and run
+])  # fmt: skip
+def test_a_transaction_holding_a_refused_pause_is_discarded_on_both(
+    servers: tuple[list[EmbeddedServer], Replicas], verb: str, memory: bool, denied: bool, expected: list[Any]
+) -> None:
+    primaries, _ = servers
+    _sides(primaries)
+    for server in primaries:
+        _conditions(server, memory, denied)
+    replies = [
+        _transaction(server.client, command) for server, command in zip(primaries, HOST_AND_MODULE[verb], strict=True)
+    ]
+    for server in primaries:
+        _conditions(server, memory=False, denied=False)
+    wanted = [b"OK" if e == "OK" else b"QUEUED" if e == "QUEUED" else e for e in expected]
+    assert [_code(r) for r in replies] == [wanted, wanted]
+
+
+@pytest.mark.parametrize("condition", ["memory", "denied"])
+def test_a_condition_set_between_multi_and_exec_discards_the_transaction_on_both(
+    servers: tuple[list[EmbeddedServer], Replicas], condition: str
+) -> None:
+    """Cases 7 and 8: EXEC checks the queued commands' flags again; PAUSE is deny-oom and write on both."""
+    primaries, _ = servers
+    _sides(primaries)
+    replies = []
+    for server, command in zip(primaries, HOST_AND_MODULE["PAUSE"], strict=True):
+        replies.append(_transaction(server.client, command, lambda s=server: _conditions(
+            s, memory=condition == "memory", denied=condition == "denied")))  # fmt: skip
+        _conditions(server, memory=False, denied=False)
+    assert [_code(r) for r in replies] == [[b"OK", b"QUEUED", "EXECABORT"]] * 2
+    assert [server.client.hget(META, "paused") for server in primaries] == [None, None]
+
+
+@pytest.mark.parametrize("verb", ["PAUSE", "RESUME"])
+def test_on_a_replica_under_its_own_memory_limit_both_refuse_alike(
+    servers: tuple[list[EmbeddedServer], Replicas], verb: str
+) -> None:
+    """Cases 3, 5, 9 and 10: a replica that obeys its own limit (`replica-ignore-maxmemory no`): OOM
+    where the first write is deny-oom (ENQUEUE, PAUSE), READONLY otherwise, a transaction discarded."""
+    primaries, replicas = servers
+    _sides(primaries)
+    assert replicas.check() is None
+    targets: list[Side] = [LuaSide(pair.replica, {}) if pair.side == "lua" else NativeSide(pair.replica, {})
+                           for pair in replicas.pairs]  # fmt: skip
+    clients = [pair.replica.client for pair in replicas.pairs]
+    for client in clients:
+        client.config_set("replica-ignore-maxmemory", "no")
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+    try:
+        call = Call.of(verb, Q)
+        expected = "OOM" if verb == "PAUSE" else "READONLY"
+        assert [_code(t.call(call)) for t in targets] == [expected, expected]
+        assert [_code(t.call(ENQUEUE)) for t in targets] == ["OOM", "OOM"]
+        multi = [_code(_transaction(c, cmd)) for c, cmd in zip(clients, HOST_AND_MODULE[verb], strict=True)]
+        assert multi == [[b"OK", expected, "EXECABORT"]] * 2
+    finally:
+        for client in clients:
+            client.config_set("maxmemory", 0)
+            client.config_set("replica-ignore-maxmemory", "yes")
+        for target in targets:
+            target.close()
+    assert replicas.check() is None  # nothing written on either replica
+
+
+def _history(text: str) -> hist.History:
+    users = '{"acl-job-any-read": ' + str(list(USERS[JOB_READER])).replace("'", '"') + "}"
+    return hist.loads('{"format": "difftest-history", "version": 1, "start_ms": 1000, "users": ' + users + "}\n"
+                      + text, "h.jsonl")  # fmt: skip
+
+
+COMBINED = _history("""
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "memory", "limit": true}
+{"op": "replicas", "required": true}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0], "user": "acl-job-any-read"}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "resp": 3}
+{"op": "memory", "limit": false}
+{"op": "multi"}
+{"op": "call", "verb": "REVIVE", "queue": "q", "args": ["j1"]}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "exec"}
+{"op": "replicas", "required": false}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100]}
+""")
+
+
+def test_a_history_of_combined_conditions_is_judged_by_the_model_and_agrees() -> None:
+    """The refusals above as one history: the pair agrees, the model predicts every step (the
+    transaction's elements as EXECABORT), and the last CLAIM takes j1, which nothing refused wrote over."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(COMBINED)
+    assert result.divergence is None, result.divergence
+    assert [r.verdict.kind for r in result.records if r.resolved.in_multi] == ["match", "match"]
+    replies = {r.resolved.index: r.lua_reply for r in result.records}
+    assert [_code(replies[i]) for i in (3, 4, 5, 6, 9, 10)] == ["OOM", "OOM", "OOM", "NOREPLICAS", "EXECABORT",
+                                                                "EXECABORT"]  # fmt: skip
+    assert replies[13][0] == b"j1"
