@@ -225,3 +225,25 @@ def test_a_history_of_combined_conditions_is_judged_by_the_model_and_agrees() ->
     assert [_code(replies[i]) for i in (3, 4, 5, 6, 9, 10)] == ["OOM", "OOM", "OOM", "NOREPLICAS", "EXECABORT",
                                                                 "EXECABORT"]  # fmt: skip
     assert replies[13][0] == b"j1"
+
+
+META_WRITER = acl_user("meta", "write")  # may write meta but not read it (N4)
+N4_UNDER_THE_LIMIT = hist.loads(
+    '{"format": "difftest-history", "version": 1, "start_ms": 1000, "users": {"' + META_WRITER + '": '
+    + str(list(USERS[META_WRITER])).replace("'", '"') + "}}\n"
+    + '{"op": "memory", "limit": true}\n'
+    + '{"op": "call", "verb": "PAUSE", "queue": "q", "args": [], "user": "' + META_WRITER + '"}\n',
+    "n4.jsonl",
+)  # fmt: skip
+
+
+def test_n4_under_the_limit_is_the_rows_not_a_first_write_refusal() -> None:
+    """N4 and the memory limit at once (found by the generated campaign, seed 20261203): the host's
+    HSET passes its ACL (write) and meets the limit (OOM), the native command never runs (the server
+    refuses its declared key: NOPERM). The row applies, not the first-write refusal's rule."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(N4_UNDER_THE_LIMIT)
+    assert result.divergence is None, result.divergence
+    record = result.records[1]
+    assert (_code(record.lua_reply), _code(record.native_reply)) == ("OOM", "NOPERM")
+    assert record.verdict.rule == "N4"

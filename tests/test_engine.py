@@ -165,7 +165,11 @@ def test_each_hook_off_alone_still_draws_valid_histories(hook: str) -> None:
     assert len(histories) == 20  # the budget, exactly
     for history in histories:
         assert hist.loads(hist.dumps(history)) == history
-        assert any(isinstance(step, CallStep) for step in history.steps) or not history.steps
+    # nearly every history calls a transition: with the rule choice's hook off, Hypothesis's own
+    # choice ignores the weights, and a history of restarts alone is valid and now and then drawn
+    # (one of these 20 since the server-condition block draws more, issue 36)
+    calling = sum(any(isinstance(step, CallStep) for step in h.steps) or not h.steps for h in histories)
+    assert calling >= 18, calling
 
 
 def _on_the_second(step: object) -> object:
@@ -192,10 +196,11 @@ def test_the_hooks_make_the_histories_a_seed_drew_before_the_split() -> None:
     # recorded before the split: [39, 53, 47] steps, digest 0d2902283e28e68c. The third holds a server
     # condition block, which draws which condition (and whether another writer's hash sits where the
     # module's gate asks) since NOREPLICAS joined the memory limit, so from there it differs (recorded
-    # again then); the first two hold none and are as they were
+    # again then, and again when the block drew both conditions and its meetings' kinds, issue 36); the
+    # first two hold none and are as they were
     assert [len(h.steps) for h in made] == [39, 53, 54]
     assert not any(isinstance(step, hist.MemoryLimit | hist.ReplicasRequired) for h in made[:2] for step in h.steps)
-    assert (digest(made[:2]), digest(made)) == ("14edf0c93b8a380d", "75dd76c250a308ea")
+    assert (digest(made[:2]), digest(made)) == ("14edf0c93b8a380d", "e2f6efd5b771ec72")
 
 
 def test_a_machine_without_a_source_of_draws_says_how_to_run_it() -> None:

@@ -290,3 +290,21 @@ def test_the_share_counts_each_replayed_step() -> None:
     with Replayer(DEFAULT_MODULE) as engine:
         replayed = engine.replay(_scripts_history(*COMPLETE_WITH_A_STALE_TOKEN))
     assert replayed.divergence is None and model_labels(replayed) == {MODEL_JUDGED: 3}
+
+
+def test_under_the_limit_a_script_meets_the_limit_first_and_a_plain_command_the_acl_first() -> None:
+    """valkey 9.1 checks a script's deny-oom first write for the memory limit before the caller's ACL
+    (ENQUEUE by a caller who may only read rows: OOM on both), while the Lua host's plain HSET (PAUSE)
+    is checked for its ACL first (a caller denied meta: NOPERM on both; docs/contract-decisions.md,
+    "Two refusals at once")."""
+    oom = frozenset({model.MEMORY})
+    row_read_only = frozenset({(L.row(b"k"), "write")})
+    grow = model.predict(_facts(Verb.ENQUEUE, b"k", b"p", 0, gates=oom, denied=row_read_only), {}, {}, 1000, b"r1")
+    assert grow.lua.errors == ("OOM",) and grow.native.errors[0] == "OOM"
+    meta_denied = frozenset({(L.meta, "write"), (L.meta, "read")})
+    pause = model.predict(_facts(Verb.PAUSE, gates=oom, denied=meta_denied, checked=(L.meta,)), {}, {}, 1000, b"r1")
+    assert pause.lua.errors == ("NOPERM",) and pause.native.errors == ("NOPERM",)
+    both = frozenset({model.MEMORY, model.WRITES_DENIED})
+    claim = model.predict(_facts(Verb.CLAIM, 10, gates=both), {L.pending: Entry("zset", {b"j": b"1"}, -1)}, {}, 1000,
+                          b"r1")  # fmt: skip
+    assert claim.lua.errors == ("NOREPLICAS",) and claim.native.errors == ("NOREPLICAS",)  # ZPOPMIN: not deny-oom

@@ -840,15 +840,16 @@ def _alternatives(view: StepView) -> Verdict:
         # Lua rows never had makes HSET answer 1 there and 0 on the native); keyspaces must match
         same = same_keyspace(view.lua_after, view.native_after)
         return MATCH if same else Verdict("divergence", reason="keyspaces differ after a raw write")
-    refused = _refused_at_first_write(view)
-    if refused is not None:
-        return refused
-    failures: list[tuple[str, str]] | None = None  # (made only when a rule fails: most steps meet none)
     # a native command the server refuses on the caller's ACL never runs, nor does a script the
-    # host sends: only what the host decides before sending can differ
+    # host sends: only what the host decides before sending can differ (N3, N4: the host's plain
+    # HSET may meet the memory limit where the native command never ran)
     refused_by_server = (
         bool(view.denied) and view.guarded is not None and view.resolved.sends_transition and _declared_denied(view)
     )
+    refused = None if refused_by_server else _refused_at_first_write(view)
+    if refused is not None:
+        return refused
+    failures: list[tuple[str, str]] | None = None  # (made only when a rule fails: most steps meet none)
     for rule in candidates(view):
         if refused_by_server and not rule.host_side:
             continue

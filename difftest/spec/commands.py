@@ -163,6 +163,17 @@ class Transition:
     def script_name(self) -> str:
         return f"{self.verb.lower()}.lua"
 
+    @property
+    def server_checked_flags(self) -> frozenset[bytes]:
+        """The flags (`write`, `denyoom`) the module registers its command with, which the server
+        checks before the command runs and when a transaction queues it: none for a scripted verb
+        (EVALSHA has neither: a script is refused only at its first write, and so is the module's
+        command), the host's plain command's own for PAUSE (HSET) and RESUME (HDEL)
+        (docs/contract-decisions.md, "Two refusals at once")."""
+        if self.scripted:
+            return frozenset()
+        return frozenset({b"write", b"denyoom"} if self.first_write_grows else {b"write"})
+
 
 def _id(name: str = "id") -> Arg:
     return Arg(name, ArgKind.BYTES)

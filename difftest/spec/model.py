@@ -263,14 +263,18 @@ class _Run:
     """One executor's walk through a transition: the keyspace as it writes (copied at its first
     write), the caller's permissions, whether the first write has been reached, and the facts."""
 
-    __slots__ = ("before", "data", "denied", "gated", "gates", "native", "now", "wrote")
+    __slots__ = ("before", "data", "denied", "gated", "gates", "native", "now", "scripted", "wrote")
 
-    def __init__(self, before: Snapshot, denied: Denied, gates: Gates, native: bool, now: int) -> None:
+    def __init__(self, before: Snapshot, denied: Denied, gates: Gates, native: bool, now: int,
+                 scripted: bool = True) -> None:  # fmt: skip
         self.before = before
         self.data: dict[bytes, Entry] | None = None
         self.denied = denied
         self.gates = gates
         self.gated = False
+        # the walk is a script's (its commands checked by the script runner), or a plain command's
+        # (the Lua host's PAUSE and RESUME): the two check the memory limit and the ACL in turn
+        self.scripted = scripted
         self.native = native
         self.now = now
         self.wrote = False
@@ -303,11 +307,13 @@ class _Run:
         first_write = write and not self.gated
         if first_write:
             self.gated = True
-            # the script runner (valkey 9.1) checks the memory limit first at a deny-oom first write
-            if deny_oom and MEMORY in self.gates:
-                faults.append(_GATES[MEMORY])
+        over_limit = first_write and deny_oom and MEMORY in self.gates
+        if over_limit and self.scripted:
+            faults.append(_GATES[MEMORY])  # valkey 9.1's script runner: the limit before the ACL
         if access is not None and self.denied and not self.allowed(key, access):
             faults.append(_NOPERM)
+        if over_limit and not self.scripted:
+            faults.append(_GATES[MEMORY])  # a plain command (the host's HSET): the ACL first
         if first_write:
             # then a read-only replica, then writes denied (a replica never lacks replicas)
             faults += (_GATES[gate] for gate in (REPLICA, WRITES_DENIED) if gate in self.gates)
@@ -629,7 +635,7 @@ def _lua_side(facts: CallFacts, before: Snapshot, now_ms: int) -> Expected:
     if facts.layout is None:
         return Expected(Refused(facts.refusal or ""), after=before)
     layout, transition = facts.layout, TRANSITIONS[facts.verb]
-    r = _Run(before, facts.denied, facts.gates, False, now_ms)
+    r = _Run(before, facts.denied, facts.gates, False, now_ms, transition.scripted)
     if transition.reads_meta:
         if facts.stage == "end":
             read = facts.read_at_begin
@@ -662,7 +668,7 @@ def _native_side(facts: CallFacts, before: Snapshot, epochs: Epochs, now_ms: int
     layout, transition = facts.layout, TRANSITIONS[facts.verb]
     if _declared_denied(transition, layout, facts.denied):
         return Expected(errors=("NOPERM",), after=before)
-    r = _Run(before, facts.denied, facts.gates, True, now_ms)
+    r = _Run(before, facts.denied, facts.gates, True, now_ms, transition.scripted)
     if facts.verb is Verb.SWEEP:
         return _outcome(r, lambda: _sweep(r, layout, facts.args, run_id, epochs), before)
     effect = _claim_native if facts.verb is Verb.CLAIM else _EFFECTS[facts.verb]
