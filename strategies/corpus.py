@@ -30,7 +30,7 @@ from difftest.history.format import (
     ReplicasRequired,
     Step,
 )
-from difftest.replay.labels import DRAWN_PAIRS
+from difftest.replay.labels import ADVANCE_CLASSES, CLOCK_ORIGINS, CROSSINGS, DRAWN_PAIRS
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, Layout, Rows, Transition, Verb
@@ -329,8 +329,23 @@ def _combined() -> Iterator[History]:
             yield History((*PRELUDE, *steps), users=users, note=note, db=2 if "db" in pair else 0)
 
 
+def _time() -> Iterator[History]:
+    """Production's clocks (`time:*`): the prelude and a lease's expiry from each clock origin, one
+    advance of each size (the lease past, then swept), and the 2038 and 2106 second counts crossed."""
+    expiry = (CallStep(plain(Verb.CLAIM, 1)), Advance(2), CallStep(plain(Verb.SWEEP, 1, 3)))
+    for name, start in CLOCK_ORIGINS.items():
+        yield History((*PRELUDE, *expiry), start_ms=start, note=f"{CORPUS_NOTE}time:start:{name}")
+    for name, below in ADVANCE_CLASSES:
+        ms = below // 2 if below is not None else 2 * 86_400_000
+        yield _history(f"time:advance:{name}", CallStep(plain(Verb.CLAIM, 1)), Advance(ms),
+                       CallStep(plain(Verb.PROMOTE)), CallStep(plain(Verb.SWEEP, 1, 3)))  # fmt: skip
+    for name in CROSSINGS:
+        crossing = (*PRELUDE, Advance(2_000), *expiry)  # the origin is a second and a millisecond before it
+        yield History(crossing, start_ms=CLOCK_ORIGINS[name], note=f"{CORPUS_NOTE}time:crosses:{name}")
+
+
 def class_corpus(replica_calls: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(),
-            *_memory_and_replica(replica_calls), *_combined()]  # fmt: skip
+            *_memory_and_replica(replica_calls), *_combined(), *_time()]  # fmt: skip

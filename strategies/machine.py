@@ -36,6 +36,7 @@ from hypothesis.stateful import (
 
 from difftest.history.format import (
     DEFAULT_START_MS,
+    MAX_MS,
     REPLICA,
     Advance,
     BeginClaim,
@@ -51,6 +52,7 @@ from difftest.history.format import (
     Restart,
     Step,
 )
+from difftest.replay import labels
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import REFUSED_OVER_THE_LIMIT, TRANSITIONS, Layout, Rows
@@ -64,6 +66,7 @@ from strategies.pools import (
     EDGE_BYTES,
     ERRORS,
     IDS,
+    LONG_ADVANCES,
     PAYLOADS,
     QUEUES,
     TOKENS,
@@ -99,6 +102,10 @@ RULE_WEIGHTS: dict[str, int | aimed | Callable[[QueueMachine], int]] = {}
 # other millisecond) is caught; from the usual .000 start the advances seldom land on .999 (a generated Lua
 # mutant of the kind survived 2,760 histories, mutants/README.md)
 START_MS = DEFAULT_START_MS + 999
+# where else a history's clock may start (`clock_origin`), each on a second's last millisecond too:
+# the first second of 1970, the last second before 2^31 s (2038) and before 2^32 s (2106), and a
+# year before the last moment the format allows (9999); the labels are difftest/replay/labels.py's
+CLOCK_ORIGINS: dict[str, int] = {name: start for name, start in labels.CLOCK_ORIGINS.items() if start != START_MS}
 DEFAULT_SHAPE = HistoryShape()
 
 
@@ -143,7 +150,7 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "advance", "advance_to_deadline", "begin_claim", "end_claim", "corrupt", "other_writers_value",
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
     "restart", "crash", "resp3_call", "transaction", "notify", "another_database", "other_writers_ttl",
-    "other_writers_fields", "server_condition", "replica_call",
+    "other_writers_fields", "server_condition", "replica_call", "long_advance", "clock_origin",
 ))}  # fmt: skip
 
 
@@ -283,6 +290,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.run_draws: QueueDraws | None = None  # the run's choices (strategies/engine.py hands them)
         engine.weigh_rules(self)
         self.db = 0  # the database the history's steps run in (`another_database`)
+        self.start_ms = START_MS  # where the history's clock starts (`clock_origin`)
         # keys another writer gave a TTL, with their expiry on the machine's clock (`other_writers_ttl`)
         self.ttls: dict[tuple[bytes, bytes], int] = {}
 
@@ -291,7 +299,7 @@ class QueueMachine(RuleBasedStateMachine):
     def history(self) -> History:
         """The steps recorded so far, every split claim closed (its worker's second round trip)."""
         ended = (*self.steps, *(EndClaim(w) for w in self.open_claims))
-        return History(ended, START_MS, users=dict(USERS) if self.shape.users else {}, db=self.db)
+        return History(ended, self.start_ms, users=dict(USERS) if self.shape.users else {}, db=self.db)
 
     def teardown(self) -> None:
         if engine.cut_short():
@@ -515,6 +523,26 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(ms=st.sampled_from(ADVANCES))
     def advance(self, ms: int) -> None:
         self._wait(ms)
+
+    @weight(2)
+    @precondition(lambda self: self.start_ms + self.now + LONG_ADVANCES[-1] <= MAX_MS)
+    @rule(ms=st.sampled_from(LONG_ADVANCES))
+    def long_advance(self, ms: int) -> None:
+        """The clock moved by a minute, an hour, a day or a week: a worker paused by a deploy, a
+        queue left over a weekend; every lease and delay is long past."""
+        self._wait(ms)
+
+    @weight(4)
+    @precondition(lambda self: not self.steps and self.start_ms == START_MS)
+    @rule(origin=st.sampled_from(tuple(CLOCK_ORIGINS)))
+    def clock_origin(self, origin: str) -> None:
+        """The history's clock starts elsewhere than in 2026 (CLOCK_ORIGINS: 1970, just before 2^31 and
+        2^32 seconds, the year 9999), so that scores, deadlines and the millisecond conversion meet
+        the numbers production's clocks show and cross. A producer enqueues there at once."""
+        self.start_ms = CLOCK_ORIGINS[origin]
+        draws = self.draws()
+        queue = draws.queue()
+        self._call(transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
 
     @weight(25)
     @precondition(deadline_ahead)  # the function itself: one call a step, not two
@@ -852,7 +880,7 @@ class QueueMachine(RuleBasedStateMachine):
         else:
             ttl = draws.pick(TTLS)
             if draws.chance(2):
-                self.steps.append(RawWrite((b"PEXPIREAT", key, b"%d" % (START_MS + self.now + ttl))))
+                self.steps.append(RawWrite((b"PEXPIREAT", key, b"%d" % (self.start_ms + self.now + ttl))))
             else:
                 self.steps.append(RawWrite((b"PEXPIRE", key, b"%d" % ttl)))
             self.ttls[(queue, key)] = self.now + ttl

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest.history.format import MemoryLimit, Notify, RawWrite, ReplicasRequired
+from difftest.history.format import DEFAULT_START_MS, MAX_MS, Advance, MemoryLimit, Notify, RawWrite, ReplicasRequired
 from difftest.history.resolve import Resolved
 from difftest.judge import accounting
 from difftest.judge.contract import RULES
@@ -88,6 +88,24 @@ PAIR_LABELS: tuple[str, ...] = tuple(
     for verb, t in TRANSITIONS.items()
     if "multi" not in (a, b) or not t.reads_meta
 )
+# Time as production's clocks show it (issue 36): where a history's clock starts (each on a second's
+# last millisecond), how far one advance moves it, and the second counts it crosses (2^31 s: 2038,
+# 2^32 s: 2106). The origins are the generator's (strategies/machine.py, `clock_origin`).
+CLOCK_ORIGINS: dict[str, int] = {
+    "2026": DEFAULT_START_MS + 999,
+    "1970": 999,
+    "2038": 2**31 * 1000 - 1001,
+    "2106": 2**32 * 1000 - 1001,
+    "9999": MAX_MS - 366 * 86_400_000,
+}
+ADVANCE_CLASSES = (("ms", 1_000), ("seconds", 60_000), ("minutes", 3_600_000), ("hours", 86_400_000),
+                   ("days", None))  # fmt: skip
+CROSSINGS = {"2038": 2**31 * 1000, "2106": 2**32 * 1000}
+TIME_LABELS: tuple[str, ...] = (
+    *(f"time:start:{name}" for name in CLOCK_ORIGINS),
+    *(f"time:advance:{name}" for name, _ in ADVANCE_CLASSES),
+    *(f"time:crosses:{name}" for name in CROSSINGS),
+)
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
 
@@ -101,6 +119,7 @@ REQUIRED: tuple[str, ...] = (
     *CONDITION_LABELS,
     *NOTIFY_LABELS,
     *PAIR_LABELS,
+    *TIME_LABELS,
 )
 
 
@@ -157,6 +176,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(upgrade_labels(result))
     reached.update(notify_labels(result))
     reached.update(condition_labels(result))
+    reached.update(time_labels(result))
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     reached.update(model_labels(result))
     return reached
@@ -376,6 +396,31 @@ def _queues_with(snapshot: Snapshot) -> tuple[frozenset[bytes], frozenset[bytes]
         if odd and isinstance(value, dict) and ((in_meta and not value.keys() <= meta) or name.job is not None):
             fields.add(base)
     return frozenset(ttl), frozenset(fields)
+
+
+def advance_class(ms: int) -> str:
+    """An advance's class by its size (ADVANCE_CLASSES)."""
+    return next(name for name, below in ADVANCE_CLASSES if below is None or ms < below)
+
+
+def time_labels(result: ReplayResult) -> Counter[str]:
+    """`time:*` (TIME_LABELS): where the history's clock started (a start that is no origin's counts
+    for none), the class of each advance the replay made, each second count the clock crossed (pure)."""
+    reached: Counter[str] = Counter()
+    start = result.history.start_ms
+    origin = next((name for name, at in CLOCK_ORIGINS.items() if at == start), None)
+    if origin is not None:
+        reached[f"time:start:{origin}"] += 1
+    now = start
+    for record in result.records:
+        step = record.resolved.step
+        if isinstance(step, Advance):
+            reached[f"time:advance:{advance_class(step.ms)}"] += 1
+            for name, at in CROSSINGS.items():
+                if now < at <= now + step.ms:
+                    reached[f"time:crosses:{name}"] += 1
+            now += step.ms
+    return reached
 
 
 def condition_labels(result: ReplayResult) -> Counter[str]:
