@@ -211,6 +211,12 @@ BYTES_EDGES: dict[str, bytes] = {
     "invalid-utf8": b"\xc3\x28",
     "braces": b"{j1}",
     "large": b"j" * 4096,
+    # as production spells them (issue 36): a UUID, colons and capitals, valid UTF-8 of several scripts,
+    # and digits only: the default clock's start as text, the score of a job enqueued then
+    "uuid": b"018f3c2e-7b1a-7cc0-9b1e-3f2a4c5d6e7f",
+    "colons-capitals": b"Order:EU:42",
+    "utf8-scripts": "\u4f5c\u4e1a-\u0437\u0430\u0434\u0430\u0447\u0430-\u00df-\u03b4".encode(),
+    "digits": b"1767225600999",
 }
 
 
@@ -495,6 +501,10 @@ ACCEPTED_QUEUES: dict[str, Callable[[bytes], bytes]] = {
     "invalid-utf8": lambda q: q + b"\xff",
     "glob": lambda q: q + b"*?[a]\\",  # a pattern's characters (SCAN MATCH, ACL key patterns)
     "long": lambda q: q + b"q" * (LONG_QUEUE - len(q)),
+    # as production names queues (issue 36): capitals and dots, several scripts, digits only
+    "capitals": lambda q: b"Billing.EU-" + q.upper(),
+    "utf8-scripts": lambda q: "\u4f5c\u4e1a-\u041e\u0447\u0435\u0440\u0435\u0434\u044c-".encode() + q,
+    "digits": lambda q: b"%d" % int.from_bytes(q, "big"),
 }
 LONG_QUEUE = 4096
 OTHER_QUEUE = "other-queue"
@@ -601,9 +611,15 @@ def queue_class(queue: bytes) -> str | None:
     if b":" in queue:
         return "colon"
     try:
-        queue.decode()
+        name = queue.decode()
     except UnicodeDecodeError:
         return "invalid-utf8"
+    if name.isascii() and name.isdigit():
+        return "digits"
+    if not name.isascii():
+        return "utf8-scripts"
+    if name != name.lower():
+        return "capitals"
     return None
 
 
