@@ -247,3 +247,29 @@ def test_n4_under_the_limit_is_the_rows_not_a_first_write_refusal() -> None:
     record = result.records[1]
     assert (_code(record.lua_reply), _code(record.native_reply)) == ("OOM", "NOPERM")
     assert record.verdict.rule == "N4"
+
+
+GUARDED_IN_A_DISCARDED_TRANSACTION = hist.loads(
+    """{"format": "difftest-history", "version": 1, "start_ms": 1000}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "replicas", "required": true}
+{"op": "multi"}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "call", "verb": "EXTEND", "queue": "q", "args": ["j1", "9223372036854775808", "1"]}
+{"op": "exec"}
+{"op": "replicas", "required": false}
+""",
+    "d6.jsonl",
+)
+
+
+def test_a_call_the_host_refuses_inside_a_discarded_transaction_is_d6() -> None:
+    """Found by the catalogue's first run on the combined block: the host's guards refuse a token past
+    i64 (never sent), the module's command is queued and discarded with the PAUSE the server refused."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(GUARDED_IN_A_DISCARDED_TRANSACTION)
+    assert result.divergence is None, result.divergence
+    pause, extend = result.records[3], result.records[4]
+    assert (_code(pause.lua_reply), _code(pause.native_reply)) == ("EXECABORT", "EXECABORT")
+    assert (_code(extend.lua_reply), _code(extend.native_reply)) == ("EMQ OVERFLOW", "EXECABORT")
+    assert extend.verdict.rule == "D6"

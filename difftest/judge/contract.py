@@ -409,6 +409,9 @@ def rule_d6(view: StepView) -> RuleResult:
     if refused_by_acl:
         if _error_code(view.native_reply) != "NOPERM":
             return False, f"native should be refused by the server (NOPERM), answered {view.native_reply!r}"
+    elif resolved.aborted:  # queued in a transaction the server discarded: the command never ran
+        if _error_code(view.native_reply) != "EXECABORT":
+            return False, f"native's transaction was discarded (EXECABORT), answered {view.native_reply!r}"
     elif not (isinstance(view.native_reply, ErrorReply) and view.native_reply.message == message):
         return False, f"native should answer {message!r}, answered {view.native_reply!r}"
     if not same_keyspace(view.native_after, view.before) or not same_keyspace(view.lua_after, view.before):

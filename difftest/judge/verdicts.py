@@ -235,8 +235,8 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
     transition, call = resolved.transition, resolved.call
     if transition is None or call is None:
         return model.unchanged(before)  # a restart, a condition switched, MULTI, EXEC
-    if resolved.aborted:
-        return model.discarded(before)  # the transaction was refused whole when it queued a command
+    if resolved.aborted:  # the transaction was refused whole when it queued a command
+        return model.discarded(before, resolved.refusal)
     guarded = resolved.guarded
     facts = model.CallFacts(
         transition.verb,

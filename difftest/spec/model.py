@@ -688,11 +688,12 @@ def predict(facts: CallFacts, before: Snapshot, epochs: Epochs, now_ms: int, run
 # -- the harness's own steps: the same on both sides --------------------------------------------------
 
 
-def discarded(before: Snapshot) -> Prediction:
+def discarded(before: Snapshot, refusal: str | None = None) -> Prediction:
     """An element of a transaction the server discarded (EXECABORT: a command it queued was refused
-    then): nothing written, on both sides alike."""
-    expected = Expected(errors=("EXECABORT",), after=before)
-    return Prediction(expected, expected)
+    then): nothing written, on both sides alike; a call the Lua host's guards refuse (`refusal`) was
+    never sent by the host (D6), while the module's command was queued and discarded with the rest."""
+    discarded = Expected(errors=("EXECABORT",), after=before)
+    return Prediction(discarded if refusal is None else Expected(Refused(refusal), after=before), discarded)
 
 
 def unchanged(before: Snapshot) -> Prediction:
