@@ -329,6 +329,17 @@ def _combined() -> Iterator[History]:
             yield History((*PRELUDE, *steps), users=users, note=note, db=2 if "db" in pair else 0)
 
 
+def _two_faults() -> Iterator[History]:
+    """Two argument rules broken in one call (`edge:faults:*`): a key of another queue and a lease
+    out of range (the layout wins), and two integers out of range in turn (the first wins)."""
+    extend = TRANSITIONS[Verb.EXTEND]
+    keys = domains.laid_out(extend, QUEUE, "active", domains.OTHER_QUEUE, QUEUES[1])
+    yield History((CallStep(Call(Verb.EXTEND, str(extend.numkeys).encode(), (*keys, JOB_IN["active"], b"1", b"-1"))),),
+                  note=f"{CORPUS_NOTE}edge:faults:layout+int")  # fmt: skip
+    yield History((CallStep(plain(Verb.FAIL, JOB_IN["active"], 1, b"e", b"x", b"-5")),),
+                  note=f"{CORPUS_NOTE}edge:faults:int+int")  # fmt: skip
+
+
 def _time() -> Iterator[History]:
     """Production's clocks (`time:*`): the prelude and a lease's expiry from each clock origin, one
     advance of each size (the lease past, then swept), and the 2038 and 2106 second counts crossed."""
@@ -348,4 +359,4 @@ def class_corpus(replica_calls: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(),
-            *_memory_and_replica(replica_calls), *_combined(), *_time()]  # fmt: skip
+            *_memory_and_replica(replica_calls), *_combined(), *_time(), *_two_faults()]  # fmt: skip

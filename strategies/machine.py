@@ -839,10 +839,14 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(on_shape("malformed"))
     @rule(verb=st.sampled_from(VERBS))
     def malformed_call(self, verb: str) -> None:
-        """A call with one thing wrong: its shape, a key's layout, an integer's grammar."""
+        """A call with one thing wrong: its shape, a key's layout, an integer's grammar; one time in
+        three a second thing too (the guards' order says which refusal wins)."""
         draws = self.draws()
         queue = draws.queue()
-        self.steps.append(CallStep(malformed(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))))
+        call = malformed(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))
+        if draws.chance(3):
+            call = malformed(draws, call)  # two rules broken at once: which refusal wins (issue 36)
+        self.steps.append(CallStep(call))
 
     # -- where production runs: another database, other writers' TTLs and fields ------------------
 

@@ -356,6 +356,10 @@ def class_labels(result: ReplayResult) -> Counter[str]:
         if restriction is not None:
             reached.update(domains.acl_reached(transition, restriction))
         reached.update(domains.argument_edges(transition, call.numkeys, call.rest))
+        if resolved.refusal is not None:  # two rules broken at once: which refusal wins
+            fault = domains.fault_label(transition, call.numkeys, call.rest)
+            if fault is not None:
+                reached[fault] += 1
         args = call.rest[transition.numkeys :] if call.numkeys == str(transition.numkeys).encode() else ()
         for spec, raw in zip(transition.args, args, strict=False):
             if spec.kind is ArgKind.INT:

@@ -697,10 +697,41 @@ def argument_edges(transition: Transition, numkeys: bytes, rest: tuple[bytes, ..
     return labels
 
 
+# two argument rules broken in one call (issue 36): which refusal wins is the guards' order (the
+# layout before the integers, the integers in argument order), on both executors
+FAULT_PAIRS = ("layout+int", "int+int")
+
+
+def argument_faults(transition: Transition, numkeys: bytes, rest: tuple[bytes, ...]) -> list[str]:
+    """The argument rules a well-shaped call breaks, each checked on its own, in the guards' order:
+    "layout" (its keys are not one queue's), then "int" for each integer out of its form or range."""
+    if numkeys != str(transition.numkeys).encode() or len(rest) != transition.numkeys + len(transition.args):
+        return []
+    faults: list[str] = []
+    try:
+        guards.layout_queue(transition, rest[: transition.numkeys])
+    except guards.GuardError:
+        faults.append("layout")
+    for spec, raw in zip(transition.args, rest[transition.numkeys :], strict=True):
+        if spec.kind is ArgKind.INT:
+            try:
+                guards.parse_integer(raw, spec.minimum, spec.maximum)
+            except guards.GuardError:
+                faults.append("int")
+    return faults
+
+
+def fault_label(transition: Transition, numkeys: bytes, rest: tuple[bytes, ...]) -> str | None:
+    """`edge:faults:<first>+<second>` for a call that breaks two argument rules or more (None otherwise)."""
+    faults = argument_faults(transition, numkeys, rest)
+    return f"edge:faults:{faults[0]}+{faults[1]}" if len(faults) >= 2 else None
+
+
 def argument_labels() -> tuple[str, ...]:
-    """Every label `argument_edges` can name, each once."""
+    """Every label `argument_edges` (and `fault_label`) can name, each once."""
     return (
         *(f"edge:shape:{cls}" for cls in SHAPE_CLASSES),
         *layout_labels(),
         *(f"edge:int:{cls}" for cls in INT_CLASSES),
+        *(f"edge:faults:{pair}" for pair in FAULT_PAIRS),
     )
