@@ -844,8 +844,11 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         call = malformed(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))
-        if draws.chance(3):
-            call = malformed(draws, call)  # two rules broken at once: which refusal wins (issue 36)
+        transition = TRANSITIONS[verb]
+        well_shaped = (call.numkeys == str(transition.numkeys).encode()
+                       and len(call.rest) == transition.numkeys + len(transition.args))  # fmt: skip
+        if draws.chance(3) and well_shaped:
+            call = malformed(draws, call, shape=False)  # two rules broken at once: which refusal wins
         self.steps.append(CallStep(call))
 
     # -- where production runs: another database, other writers' TTLs and fields ------------------

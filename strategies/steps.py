@@ -145,14 +145,17 @@ def transition_call(
     return at_a_bound(draw, call) if draw.chance(16) else call
 
 
-def malformed(draw: Choices, call: Call) -> Call:
+def malformed(draw: Choices, call: Call, shape: bool = True) -> Call:
     """The same call at one class of one argument rule (docs/contract-decisions.md, difftest/spec/domains.py): an
     integer of a class of the integer form, the numkeys or the argument count, or one key's layout
     (the base's queue name, a derived key's suffix, another queue's key). A class may be the accepted
-    side of its rule (an integer that fits, a queue name with NUL or spaces): the call then runs."""
+    side of its rule (an integer that fits, a queue name with NUL or spaces): the call then runs.
+    Without `shape`, never the numkeys or the argument count (the call's shape must stay right)."""
     transition = TRANSITIONS[call.verb]
     int_positions = [i for i, a in enumerate(transition.args) if a.kind.value == "int"]
-    kinds = ("int", "numkeys", "argc", "layout") if int_positions else ("numkeys", "argc", "layout")
+    kinds: tuple[str, ...] = ("int", "numkeys", "argc", "layout") if int_positions else ("numkeys", "argc", "layout")
+    if not shape:  # (the shape kept: a second rule broken in a call whose first left it right)
+        kinds = tuple(kind for kind in kinds if kind not in ("numkeys", "argc"))
     choice = draw.pick(kinds)
     rest = list(call.rest)
     if choice == "int":
