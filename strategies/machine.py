@@ -81,7 +81,7 @@ from strategies.steps import (
     corruption,
     edged,
     long_step,
-    malformed,
+    malformed_once_or_twice,
     reader_row,
     then,
     transition_call,
@@ -843,12 +843,7 @@ class QueueMachine(RuleBasedStateMachine):
         three a second thing too (the guards' order says which refusal wins)."""
         draws = self.draws()
         queue = draws.queue()
-        call = malformed(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))
-        transition = TRANSITIONS[verb]
-        well_shaped = (call.numkeys == str(transition.numkeys).encode()
-                       and len(call.rest) == transition.numkeys + len(transition.args))  # fmt: skip
-        if draws.chance(3) and well_shaped:
-            call = malformed(draws, call, shape=False)  # two rules broken at once: which refusal wins
+        call = malformed_once_or_twice(draws, transition_call(draws, verb, queue, self.hints[queue], self.now))
         self.steps.append(CallStep(call))
 
     # -- where production runs: another database, other writers' TTLs and fields ------------------

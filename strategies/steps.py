@@ -169,6 +169,18 @@ def malformed(draw: Choices, call: Call, shape: bool = True) -> Call:
     return laid_out(draw, call)
 
 
+def malformed_once_or_twice(draw: Choices, call: Call) -> Call:
+    """`malformed`, and one time in three a second rule broken too where the first left the call's
+    shape right (which refusal wins is the guards' order: `edge:faults:*`)."""
+    call = malformed(draw, call)
+    transition = TRANSITIONS[call.verb]
+    well_shaped = (call.numkeys == str(transition.numkeys).encode()
+                   and len(call.rest) == transition.numkeys + len(transition.args))  # fmt: skip
+    if draw.chance(3) and well_shaped:
+        call = malformed(draw, call, shape=False)
+    return call
+
+
 def laid_out(draw: Choices, call: Call) -> Call:
     """The call with one key position of one layout class (the other keys stay the queue's)."""
     transition = TRANSITIONS[call.verb]

@@ -14,7 +14,7 @@ from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, ArgKind, Layout, queue_of_base
 from strategies.engine import Draws
 from strategies.pools import BAD_INTEGERS, QUEUES
-from strategies.steps import malformed
+from strategies.steps import malformed_once_or_twice
 
 INT_ARGS = [(verb, a) for verb, t in TRANSITIONS.items() for a in t.args if a.kind is ArgKind.INT]
 CODES = {errors.NOTINT: domains.NOTINT, errors.OVERFLOW: domains.OVERFLOW, errors.ARG: domains.ARG}
@@ -137,15 +137,18 @@ def test_the_first_failing_check_names_the_class() -> None:
 
 
 def test_the_generator_draws_every_class() -> None:
-    """`malformed` reaches each label (with small weight in a history: malformed steps are rare)."""
+    """`malformed` reaches each label (with small weight in a history: malformed steps are rare), and
+    with a second rule broken, each pair of faults."""
     rng = random.Random(14)
     # the machine's Draws, each choice uniform here rather than Hypothesis's
     draw = Draws(lambda _, constraints, *, observe, forced: rng.randint(0, constraints["max_value"]))
     reached: set[str] = set()
     for _ in range(6000):
         verb = rng.choice(list(TRANSITIONS))
-        call = malformed(draw, _plain(verb, rng.choice(QUEUES)))
+        call = malformed_once_or_twice(draw, _plain(verb, rng.choice(QUEUES)))
         reached.update(domains.argument_edges(TRANSITIONS[verb], call.numkeys, call.rest))
+        fault = domains.fault_label(TRANSITIONS[verb], call.numkeys, call.rest)
+        reached.update([fault] if fault is not None else [])
     assert [label for label in domains.argument_labels() if label not in reached] == []
 
 
