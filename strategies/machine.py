@@ -69,6 +69,7 @@ from strategies.pools import (
     LONG_ADVANCES,
     PAYLOADS,
     QUEUES,
+    READ_ROWS_USER,
     TOKENS,
     USER_KINDS,
     USER_PROBES,
@@ -632,7 +633,8 @@ class QueueMachine(RuleBasedStateMachine):
             self.exempt[queue].discard(taken)  # stamped by the module's CLAIM
         return call
 
-    @weight(1)
+    # (in another database, eight times as often: a condition block there is a pair of conditions)
+    @weight(lambda self: 8 if self.db else 1)
     @precondition(on_shape("memory"))
     @rule()
     def server_condition(self) -> None:
@@ -669,8 +671,14 @@ class QueueMachine(RuleBasedStateMachine):
         only for an admin's call the conditions let write."""
         how = draws.integer(0, 5)
         if how == 3 and self.shape.users:
-            user = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS))
-            self.steps.append(CallStep(self._condition_call(draws, queue, None), user))
+            verbs: tuple[str, ...]
+            if draws.aim(2):
+                # the one first write on a key the module checks itself (ENQUEUE's row), by a caller who
+                # may only read it: the memory limit and the ACL meet at that write (which wins)
+                user, verbs = READ_ROWS_USER, ("ENQUEUE",)
+            else:
+                user, verbs = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS)), VERBS
+            self.steps.append(CallStep(self._condition_call(draws, queue, None, verbs), user))
         elif how == 4:
             self.steps.append(CallStep(self._condition_call(draws, queue, refused), protocol=3))
         elif how == 5 and self.shape.transactions:
