@@ -162,3 +162,13 @@ def test_the_base_classes_read_the_base_as_the_guards_do() -> None:
         base = Layout(name(b"q")).base
         assert queue_of_base(base) == name(b"q") and domains.base_class(base) == cls, cls
     assert domains.base_class(Layout(b"q").base) is None
+
+
+def test_every_accepted_queue_class_applies_to_a_name_another_made() -> None:
+    """A call's layout may be broken twice (`malformed_once_or_twice`): each accepted queue class
+    makes a name from any other's, the longest included (a digits name of a 4 KiB name once raised
+    Python's integer-string limit inside the generator)."""
+    for first in domains.ACCEPTED_QUEUES.values():
+        for cls, second in domains.ACCEPTED_QUEUES.items():
+            name = second(first(b"q"))
+            assert name and Layout(name).base.startswith(b"emq:{"), cls

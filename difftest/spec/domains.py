@@ -504,7 +504,7 @@ ACCEPTED_QUEUES: dict[str, Callable[[bytes], bytes]] = {
     # as production names queues (issue 36): capitals and dots, several scripts, digits only
     "capitals": lambda q: b"Billing.EU-" + q.upper(),
     "utf8-scripts": lambda q: "\u4f5c\u4e1a-\u041e\u0447\u0435\u0440\u0435\u0434\u044c-".encode() + q,
-    "digits": lambda q: b"%d" % int.from_bytes(q, "big"),
+    "digits": lambda q: b"%d" % int.from_bytes(q[:8], "big"),  # (of its first bytes: a long name too)
 }
 LONG_QUEUE = 4096
 OTHER_QUEUE = "other-queue"
