@@ -529,7 +529,7 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.start_ms + self.now + LONG_ADVANCES[-1] <= MAX_MS)
     @rule(ms=st.sampled_from(LONG_ADVANCES))
     def long_advance(self, ms: int) -> None:
-        """The clock moved by a minute, an hour, a day or a week: a worker paused by a deploy, a
+        """The clock moved by five seconds, a minute, an hour, a day or a week: a worker paused by a deploy, a
         queue left over a weekend; every lease and delay is long past."""
         self._wait(ms)
 

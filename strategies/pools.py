@@ -17,8 +17,8 @@ ERRORS = (b"boom", b"", b"\x00")
 WORKERS = ("A", "B")
 DURATIONS = (1, 5, 10, 50, 100)
 ADVANCES = (1, 4, 5, 6, 9, 10, 11, 49, 50, 51, 99, 100, 101, 250)
-# the clock moved by production's pauses: a minute, an hour, a day, a week (`long_advance`)
-LONG_ADVANCES = (60_000, 3_600_000, 86_400_000, 604_800_000)
+# the clock moved by production's pauses: a poll interval, a minute, an hour, a day, a week (`long_advance`)
+LONG_ADVANCES = (5_000, 60_000, 3_600_000, 86_400_000, 604_800_000)
 TOKENS = (1, 1, 2, 2, 3, 0, 4)
 # pools the step builders pick from on many steps, built once
 DELAYS = (0, 0, 0, *DURATIONS)  # an ENQUEUE's delay: mostly none
