@@ -57,8 +57,8 @@ def main() -> None:
             figures = {server.name: one_round(server, args.calls) for server in order}
             for verb in ratios:
                 ratios[verb].append(figures["new"][verb] / figures["old"][verb])
-            print(f"round {number + 1}: " + ", ".join(f"{verb} old {figures['old'][verb]:.2f} us, new "
-                                                       f"{figures['new'][verb]:.2f} us" for verb in ratios))  # fmt: skip
+            each = (f"{verb} old {figures['old'][verb]:.2f} us, new {figures['new'][verb]:.2f} us" for verb in ratios)
+            print(f"round {number + 1}: " + ", ".join(each))
         for verb, found in ratios.items():
             print(f"{verb}: new / old, median of {args.rounds} rounds {statistics.median(found):.3f} "
                   f"(min {min(found):.3f}, max {max(found):.3f})")  # fmt: skip
