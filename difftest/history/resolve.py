@@ -5,7 +5,7 @@ shrinker and the replay alike."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from difftest.history.format import (
     SCRIPTS,
@@ -122,29 +122,31 @@ def queue_time_refusal(verb: str, memory_limit: bool, writes_denied: bool) -> bo
     return writes_denied or (memory_limit and transition.first_write_grows)
 
 
-def _discarded(steps: Sequence[Step]) -> set[int]:
+def _discarded(resolved: Sequence[Resolved]) -> set[int]:
     """The indexes of the calls in transactions the server discards whole (pure): a transaction
     whose queued commands include one `queue_time_refusal` refuses under the conditions on at its
-    MULTI (a history switches none inside a transaction)."""
+    MULTI (a history switches none inside a transaction; a call the Lua host's guards refuse is
+    never sent by it, so it refuses nothing)."""
     memory_limit = writes_denied = False
     opened: list[int] | None = None
     refused = False
     discarded: set[int] = set()
-    for index, step in enumerate(steps):
-        if isinstance(step, MemoryLimit):
-            memory_limit = step.limit
-        elif isinstance(step, ReplicasRequired):
-            writes_denied = step.required
-        elif isinstance(step, Multi):
+    for r in resolved:
+        if r.is_memory:
+            memory_limit = r.step.limit  # type: ignore[union-attr]
+        elif r.is_replicas:
+            writes_denied = r.step.required  # type: ignore[union-attr]
+        elif r.is_multi:
             opened, refused = [], False
-        elif isinstance(step, CallStep) and opened is not None:
-            opened.append(index)
-            passes = isinstance(guard(step.call), Guarded)  # (the Lua host sends no refused call)
-            refused = refused or (passes and queue_time_refusal(step.call.verb, memory_limit, writes_denied))
-        if opened is not None and (isinstance(step, Exec) or index == len(steps) - 1):
+        elif r.in_multi and r.call is not None and opened is not None:
+            opened.append(r.index)
+            refused = refused or (
+                r.guarded is not None and queue_time_refusal(r.call.verb, memory_limit, writes_denied)
+            )
+        if opened is not None and (r.is_exec or r is resolved[-1]):
             if refused:
                 discarded.update(opened)
-            opened = None if isinstance(step, Exec) else opened
+            opened = None if r.is_exec else opened
     return discarded
 
 
@@ -153,7 +155,6 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     begun: dict[str, Resolved] = {}
     out: list[Resolved] = []
     in_multi = False
-    discarded = _discarded(steps) if any(isinstance(s, MemoryLimit | ReplicasRequired) for s in steps) else set()
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
@@ -170,7 +171,6 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 protocol=step.protocol,
                 in_multi=in_multi,
                 on_replica=isinstance(step, CallStep) and step.target is not None,
-                aborted=index in discarded,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved
@@ -181,4 +181,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
         else:
             resolved = Resolved(index, step)
         out.append(resolved)
+    if any(r.is_memory or r.is_replicas for r in out):
+        discarded = _discarded(out)
+        out = [replace(r, aborted=True) if r.index in discarded else r for r in out]
     return tuple(out)
