@@ -273,3 +273,40 @@ def test_a_call_the_host_refuses_inside_a_discarded_transaction_is_d6() -> None:
     assert (_code(pause.lua_reply), _code(pause.native_reply)) == ("EXECABORT", "EXECABORT")
     assert (_code(extend.lua_reply), _code(extend.native_reply)) == ("EMQ OVERFLOW", "EXECABORT")
     assert extend.verdict.rule == "D6"
+
+
+def _replica_history(replica: str) -> hist.History:
+    return hist.loads(
+        '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0], "target": "replica"}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}\n'
+        f'{{"op": "memory", "limit": true, "replica": "{replica}"}}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0], "target": "replica"}\n'
+        '{"op": "call", "verb": "PAUSE", "queue": "q", "args": [], "target": "replica"}\n'
+        '{"op": "call", "verb": "RESUME", "queue": "q", "args": [], "target": "replica"}\n'
+        '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [100], "target": "replica"}\n'
+        '{"op": "restart"}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0], "target": "replica"}\n'
+        '{"op": "memory", "limit": false}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0], "target": "replica"}\n',
+        f"replica-{replica}.jsonl",
+    )
+
+
+@pytest.mark.parametrize(("replica", "deny_oom_first_write"), [("ignores", "READONLY"), ("obeys", "OOM")])
+def test_a_replica_under_its_own_limit_is_answered_alike_and_as_the_model_predicts(
+    replica: str, deny_oom_first_write: str
+) -> None:
+    """The eleventh case (found after the ten, not in the issue): a replica configured as its primary
+    (`maxmemory` set, `replica-ignore-maxmemory yes`, the default) answered ENQUEUE with OOM from the
+    module and READONLY from the scripts (their runner never refuses for memory on a replica that
+    ignores its limit; the module read the context's OOM flag). The replica's limit also holds on the
+    fresh replica a restart of its primary starts, and goes with the primary's."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(_replica_history(replica))
+    assert result.divergence is None, result.divergence
+    codes = [(_code(r.lua_reply), _code(r.native_reply)) for r in result.records]
+    assert codes[3] == codes[4] == codes[8] == (deny_oom_first_write, deny_oom_first_write)
+    assert codes[5] == ("READONLY", "READONLY")  # RESUME's first write (HDEL) is not deny-oom
+    assert codes[10] == ("READONLY", "READONLY")  # the replica's limit lifted with the primary's
+    assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step

@@ -97,6 +97,9 @@ PROTOCOLS = (2, 3)
 # pointed at a replica: docs/contract-decisions.md, "A read-only replica as a call target")
 REPLICA = "replica"
 TARGETS = (REPLICA,)
+# A `memory` step's `replica`: how each server's replica meets its own memory limit
+REPLICA_IGNORES, REPLICA_OBEYS = "ignores", "obeys"
+REPLICA_LIMITS = (REPLICA_IGNORES, REPLICA_OBEYS)
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,12 @@ class MemoryLimit:
     (docs/contract-decisions.md, "The memory limit")."""
 
     limit: bool
+    # the replicas' own limit (a history that calls a replica): None, none (as a replica started
+    # without one); REPLICA_IGNORES, `maxmemory 1` with `replica-ignore-maxmemory yes` (production's
+    # default: a replica configured as its primary); REPLICA_OBEYS, the same with `no`, the replica
+    # refusing a deny-oom first write for memory before it answers READONLY (docs/contract-decisions.md,
+    # "Two refusals at once")
+    replica: str | None = None
     condition: ClassVar[str] = "memory"  # the server condition it switches (difftest/replay/sides.py)
 
     @property
@@ -311,6 +320,8 @@ def step_to_json(step: Step) -> dict[str, Any]:
     if isinstance(step, Notify):
         return {"op": "notify", "flags": step.flags}
     if isinstance(step, MemoryLimit):
+        if step.replica is not None:
+            return {"op": "memory", "limit": step.limit, "replica": step.replica}
         return {"op": "memory", "limit": step.limit}
     if isinstance(step, ReplicasRequired):
         return {"op": "replicas", "required": step.required}
@@ -513,7 +524,13 @@ def _switched(obj: dict[str, object], name: str, where: str, meaning: str) -> bo
 
 
 def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
-    return MemoryLimit(_switched(obj, "limit", where, "maxmemory 1 with noeviction on both servers"))
+    limit = _switched(obj, "limit", where, "maxmemory 1 with noeviction on both servers")
+    replica = obj.get("replica")
+    if replica is not None and (replica not in REPLICA_LIMITS or not limit):
+        raise HistoryError(f"{where} field 'replica': expected {' or '.join(map(repr, REPLICA_LIMITS))} (the "
+                           "replicas' own limit, ignored or obeyed) beside \"limit\": true, or no field (the "
+                           f"replicas keep none), got {replica!r}")  # fmt: skip
+    return MemoryLimit(limit, replica)
 
 
 def _parse_replicas(obj: dict[str, object], where: str) -> ReplicasRequired:

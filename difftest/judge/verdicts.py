@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from difftest.history.format import REPLICA_OBEYS
 from difftest.history.resolve import Resolved
 from difftest.judge.accounting import follow
 from difftest.judge.contract import (
@@ -78,6 +79,8 @@ class JudgeState:
     lua_ledger: Ledger = field(default_factory=Ledger)
     limited: bool = False  # the memory limit is on (a `memory` step set it): the model's first-write gate
     writes_denied: bool = False  # the servers deny every write (a `replicas` step): the same gate, before OOM
+    # the replicas obey a memory limit of their own (a `memory` step's `replica`: REPLICA_OBEYS)
+    replica_limited: bool = False
 
 
 def may_need_rules(resolved: Resolved, exposure: Exposure) -> bool:
@@ -219,7 +222,8 @@ MODEL_ON = True
 
 
 def spec_prediction(state: JudgeState, observation: Observation, paused_read: Reply,
-                    limited: bool, writes_denied: bool = False) -> model.Prediction | str:  # fmt: skip
+                    limited: bool, writes_denied: bool = False,
+                    replica_limited: bool = False) -> model.Prediction | str:  # fmt: skip
     """What the spec's model says each executor does at the step, or the kind of step it does not
     predict (model.UNJUDGED_KINDS). `paused_read`: a split claim's end, the Lua host's read at its begin."""
     resolved, before = observation.resolved, state.before
@@ -248,7 +252,7 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
         "begin" if resolved.is_begin else "end" if resolved.is_end else "call",
         paused_read,
         resolved.via_scripts,
-        _gates(resolved.on_replica, writes_denied, limited),
+        _gates(resolved.on_replica, writes_denied, limited, replica_limited),
     )
     return model.predict(facts, before, state.before_epochs, observation.now_ms, observation.run_id)
 
@@ -311,11 +315,12 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     then each side's invariants and accounting. On a divergence the state is returned as it was (the
     history stops there)."""
     resolved = observation.resolved
-    exposure, paused_reads, paused_read, limited, writes_denied = _carried(state, observation)
+    exposure, paused_reads, paused_read, limited, writes_denied, replica_limited = _carried(state, observation)
     epochs = _epochs_after(state, observation)
     verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
     # the spec's model, held to each side (a step it does not predict is the pair's alone)
-    prediction = spec_prediction(state, observation, paused_read, limited, writes_denied) if MODEL_ON else "off"
+    prediction = (spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
+                  if MODEL_ON else "off")  # fmt: skip
     if isinstance(prediction, str):
         lua_off = native_off = None
         verdict = replace(verdict, unjudged=prediction)
@@ -350,10 +355,11 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         and lua_ledger is state.lua_ledger
         and limited is state.limited
         and writes_denied is state.writes_denied
+        and replica_limited is state.replica_limited
     ):
         return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
     return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
-                      limited, writes_denied), verdict  # fmt: skip
+                      limited, writes_denied, replica_limited), verdict  # fmt: skip
 
 
 def _off(verdict: Verdict, broken: list[str], lua_off: str | None, native_off: str | None, observation: Observation,
@@ -375,7 +381,7 @@ def _epochs_after(state: JudgeState, observation: Observation) -> Epochs:
     return state.expected_epochs  # (nothing held, nothing stamped: what expected_epochs answers)
 
 
-def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool, bool]:
+def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, PausedReads, Reply, bool, bool, bool]:
     """What the state carries past the step: the exposure to other writers, the split claims' pause
     reads still open (and, at a claim's end, the read its begin made), whether the memory limit is on."""
     resolved = observation.resolved
@@ -384,9 +390,10 @@ def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, Pau
         exposure = _exposure(exposure, resolved)  # (no other step exposes anything)
     paused_reads = state.paused_reads
     paused_read: Reply = None
-    limited, writes_denied = state.limited, state.writes_denied
+    limited, writes_denied, replica_limited = state.limited, state.writes_denied, state.replica_limited
     if resolved.is_memory:
         limited = bool(resolved.step.limit)  # type: ignore[union-attr]
+        replica_limited = resolved.step.replica == REPLICA_OBEYS  # type: ignore[union-attr]
     elif resolved.is_replicas:
         writes_denied = bool(resolved.step.required)  # type: ignore[union-attr]
     if resolved.is_begin:
@@ -394,19 +401,21 @@ def _carried(state: JudgeState, observation: Observation) -> tuple[Exposure, Pau
     elif resolved.is_end:
         paused_read = next((read for begun, read in paused_reads if begun == resolved.begun_at), None)
         paused_reads = tuple((begun, read) for begun, read in paused_reads if begun != resolved.begun_at)
-    return exposure, paused_reads, paused_read, limited, writes_denied
+    return exposure, paused_reads, paused_read, limited, writes_denied, replica_limited
 
 
-def _gates(on_replica: bool, writes_denied: bool, limited: bool) -> model.Gates:
+def _gates(on_replica: bool, writes_denied: bool, limited: bool, replica_limited: bool = False) -> model.Gates:
     """The server conditions on at a call, which refuse a script at its first write: a call sent to
-    the read-only replica meets the replica's (which ignores the primary's memory limit and never
-    lacks replicas), any other the primary's, writes denied and the memory limit together."""
+    the read-only replica meets the replica's (its own memory limit where it obeys one, never the
+    primary's; it never lacks replicas), any other the primary's, writes denied and the memory limit
+    together."""
     if on_replica:
-        return _ON_REPLICA
+        return _ON_LIMITED_REPLICA if replica_limited else _ON_REPLICA
     return _PRIMARY_GATES[writes_denied, limited]
 
 
 _ON_REPLICA: model.Gates = frozenset({model.REPLICA})
+_ON_LIMITED_REPLICA: model.Gates = frozenset({model.REPLICA, model.MEMORY})
 _PRIMARY_GATES: dict[tuple[bool, bool], model.Gates] = {
     (denied, limited): frozenset({model.WRITES_DENIED} if denied else ()) | frozenset({model.MEMORY} if limited else ())
     for denied in (False, True) for limited in (False, True)

@@ -460,8 +460,9 @@ class Replayer:
                 side.set_notify(step.step.flags)
             return _lap(self.stages, "events", mark)
         if isinstance(step.step, MemoryLimit | ReplicasRequired):
+            replica = step.step.replica if isinstance(step.step, MemoryLimit) else None
             for side in (self.lua, self.native):
-                side.set_condition(step.step.condition, step.step.on)
+                side.set_condition(step.step.condition, step.step.on, replica)
             return _lap(self.stages, "memory", mark)
         return mark
 
@@ -523,7 +524,7 @@ class Replayer:
         the millisecond)."""
         assert self.lua is not None
         admin: Wire = self.lua.wires[None]
-        held_conditions = sorted(self.lua.conditions)
+        held_conditions, replica_memory = sorted(self.lua.conditions), self.lua.replica_memory
         for condition in held_conditions:  # RESTORE is a deny-oom write: the harness's writes never meet them
             self.lua.set_condition(condition, False)
         held = with_epochs(*parse_canonical(lua_walk))
@@ -545,7 +546,7 @@ class Replayer:
             finally:
                 clock.set(now)
         for condition in held_conditions:
-            self.lua.set_condition(condition, True)
+            self.lua.set_condition(condition, True, replica_memory)
         self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
 
     def _replicas_for(self, history: History) -> Replicas | None:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from difftest.base.problems import SetupProblem
-from difftest.history.format import CallStep, MemoryLimit, RawWrite, ReplicasRequired, Step
+from difftest.history.format import (
+    REPLICA_IGNORES,
+    REPLICA_OBEYS,
+    CallStep,
+    MemoryLimit,
+    RawWrite,
+    ReplicasRequired,
+    Step,
+)
 from difftest.history.resolve import Resolved, resolve
 from difftest.judge.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
 from difftest.servers.local import EmbeddedServer
@@ -55,6 +63,12 @@ CONDITIONS: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {
     # write; min-replicas-max-lag must be above 0 for the server to count them at all
     REPLICAS: ((b"min-replicas-to-write", b"100", b"min-replicas-max-lag", b"10"),
                (b"min-replicas-to-write", b"0")),
+}  # fmt: skip
+# A replica's own memory limit (a `memory` step's `replica`), set beside its primary's: None, none
+REPLICA_MEMORY: dict[str | None, tuple[bytes, ...]] = {
+    None: (b"maxmemory", b"0", b"replica-ignore-maxmemory", b"yes"),
+    REPLICA_IGNORES: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
+    REPLICA_OBEYS: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"no"),
 }  # fmt: skip
 
 
@@ -109,6 +123,7 @@ class Side:
         self._replica_wire: Wire | None = None
         self._replica_start = -1
         self.replica_scripts: set[str] = set()
+        self.replica_memory: str | None = None  # the replica's own limit while the memory limit is on
         self.connect()
 
     # -- connections ------------------------------------------------------------------------
@@ -150,7 +165,7 @@ class Side:
         self.connected_start = self.server.starts
         for condition in sorted(self.conditions):
             # a started server forgot its CONFIG SET: a condition holds until the history lifts it
-            self.set_condition(condition, True)
+            self.set_condition(condition, True, self.replica_memory)
         if self.notify_flags:
             # a started server has its configured flags again: kept on, as a deployment's config
             # file would keep them (docs/contract-decisions.md, "Keyspace notifications")
@@ -158,9 +173,10 @@ class Side:
 
     # -- the server's conditions and the replica --------------------------------------------
 
-    def set_condition(self, condition: str, on: bool) -> None:
-        """A server condition (CONDITIONS) switched on or off by CONFIG SET; the pipe must be synced
-        (a boundary between segments, a reset, a re-sync)."""
+    def set_condition(self, condition: str, on: bool, replica: str | None = None) -> None:
+        """A server condition (CONDITIONS) switched on or off by CONFIG SET (the memory limit with the
+        replica's own, `replica`: REPLICA_MEMORY); the pipe must be synced (a boundary between
+        segments, a reset, a re-sync)."""
         switched_on, switched_off = CONDITIONS[condition]
         admin = self.wires[None]
         admin.send([(b"CONFIG", b"SET", *(switched_on if on else switched_off))])
@@ -171,6 +187,15 @@ class Side:
             self.conditions.add(condition)
         else:
             self.conditions.discard(condition)
+        if condition == MEMORY:
+            had, self.replica_memory = self.replica_memory, replica if on else None
+            if self.replica is not None and self.replica.running and (had or self.replica_memory):
+                self._set_replica_memory(self.replica_wire())
+
+    def _set_replica_memory(self, wire: Wire) -> None:
+        answer = wire.call(b"CONFIG", b"SET", *REPLICA_MEMORY[self.replica_memory])
+        if isinstance(answer, ErrorReply):
+            raise SetupProblem(f"{self.name} server's replica refused its memory limit: {answer.message}")
 
     def replica_wire(self) -> Wire:
         """The admin wire to the server's replica, opened again (and its scripts forgotten) after
@@ -182,6 +207,8 @@ class Side:
             self.close_replica()
             self._replica_wire = Wire(self.replica.address, db=self.db)
             self._replica_start = self.replica.starts
+            if self.replica_memory is not None and MEMORY in self.conditions:  # a fresh replica has none
+                self._set_replica_memory(self._replica_wire)
         return self._replica_wire
 
     def close_replica(self) -> None:

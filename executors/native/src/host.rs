@@ -112,7 +112,9 @@ pub fn first_write(
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Ok(());
     }
-    let oom = flags.contains(ContextFlags::OOM);
+    let on_replica = flags.contains(ContextFlags::SLAVE);
+    let oom = flags.contains(ContextFlags::OOM)
+        && !(on_replica && replica_ignores_maxmemory(ctx));
     let acl_refused = match acl {
         Some((caller, key)) => caller.open(ctx, key, Access::Write).is_err(),
         None => false,
@@ -135,6 +137,18 @@ pub fn first_write(
         Some(Refusal::NoPerm) => Err(errors::emq(errors::NOPERM)),
         Some(Refusal::ReadOnly) => Err(errors::emq(errors::READONLY)),
         Some(Refusal::WritesDenied(text)) => Err(forwarded(&text)),
+    }
+}
+
+/// Whether this replica ignores its own `maxmemory` (`replica-ignore-maxmemory yes`, the default):
+/// the script runner then never refuses a write for memory (valkey's `isSafeToPerformEvictions`:
+/// its pre-command OOM state stays false), while the context's OOM flag still says the memory is
+/// over the limit. Asked only on a replica over its limit, so never on a primary's common path.
+/// An answer that cannot be read counts as the default (yes).
+fn replica_ignores_maxmemory(ctx: &Context) -> bool {
+    match call(ctx, "CONFIG", &[b"GET", b"replica-ignore-maxmemory"], false) {
+        Ok(Reply::Array(pair)) => !matches!(pair.get(1), Some(Reply::Bulk(value)) if value == b"no"),
+        _ => true,
     }
 }
 
