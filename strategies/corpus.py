@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 
 from difftest.history.format import (
     REPLICA,
+    REPLICA_IGNORES,
+    REPLICA_OBEYS,
     SCRIPTS,
     Advance,
     BeginClaim,
@@ -300,6 +302,15 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
     if replica_calls:
         for verb in TRANSITIONS:
             yield _history(f"condition:replica:{verb.lower()}", CallStep(plain(verb), target=REPLICA))
+        # the replicas under a memory limit of their own: obeyed (`pair:oom+replica:*`, each verb),
+        # and ignored as production's replicas do by default (READONLY where the first write is)
+        for verb in TRANSITIONS:
+            yield _history(f"pair:oom+replica:{verb.lower()}", MemoryLimit(True, REPLICA_OBEYS),
+                           CallStep(plain(verb), target=REPLICA), MemoryLimit(False))  # fmt: skip
+        for how, replica in (("ignored", REPLICA_IGNORES), ("obeyed", REPLICA_OBEYS)):
+            yield _history(f"condition:replica-limit:{how}", MemoryLimit(True, replica),
+                           CallStep(plain(Verb.ENQUEUE, b"j-new", b"p", 0), target=REPLICA),
+                           CallStep(plain(Verb.PAUSE), target=REPLICA), MemoryLimit(False))  # fmt: skip
 
 
 # the user the combined corpus calls as: one who may only read job rows (its ENQUEUE meets the memory
@@ -314,6 +325,8 @@ def _combined() -> Iterator[History]:
     switches: dict[str, Callable[[bool], Step]] = {"oom": MemoryLimit, "noreplicas": ReplicasRequired}
     for a, b in DRAWN_PAIRS:
         pair = (a, b)
+        if "replica" in pair:
+            continue  # (with the replica's calls: `_memory_and_replica`)
         for verb, transition in TRANSITIONS.items():
             if "multi" in pair and transition.reads_meta:
                 continue

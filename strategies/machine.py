@@ -38,6 +38,8 @@ from difftest.history.format import (
     DEFAULT_START_MS,
     MAX_MS,
     REPLICA,
+    REPLICA_IGNORES,
+    REPLICA_OBEYS,
     Advance,
     BeginClaim,
     CallStep,
@@ -634,7 +636,7 @@ class QueueMachine(RuleBasedStateMachine):
         return call
 
     # (in another database, eight times as often: a condition block there is a pair of conditions)
-    @weight(lambda self: 8 if self.db else 1)
+    @weight(lambda self: 8 if self.db or self.calls_replica else 1)
     @precondition(on_shape("memory"))
     @rule()
     def server_condition(self) -> None:
@@ -654,8 +656,12 @@ class QueueMachine(RuleBasedStateMachine):
             # another writer's hash where the module's gate asks whether writes are denied (its probe,
             # SETRANGE emq:{q}:probe 0 "", answers WRONGTYPE then): the gate must not take that for a denial
             self.steps.append(RawWrite((b"HSET", Layout(queue).base + b"probe", b"owner", b"ops")))
+        # where replicas run, they have a limit of their own a third of the time, ignored (as production's
+        # replicas do by default) or obeyed, and a meeting may be a call to the replica
+        replica_limit = draws.pick((None, REPLICA_IGNORES, REPLICA_OBEYS)) if memory and self.calls_replica else None
         switches: tuple[Callable[[bool], Step], ...] = (
-            *((MemoryLimit,) if memory else ()), *((ReplicasRequired,) if denied else ()),
+            *((lambda on: MemoryLimit(on, replica_limit if on else None),) if memory else ()),
+            *((ReplicasRequired,) if denied else ()),
         )  # fmt: skip
         self.steps.extend(switch(True) for switch in switches)
         # over the limit alone the verbs whose first write grows the keyspace are refused; with writes
@@ -669,8 +675,10 @@ class QueueMachine(RuleBasedStateMachine):
         """One meeting with the server conditions on: a call as the admin (half the time), by a
         restricted user of any permission class, on RESP3, or inside a transaction; the hints move
         only for an admin's call the conditions let write."""
-        how = draws.integer(0, 5)
-        if how == 3 and self.shape.users:
+        how = draws.integer(0, 9 if self.calls_replica else 5)
+        if how >= 6:  # a worker pointed at the replica: nothing written there, the hints stay
+            self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
+        elif how == 3 and self.shape.users:
             verbs: tuple[str, ...]
             if draws.aim(2):
                 # the one first write on a key the module checks itself (ENQUEUE's row), by a caller who

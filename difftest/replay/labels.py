@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from difftest.history.format import DEFAULT_START_MS, MAX_MS, Advance, MemoryLimit, Notify, RawWrite, ReplicasRequired
+from difftest.history.format import (
+    DEFAULT_START_MS,
+    MAX_MS,
+    REPLICA_OBEYS,
+    Advance,
+    MemoryLimit,
+    Notify,
+    RawWrite,
+    ReplicasRequired,
+)
 from difftest.history.resolve import Resolved
 from difftest.judge import accounting
 from difftest.judge.contract import RULES
@@ -73,6 +82,9 @@ CONDITION_LABELS: tuple[str, ...] = (
     # while the server denies every write for want of good replicas (min-replicas-to-write;
     # docs/contract-decisions.md, "Writes the server denies")
     *(f"condition:noreplicas:{verb.lower()}" for verb in TRANSITIONS),
+    # a call to a replica under its own memory limit, which it ignores (`replica-ignore-maxmemory
+    # yes`, the default: READONLY) or obeys (OOM first): a `memory` step's `replica`
+    *(f"condition:replica-limit:{how}" for how in ("ignored", "obeyed")),
 )
 # Conditions combined (issue 36): `pair:<a>+<b>:<verb>` for a transition sent while two conditions
 # held at once (PAIR_CONDITIONS, the pair in that order). Reported for every pair that occurs; required
@@ -81,7 +93,7 @@ CONDITION_LABELS: tuple[str, ...] = (
 PAIR_CONDITIONS = ("oom", "noreplicas", "replica", "user", "resp3", "multi", "db", "notify")
 DRAWN_PAIRS = (("oom", "noreplicas"), ("oom", "user"), ("noreplicas", "user"), ("oom", "resp3"),
                ("noreplicas", "resp3"), ("oom", "multi"), ("noreplicas", "multi"), ("oom", "db"),
-               ("noreplicas", "db"))  # fmt: skip
+               ("noreplicas", "db"), ("oom", "replica"))  # fmt: skip
 PAIR_LABELS: tuple[str, ...] = tuple(
     f"pair:{a}+{b}:{verb.lower()}"
     for a, b in DRAWN_PAIRS
@@ -139,6 +151,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     restarted = False
     stale_refused = fenced_success = False
     limited = False  # the memory limit is on (a `memory` step)
+    replica_limit: str | None = None  # the replicas' own limit with it (the step's `replica`)
     denied = False  # every write denied for want of replicas (a `replicas` step)
     notified = False  # keyspace notifications on (a `notify` step)
     for record in result.records:
@@ -147,6 +160,7 @@ def labels(result: ReplayResult) -> Counter[str]:
             notified = bool(resolved.step.flags)  # type: ignore[union-attr]
         if resolved.is_memory:
             limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
+            replica_limit = resolved.step.replica if isinstance(resolved.step, MemoryLimit) else None
         if resolved.is_replicas:
             denied = isinstance(resolved.step, ReplicasRequired) and resolved.step.required
         if record.verdict.rule:
@@ -164,7 +178,11 @@ def labels(result: ReplayResult) -> Counter[str]:
         if denied and limited and resolved.guarded is not None and not resolved.on_replica:
             reached[f"condition:oom:{transition.verb.lower()}"] += 1  # (both on: each condition's label)
         if resolved.guarded is not None:
-            _pair_labels(reached, resolved, transition, (limited, denied, bool(result.history.db), notified))
+            replica_limited = limited and replica_limit == REPLICA_OBEYS
+            _pair_labels(reached, resolved, transition,
+                         (limited, denied, bool(result.history.db), notified, replica_limited))  # fmt: skip
+            if resolved.on_replica and limited and replica_limit is not None:
+                reached[f"condition:replica-limit:{'obeyed' if replica_limited else 'ignored'}"] += 1
         if transition.fenced:
             fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
             stale_refused |= kind == "fenced"
@@ -183,14 +201,15 @@ def labels(result: ReplayResult) -> Counter[str]:
 
 
 def _pair_labels(reached: Counter[str], resolved: Resolved, transition: Transition,
-                 held: tuple[bool, bool, bool, bool]) -> None:  # fmt: skip
+                 held: tuple[bool, bool, bool, bool, bool]) -> None:  # fmt: skip
     """`pair:<a>+<b>:<verb>` for every two conditions (PAIR_CONDITIONS) this call met at once: the
-    primary's memory limit and writes denied (a call to the replica meets neither), the replica, a
-    restricted user, RESP3, a transaction, another database, notifications (`held`: limited, denied,
-    db, notified)."""
-    limited, denied, db, notified = held
+    memory limit (the primary's, or a replica's own that it obeys) and writes denied (a call to the
+    replica never meets the primary's), the replica, a restricted user, RESP3, a transaction,
+    another database, notifications (`held`: limited, denied, db, notified, replica_limited)."""
+    limited, denied, db, notified, replica_limited = held
     on_primary = not resolved.on_replica
-    met = (limited and on_primary, denied and on_primary, resolved.on_replica, resolved.user is not None,
+    memory = (limited and on_primary) or (replica_limited and resolved.on_replica)
+    met = (memory, denied and on_primary, resolved.on_replica, resolved.user is not None,
            resolved.protocol == 3, resolved.in_multi, db, notified)  # fmt: skip
     if sum(met) < 2:
         return
