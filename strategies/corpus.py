@@ -342,6 +342,15 @@ def _combined() -> Iterator[History]:
             yield History((*PRELUDE, *steps), users=users, note=note, db=2 if "db" in pair else 0)
 
 
+def _switched_in_transactions() -> Iterator[History]:
+    """Each condition switched on between MULTI and EXEC (`condition:multi-switch:*`): a PAUSE queued
+    before it (the server discards the transaction at EXEC) and an ENQUEUE after it."""
+    for name, switch in (("oom", MemoryLimit), ("noreplicas", ReplicasRequired)):
+        steps = (Multi(), CallStep(plain(Verb.PAUSE)), switch(True), CallStep(plain(Verb.ENQUEUE, b"j-new", b"p", 0)),
+                 Exec(), switch(False))  # fmt: skip
+        yield _history(f"condition:multi-switch:{name}", *steps)
+
+
 def _two_faults() -> Iterator[History]:
     """Two argument rules broken in one call (`edge:faults:*`): a key of another queue and a lease
     out of range (the layout wins), and two integers out of range in turn (the first wins)."""
@@ -371,5 +380,5 @@ def _time() -> Iterator[History]:
 def class_corpus(replica_calls: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
-            *_behaviours(), *_conditions(), *_notifications(), *_production(),
-            *_memory_and_replica(replica_calls), *_combined(), *_time(), *_two_faults()]  # fmt: skip
+            *_behaviours(), *_conditions(), *_notifications(), *_production(), *_memory_and_replica(replica_calls),
+            *_combined(), *_switched_in_transactions(), *_time(), *_two_faults()]  # fmt: skip

@@ -612,13 +612,29 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         hints = self.hints[queue]
+        calls = draws.integer(1, 3)
+        # one in four (where the world has server conditions): the memory limit or writes denied
+        # switched on between MULTI and EXEC, before the call at `switch_at` is queued, lifted after
+        # EXEC (the server checks queued commands when queued, and all of them at EXEC); the hints
+        # then stay (which calls wrote is the servers' to say)
+        switch: Callable[[bool], Step] | None = None
+        if self.shape.memory and draws.chance(4):
+            switch = draws.pick((MemoryLimit, ReplicasRequired))
+            hints = copy.deepcopy(hints)
+        switch_at = draws.integer(0, calls) if switch is not None else -1
         self.steps.append(Multi())
-        for _ in range(draws.integer(1, 3)):
+        for position in range(calls + 1):
+            if position == switch_at and switch is not None:
+                self.steps.append(switch(True))
+            if position == calls:
+                break
             verb = draws.pick(IN_MULTI)
             fenced = TRANSITIONS[verb].fenced and hints.active and draws.aim(4)
             held = draws.pick(sorted(hints.active)) if fenced else None
             self.steps.append(CallStep(transition_call(draws, verb, queue, hints, self.now, held)))
         self.steps.append(Exec())
+        if switch is not None:
+            self.steps.append(switch(False))
 
     def _condition_call(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None,
                         verbs: tuple[str, ...] = VERBS) -> Call:  # fmt: skip

@@ -310,3 +310,84 @@ def test_a_replica_under_its_own_limit_is_answered_alike_and_as_the_model_predic
     assert codes[5] == ("READONLY", "READONLY")  # RESUME's first write (HDEL) is not deny-oom
     assert codes[10] == ("READONLY", "READONLY")  # the replica's limit lifted with the primary's
     assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step
+
+
+SWITCHED_INSIDE = hist.loads(
+    """{"format": "difftest-history", "version": 1, "start_ms": 1000}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "multi"}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "memory", "limit": true}
+{"op": "exec"}
+{"op": "multi"}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [5]}
+{"op": "memory", "limit": false}
+{"op": "exec"}
+{"op": "multi"}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j3", "p", 0]}
+{"op": "replicas", "required": true}
+{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [5]}
+{"op": "exec"}
+{"op": "multi"}
+{"op": "call", "verb": "RESUME", "queue": "q", "args": []}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j4", "p", 0]}
+{"op": "exec"}
+{"op": "replicas", "required": false}
+{"op": "multi"}
+{"op": "call", "verb": "RESUME", "queue": "q", "args": []}
+{"op": "replicas", "required": true}
+{"op": "replicas", "required": false}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j4", "p", 0]}
+{"op": "exec"}
+""",
+    "switched-inside.jsonl",
+)
+
+
+def test_a_condition_switched_inside_a_transaction_is_replayed_and_predicted() -> None:
+    """Cases 7 and 8 as a history: a condition switched between MULTI and EXEC (from a connection of
+    its own, once the calls before it are queued). A queued PAUSE under the limit at EXEC: the whole
+    transaction discarded on both; scripts under a limit lifted before EXEC: they run; EVALSHAs alone
+    under writes denied at EXEC: each refused at its first write, nothing discarded; a queued RESUME
+    refused when queued: discarded; writes denied and lifted again before EXEC: it runs."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(SWITCHED_INSIDE)
+    assert result.divergence is None, result.divergence
+    codes = {r.resolved.index: (_code(r.lua_reply), _code(r.native_reply)) for r in result.records}
+    assert codes[2] == ("EXECABORT", "EXECABORT")  # PAUSE, the limit set before EXEC
+    assert codes[6] == (1, 1) and codes[7] == (0, 0)  # the limit lifted before EXEC: both ran
+    assert codes[11] == ("NOREPLICAS", "NOREPLICAS")  # a script refused at its first write
+    assert codes[13] == (0, 0)  # a PROMOTE with nothing due writes nothing: it answers
+    assert codes[16] == codes[17] == ("EXECABORT", "EXECABORT")  # RESUME refused when queued
+    assert codes[21] == (0, 0)  # RESUME ran (nothing paused): writes denied and allowed again before EXEC
+    assert codes[24] == (1, 1)  # writes allowed again at EXEC
+    assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step
+
+
+RESENT_AFTER_A_RESYNC = hist.loads(
+    """{"format": "difftest-history", "version": 1, "start_ms": 1000}
+{"op": "raw", "command": ["ZADD", "emq:{r}:meta", "1", "junk"]}
+{"op": "call", "verb": "CLAIM", "queue": "r", "args": [5]}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "multi"}
+{"op": "call", "verb": "RESUME", "queue": "q", "args": []}
+{"op": "replicas", "required": true}
+{"op": "exec"}
+{"op": "replicas", "required": false}
+""",
+    "resent.jsonl",
+)
+
+
+def test_steps_sent_again_after_a_resync_meet_the_conditions_of_their_time() -> None:
+    """Found by the generator's first null run with switches inside transactions: a row that re-syncs
+    (D2 at the CLAIM) makes the Lua side send the segment's later steps again, and the transaction's
+    switch, made the first time, had left writes denied for the PAUSE before it (NOREPLICAS on the
+    Lua side alone). The Lua server's conditions are set back to those of the re-sync's step first."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(RESENT_AFTER_A_RESYNC)
+    assert result.divergence is None, result.divergence
+    assert result.records[1].verdict.rule == "D2"  # the re-sync this test needs
+    assert (result.records[2].lua_reply, result.records[2].native_reply) == (1, 1)
+    assert _code(result.records[4].lua_reply) == "EXECABORT" == _code(result.records[4].native_reply)

@@ -201,8 +201,10 @@ class RawWrite:
 class Multi:
     """MULTI: the calls up to the next `Exec` are sent inside one transaction on both servers (as
     the admin, RESP2; no CLAIM, whose Lua host reads before it sends), each compared as an element
-    of EXEC's reply, with a keyspace walk queued after each in the transaction. A history may end
-    inside one (an artifact cut at its failing step): it runs as if closed there."""
+    of EXEC's reply, with a keyspace walk queued after each in the transaction. A `memory` or
+    `replicas` step inside switches its condition from another connection once the calls before it
+    are queued (the server checks those when they were queued, and the transaction at EXEC). A
+    history may end inside one (an artifact cut at its failing step): it runs as if closed there."""
 
 
 @dataclass(frozen=True)
@@ -600,8 +602,8 @@ def pairing_problems(
 
 def _in_transaction(step: Step) -> str | None:
     """Why a step may not stand inside MULTI/EXEC, or None (an 'exec' closes it)."""
-    if isinstance(step, Exec):
-        return None
+    if isinstance(step, Exec | MemoryLimit | ReplicasRequired):
+        return None  # a condition switched between MULTI and EXEC: from another connection, before EXEC
     if not isinstance(step, CallStep):
         return f"the step {step_to_json(step)['op']!r}"
     if TRANSITIONS[step.call.verb].reads_meta:

@@ -64,6 +64,9 @@ class Resolved:
     # an element of a transaction the server discards whole (EXECABORT): a command it holds was
     # refused when queued (`queue_time_refusal`)
     aborted: bool = False
+    # a call in a transaction that switches a condition: the conditions on when its EXEC runs
+    # (memory limit, writes denied), which its first write meets; None: those at its own step
+    at_exec: tuple[bool, bool] | None = None
     transition: Transition | None = field(init=False, repr=False, compare=False)
     # the call runs through the Lua scripts (the host adapter) on the native server too
     via_scripts: bool = field(init=False, repr=False, compare=False)
@@ -122,32 +125,43 @@ def queue_time_refusal(verb: str, memory_limit: bool, writes_denied: bool) -> bo
     return writes_denied or (memory_limit and transition.first_write_grows)
 
 
-def _discarded(resolved: Sequence[Resolved]) -> set[int]:
-    """The indexes of the calls in transactions the server discards whole (pure): a transaction
-    whose queued commands include one `queue_time_refusal` refuses under the conditions on at its
-    MULTI (a history switches none inside a transaction; a call the Lua host's guards refuse is
-    never sent by it, so it refuses nothing)."""
+def _transactions(resolved: Sequence[Resolved]) -> tuple[set[int], dict[int, tuple[bool, bool]]]:
+    """The server's verdicts on transactions (pure): the indexes of the calls in transactions it
+    discards whole, and for each call in a transaction that switches a condition, the conditions on
+    at its EXEC. A transaction is discarded when a command it queues is refused when queued (a
+    `queue_time_refusal` under the conditions on then), or at EXEC, which the server checks against
+    the conditions on then for every command queued (a deny-oom one over the memory limit, a write
+    where writes are denied). A call the Lua host's guards refuse is never sent by it, so it
+    refuses nothing. A history that ends inside a transaction runs it there."""
     memory_limit = writes_denied = False
-    opened: list[int] | None = None
-    refused = False
+    opened: list[Resolved] | None = None
+    refused = switched = False
     discarded: set[int] = set()
+    at_exec: dict[int, tuple[bool, bool]] = {}
     for r in resolved:
-        if r.is_memory:
-            memory_limit = r.step.limit  # type: ignore[union-attr]
-        elif r.is_replicas:
-            writes_denied = r.step.required  # type: ignore[union-attr]
+        if r.is_memory or r.is_replicas:
+            if r.is_memory:
+                memory_limit = r.step.limit  # type: ignore[union-attr]
+            else:
+                writes_denied = r.step.required  # type: ignore[union-attr]
+            switched = switched or opened is not None
         elif r.is_multi:
-            opened, refused = [], False
+            opened, refused, switched = [], False, False
         elif r.in_multi and r.call is not None and opened is not None:
-            opened.append(r.index)
+            opened.append(r)
             refused = refused or (
                 r.guarded is not None and queue_time_refusal(r.call.verb, memory_limit, writes_denied)
             )
         if opened is not None and (r.is_exec or r is resolved[-1]):
+            sent = [call for call in opened if call.guarded is not None and call.call is not None]
+            refused = refused or any(queue_time_refusal(c.call.verb, memory_limit, writes_denied)  # type: ignore[union-attr]
+                                     for c in sent)  # fmt: skip
             if refused:
-                discarded.update(opened)
+                discarded.update(call.index for call in opened)
+            elif switched:
+                at_exec.update((call.index, (memory_limit, writes_denied)) for call in opened)
             opened = None if r.is_exec else opened
-    return discarded
+    return discarded, at_exec
 
 
 def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
@@ -158,6 +172,9 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
+        if isinstance(step, MemoryLimit | ReplicasRequired) and in_multi:
+            out.append(Resolved(index, step, in_multi=True))  # switched between MULTI and EXEC
+            continue
         if isinstance(step, CallStep | BeginClaim):
             outcome = guard(step.call)
             resolved = Resolved(
@@ -182,6 +199,8 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
             resolved = Resolved(index, step)
         out.append(resolved)
     if any(r.is_memory or r.is_replicas for r in out):
-        discarded = _discarded(out)
-        out = [replace(r, aborted=True) if r.index in discarded else r for r in out]
+        discarded, at_exec = _transactions(out)
+        out = [replace(r, aborted=True) if r.index in discarded
+               else replace(r, at_exec=at_exec[r.index]) if r.index in at_exec else r
+               for r in out]  # fmt: skip
     return tuple(out)

@@ -241,6 +241,8 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
         return model.unchanged(before)  # a restart, a condition switched, MULTI, EXEC
     if resolved.aborted:  # the transaction was refused whole when it queued a command
         return model.discarded(before, resolved.refusal)
+    if resolved.at_exec is not None:  # a condition switched inside its transaction: those at EXEC
+        limited, writes_denied = resolved.at_exec
     guarded = resolved.guarded
     facts = model.CallFacts(
         transition.verb,

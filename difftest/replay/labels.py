@@ -85,6 +85,9 @@ CONDITION_LABELS: tuple[str, ...] = (
     # a call to a replica under its own memory limit, which it ignores (`replica-ignore-maxmemory
     # yes`, the default: READONLY) or obeys (OOM first): a `memory` step's `replica`
     *(f"condition:replica-limit:{how}" for how in ("ignored", "obeyed")),
+    # the memory limit or writes denied switched on between MULTI and EXEC (the server checks the
+    # transaction's commands again at EXEC)
+    *(f"condition:multi-switch:{condition}" for condition in ("oom", "noreplicas")),
 )
 # Conditions combined (issue 36): `pair:<a>+<b>:<verb>` for a transition sent while two conditions
 # held at once (PAIR_CONDITIONS, the pair in that order). Reported for every pair that occurs; required
@@ -163,6 +166,8 @@ def labels(result: ReplayResult) -> Counter[str]:
             replica_limit = resolved.step.replica if isinstance(resolved.step, MemoryLimit) else None
         if resolved.is_replicas:
             denied = isinstance(resolved.step, ReplicasRequired) and resolved.step.required
+        if resolved.is_condition and resolved.in_multi and resolved.step.on:  # type: ignore[union-attr]
+            reached[f"condition:multi-switch:{'oom' if resolved.is_memory else 'noreplicas'}"] += 1
         if record.verdict.rule:
             reached[f"contract:{record.verdict.rule}"] += 1
         if resolved.is_restart:

@@ -126,22 +126,24 @@ def segments(
     steps: tuple[Resolved, ...], alone_from: int | None = None, longest: int | None = None
 ) -> list[list[Resolved]]:
     """Runs of steps between clock advances, restarts, notify and condition steps, of at most `longest`
-    steps (SEGMENT_STEPS); each of those stands alone, and so does a call to a replica (sent once both
-    replicas have caught up) and every step from index `alone_from` on (a round trip each: which
-    step a server died at)."""
+    steps (SEGMENT_STEPS, a transaction never cut: it is sent whole); each of those stands alone (a
+    condition switched inside a transaction is part of it), and so does a call to a replica (sent
+    once both replicas have caught up) and every step from index `alone_from` on (a round trip each:
+    which step a server died at)."""
     longest = longest or SEGMENT_STEPS
     out: list[list[Resolved]] = []
     current: list[Resolved] = []
     for step in steps:
         alone = alone_from is not None and step.index >= alone_from
-        if step.is_advance or step.is_restart or step.is_notify or step.is_condition or step.on_replica or alone:
+        stands_alone = step.is_advance or step.is_restart or step.is_notify or step.on_replica
+        if stands_alone or (step.is_condition and not step.in_multi) or alone:
             if current:
                 out.append(current)
             out.append([step])
             current = []
         else:
             current.append(step)
-            if len(current) >= longest:
+            if len(current) >= longest and not (step.is_multi or step.in_multi):
                 out.append(current)
                 current = []
     if current:
@@ -186,6 +188,21 @@ class _Sent:
     flags: str = ""
     lua_events: list[Events] = field(default_factory=list)
     native_events: list[Events] = field(default_factory=list)
+    # the Lua server's conditions before the segment (a transaction in it may switch one)
+    lua_conditions: frozenset[str] = frozenset()
+    lua_replica_memory: str | None = None
+
+
+def conditions_after(conditions: frozenset[str], replica_memory: str | None,
+                     steps: list[Resolved]) -> tuple[frozenset[str], str | None]:  # fmt: skip
+    """The server conditions on after `steps` (pure), from those on before them."""
+    on = set(conditions)
+    for step in steps:
+        if isinstance(step.step, MemoryLimit | ReplicasRequired):
+            (on.add if step.step.on else on.discard)(step.step.condition)
+            if isinstance(step.step, MemoryLimit):
+                replica_memory = step.step.replica if step.step.on else None
+    return frozenset(on), replica_memory
 
 
 class Replayer:
@@ -373,6 +390,7 @@ class Replayer:
         """The segment sent to both sides and their replies read into `sent` (the native's outcomes
         first: should its server die, they say which step it was on)."""
         assert self.lua is not None and self.native is not None
+        sent.lua_conditions, sent.lua_replica_memory = frozenset(self.lua.conditions), self.lua.replica_memory
         sent.native_out = self.native.run_steps(segment)  # a change of connection reads replies
         self.native.send()  # the native works on its pipeline while the Lua host runs
         sent.lua_out = self.lua.run_steps(segment)
@@ -422,17 +440,22 @@ class Replayer:
             mark = _lap(stages, "judge", mark)
             if resyncs:
                 self._resync(state, sent.lua_results[-1][1])  # the Lua keyspace now: after the segment's last step
-                self._send_again(segment[position + 1 :], position, sent)
+                self._send_again(segment, position, sent)
                 mark = _lap(stages, "resync", mark)
         return state, mark
 
-    def _send_again(self, rest: list[Resolved], position: int, sent: _Sent) -> None:
+    def _send_again(self, segment: list[Resolved], position: int, sent: _Sent) -> None:
         """After a re-sync at `position`, the segment's later steps run again on the Lua side (from the
-        workers it had at that step), their replies, walks and events replacing the first ones."""
+        workers it had at that step, and the server conditions: a transaction among them switched
+        one the first time), their replies, walks and events replacing the first ones."""
         assert self.lua is not None
+        rest = segment[position + 1 :]
         if not rest:
             return
         self.lua.restore_workers(sent.lua_out[position].workers)
+        held, replica_memory = conditions_after(sent.lua_conditions, sent.lua_replica_memory, segment[: position + 1])
+        for condition in sorted(held ^ self.lua.conditions):
+            self.lua.set_condition(condition, condition in held, replica_memory)
         again = self.lua.run_steps(rest)
         sent.lua_results[position + 1 :] = self.lua.finish(again)
         sent.lua_out[position + 1 :] = again

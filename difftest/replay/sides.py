@@ -64,12 +64,19 @@ CONDITIONS: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {
     REPLICAS: ((b"min-replicas-to-write", b"100", b"min-replicas-max-lag", b"10"),
                (b"min-replicas-to-write", b"0")),
 }  # fmt: skip
-# A replica's own memory limit (a `memory` step's `replica`), set beside its primary's: None, none
+# A replica's own memory limit (a `memory` step's `replica`), set beside its primary's: None, none.
+# A replica that obeys it obeys it only while a call to it runs (`replica-ignore-maxmemory no` around
+# the call, on its wire): obeyed all along, it would refuse its primary's deny-oom writes too (valkey
+# checks the limit for the primary's link inside a replicated MULTI) and stop being a copy of it,
+# whoever the executor. A call to a replica stands alone, after both replicas caught up: no write
+# of the primary reaches it meanwhile.
 REPLICA_MEMORY: dict[str | None, tuple[bytes, ...]] = {
     None: (b"maxmemory", b"0", b"replica-ignore-maxmemory", b"yes"),
     REPLICA_IGNORES: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
-    REPLICA_OBEYS: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"no"),
+    REPLICA_OBEYS: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
 }  # fmt: skip
+OBEYED_AROUND_A_CALL = ((b"CONFIG", b"SET", b"replica-ignore-maxmemory", b"no"),
+                        (b"CONFIG", b"SET", b"replica-ignore-maxmemory", b"yes"))  # fmt: skip
 
 
 @dataclass
@@ -92,6 +99,8 @@ class _Transaction:
     entries: list[tuple[str | None, Sequence[bytes] | None, Element | None, Element | None, int]] = field(
         default_factory=list
     )
+    # a condition switched inside the transaction, by the entry it comes before (its own walk's)
+    switches: dict[int, MemoryLimit | ReplicasRequired] = field(default_factory=dict)
 
 
 class Side:
@@ -173,12 +182,12 @@ class Side:
 
     # -- the server's conditions and the replica --------------------------------------------
 
-    def set_condition(self, condition: str, on: bool, replica: str | None = None) -> None:
+    def set_condition(self, condition: str, on: bool, replica: str | None = None, admin: Wire | None = None) -> None:
         """A server condition (CONDITIONS) switched on or off by CONFIG SET (the memory limit with the
         replica's own, `replica`: REPLICA_MEMORY); the pipe must be synced (a boundary between
-        segments, a reset, a re-sync)."""
+        segments, a reset, a re-sync). `admin`: the connection it goes on (None: the admin wire)."""
         switched_on, switched_off = CONDITIONS[condition]
-        admin = self.wires[None]
+        admin = admin or self.wires[None]
         admin.send([(b"CONFIG", b"SET", *(switched_on if on else switched_off))])
         answer = admin.read()
         if isinstance(answer, ErrorReply):
@@ -416,7 +425,12 @@ class Side:
             return outcome
         if self.transaction is None:
             self.transaction = _Transaction()
-        planned = self.transaction_command(step)
+        if step.is_condition:  # switched from another connection once the calls before it are queued
+            assert isinstance(step.step, MemoryLimit | ReplicasRequired)
+            self.transaction.switches[len(self.transaction.entries)] = step.step
+            planned: tuple[str | None, Sequence[bytes]] | Reply = NotSent("a condition switched before EXEC")
+        else:
+            planned = self.transaction_command(step)
         walk_at = Element(raw=True) if walk else None
         marker = 0
         if self.subscriber is not None:  # published inside the transaction, after the call's walk
@@ -450,7 +464,9 @@ class Side:
         add(wire, (b"MULTI",), raw=True)
         queued: list[tuple[int, Element]] = []  # (its position in EXEC's reply, the element)
         position = 0
-        for _, command, reply, walk_at, marker in transaction.entries:
+        for entry, (_, command, reply, walk_at, marker) in enumerate(transaction.entries):
+            if entry in transaction.switches:
+                self._switch_inside(transaction.switches[entry])
             if command is not None and reply is not None:
                 add(wire, command, raw=True)  # +QUEUED
                 queued.append((position, reply))
@@ -466,6 +482,19 @@ class Side:
         after = self.walk() if walk else None
         for at, element in queued:
             element.bind(exec_future, at, after if element.raw else None)
+
+    def _switch_inside(self, switch: MemoryLimit | ReplicasRequired) -> None:
+        """A condition switched while the admin wire's transaction is open: what it queued so far
+        sent and answered (QUEUED, or the server's refusal when queued), then CONFIG SET from a
+        connection of its own, before anything more is queued (the server checks the transaction's
+        commands again at EXEC, under the conditions on then)."""
+        self.pipe.sync()
+        aside = Wire(self.server.address, db=self.db)
+        try:
+            replica = switch.replica if isinstance(switch, MemoryLimit) else None
+            self.set_condition(switch.condition, switch.on, replica, admin=aside)
+        finally:
+            aside.close()
 
     def run(self, steps: Sequence[Step]) -> list[Reply]:
         """Steps run as a history of their own, through the replay's path without its walks: each
@@ -488,6 +517,12 @@ class Side:
             return self.pipe.add(self.wires[None], step.step.command)
         if step.call is None:
             return NotSent("clock or restart step")
+        if step.on_replica and self.replica_memory == REPLICA_OBEYS and MEMORY in self.conditions:
+            obey, ignore = OBEYED_AROUND_A_CALL
+            self.pipe.add(self.replica_wire(), obey)
+            reply = self.transition(step)
+            self.pipe.add(self.replica_wire(), ignore)
+            return reply
         return self.transition(step)
 
     def transition(self, step: Resolved) -> Reply | Future:
