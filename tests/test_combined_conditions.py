@@ -391,3 +391,31 @@ def test_steps_sent_again_after_a_resync_meet_the_conditions_of_their_time() -> 
     assert result.records[1].verdict.rule == "D2"  # the re-sync this test needs
     assert (result.records[2].lua_reply, result.records[2].native_reply) == (1, 1)
     assert _code(result.records[4].lua_reply) == "EXECABORT" == _code(result.records[4].native_reply)
+
+
+ROW_IN_A_DISCARDED_TRANSACTION = hist.loads(
+    """{"format": "difftest-history", "version": 1, "start_ms": 1000}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1]}
+{"op": "raw", "command": ["HSET", "emq:{q}:job:j1", "stalled", ""]}
+{"op": "advance", "ms": 1}
+{"op": "memory", "limit": true}
+{"op": "multi"}
+{"op": "call", "verb": "SWEEP", "queue": "q", "args": [1, 1]}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}
+{"op": "exec"}
+{"op": "memory", "limit": false}
+""",
+    "row-discarded.jsonl",
+)
+
+
+def test_a_row_whose_precondition_holds_does_not_apply_to_a_discarded_call() -> None:
+    """Found by the null run: a SWEEP over a corrupt `stalled` counter (D8's precondition) queued with
+    a PAUSE the memory limit refuses when queued: both servers discard the transaction (EXECABORT),
+    which D8's expectation (the scripts' overflow error) took for a divergence."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(ROW_IN_A_DISCARDED_TRANSACTION)
+    assert result.divergence is None, result.divergence
+    sweep = result.records[6]
+    assert sweep.resolved.aborted and _code(sweep.lua_reply) == "EXECABORT" == _code(sweep.native_reply)

@@ -615,6 +615,23 @@ def _in_transaction(step: Step) -> str | None:
     return None
 
 
+def cut_after(steps: Sequence[Step], index: int) -> tuple[Step, ...]:
+    """The steps up to `index` (an artifact cut at its failing step), and where that step lies in a
+    transaction, the rest of the transaction up to its 'exec': what a call in one meets depends on
+    what the transaction queues after it (a command refused when queued discards it whole)."""
+    open_at: int | None = None
+    for at, step in enumerate(steps):
+        if isinstance(step, Multi):
+            open_at = at
+        elif isinstance(step, Exec):
+            if open_at is not None and at >= index:
+                return tuple(steps[: at + 1])
+            open_at = None
+        elif at >= index and open_at is None:
+            break
+    return tuple(steps[: index + 1]) if open_at is None else tuple(steps)
+
+
 def well_paired(steps: Sequence[Step]) -> bool:
     return next(pairing_problems(steps), None) is None
 

@@ -443,6 +443,9 @@ def _pair_verdict(state: JudgeState, observation: Observation, exposure: Exposur
         and observation.native_epochs == epochs
         and (
             not may_need_rules(resolved, exposure)
+            # a call of a transaction the server discarded whole ran on neither side: no row's
+            # precondition on what it would have met applies (the model holds it to EXECABORT)
+            or resolved.aborted
             or meets_no_rule(resolved, lua_reply, native_reply, observation.denied)
         )
     ):

@@ -170,7 +170,7 @@ def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any]
     assert divergence is not None
     build = build or {}
     directory.mkdir(parents=True, exist_ok=False)
-    prefix: tuple[Step, ...] = result.history.steps[: divergence.index + 1]
+    prefix: tuple[Step, ...] = hist.cut_after(result.history.steps, divergence.index)
     trimmed = hist.only_users_called(replace(result.history, steps=prefix))
     expect = {"verdict": "divergence", "step": divergence.index, "reason": divergence.reason}
     if divergence.kind != "divergence":
