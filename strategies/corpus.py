@@ -307,6 +307,11 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
         for verb in TRANSITIONS:
             yield _history(f"pair:oom+replica:{verb.lower()}", MemoryLimit(True, REPLICA_OBEYS),
                            CallStep(plain(verb), target=REPLICA), MemoryLimit(False))  # fmt: skip
+        # a transaction sent to the replicas (`pair:replica+multi:*`): with a PAUSE it is discarded
+        for verb, transition in TRANSITIONS.items():
+            if not transition.reads_meta:
+                yield _history(f"pair:replica+multi:{verb.lower()}", Multi(target=REPLICA), CallStep(plain(verb)),
+                               Exec())  # fmt: skip
         for how, replica in (("ignored", REPLICA_IGNORES), ("obeyed", REPLICA_OBEYS)):
             yield _history(f"condition:replica-limit:{how}", MemoryLimit(True, replica),
                            CallStep(plain(Verb.ENQUEUE, b"j-new", b"p", 0), target=REPLICA),

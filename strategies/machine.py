@@ -725,6 +725,13 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         self.calls_replica = True
+        if self.steps and self.shape.transactions and draws.chance(3):
+            # a transaction sent to the replica: a PAUSE or RESUME in it is refused when queued
+            self.steps.append(Multi(target=REPLICA))
+            for _ in range(draws.integer(1, 2)):
+                self.steps.append(CallStep(self._condition_call(draws, queue, None, IN_MULTI)))
+            self.steps.append(Exec())
+            return
         self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
 
     @weight(12)

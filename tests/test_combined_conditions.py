@@ -419,3 +419,45 @@ def test_a_row_whose_precondition_holds_does_not_apply_to_a_discarded_call() -> 
     assert result.divergence is None, result.divergence
     sweep = result.records[6]
     assert sweep.resolved.aborted and _code(sweep.lua_reply) == "EXECABORT" == _code(sweep.native_reply)
+
+
+def _on_replica_history(limit: str) -> hist.History:
+    return hist.loads(
+        '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}\n'
+        + limit
+        + '{"op": "multi", "target": "replica"}\n'
+        '{"op": "call", "verb": "PAUSE", "queue": "q", "args": []}\n'
+        '{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [5]}\n'
+        '{"op": "exec"}\n'
+        '{"op": "multi", "target": "replica"}\n'
+        '{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [5]}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}\n'
+        '{"op": "call", "verb": "SWEEP", "queue": "q", "args": [1, 1]}\n'
+        '{"op": "exec"}\n'
+        '{"op": "multi", "target": "replica"}\n'
+        '{"op": "call", "verb": "RESUME", "queue": "q", "args": []}\n'
+        '{"op": "exec"}\n'
+        '{"op": "memory", "limit": false}\n'
+        '{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}\n',
+        "multi-on-replica.jsonl",
+    )
+
+
+@pytest.mark.parametrize(("limit", "enqueue"), [
+    ("", "READONLY"),
+    ('{"op": "memory", "limit": true, "replica": "obeys"}\n', "OOM"),
+])  # fmt: skip
+def test_a_transaction_sent_to_a_replica_is_replayed_and_predicted(limit: str, enqueue: str) -> None:
+    """Cases 9 and 10 as a history (`"target": "replica"` on the multi): a PAUSE or RESUME queued on
+    the replica is refused when queued (READONLY) and the transaction discarded on both; scripts
+    alone are queued and refused at their first write, one that writes nothing answers; under the
+    replica's own limit, obeyed, ENQUEUE's deny-oom first write meets OOM first."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(_on_replica_history(limit))
+    assert result.divergence is None, result.divergence
+    codes = [(_code(r.lua_reply), _code(r.native_reply)) for r in result.records if r.resolved.in_multi]
+    assert codes == [("EXECABORT", "EXECABORT")] * 2 + [(0, 0), (enqueue, enqueue), ([0, 0, 0, 0], [0, 0, 0, 0])] + [
+        ("EXECABORT", "EXECABORT")]  # fmt: skip
+    assert result.records[-1].native_reply == 1  # the replica wrote nothing; the primary takes j2
+    assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step

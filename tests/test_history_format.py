@@ -136,7 +136,7 @@ def test_memory_and_replica_steps_round_trip() -> None:
         (
             HEADER
             + '\n{"op": "begin", "worker": "A", "verb": "CLAIM", "queue": "q", "args": [1], "target": "replica"}',
-            ":2 field 'target': only a 'call' goes to a replica, not a 'begin'",
+            ":2 field 'target': only a 'call' or a 'multi' goes to a replica, not a 'begin'",
         ),
         (
             '{"format": "difftest-history", "version": 1, "users": {"w": []}}\n'

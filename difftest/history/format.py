@@ -204,7 +204,12 @@ class Multi:
     of EXEC's reply, with a keyspace walk queued after each in the transaction. A `memory` or
     `replicas` step inside switches its condition from another connection once the calls before it
     are queued (the server checks those when they were queued, and the transaction at EXEC). A
-    history may end inside one (an artifact cut at its failing step): it runs as if closed there."""
+    history may end inside one (an artifact cut at its failing step): it runs as if closed there.
+    `target` REPLICA: the transaction goes to each server's read-only replica (a worker pointed at
+    it), which refuses a write command when it is queued (READONLY: EXECABORT) and a script at its
+    first write; no condition is switched inside it."""
+
+    target: str | None = None
 
 
 @dataclass(frozen=True)
@@ -310,7 +315,7 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["resp"] = step.protocol
         return out
     if isinstance(step, Multi):
-        return {"op": "multi"}
+        return {"op": "multi"} if step.target is None else {"op": "multi", "target": step.target}
     if isinstance(step, Exec):
         return {"op": "exec"}
     if isinstance(step, EndClaim):
@@ -418,8 +423,8 @@ def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
     if value not in TARGETS:
         raise HistoryError(f"{where} field 'target': expected {' or '.join(map(repr, TARGETS))} (the call goes "
                            f"to each server's read-only replica), got {value!r}; else leave it out")  # fmt: skip
-    if op != "call":
-        raise HistoryError(f"{where} field 'target': only a 'call' goes to a replica, not a {op!r}")
+    if op not in ("call", "multi"):
+        raise HistoryError(f"{where} field 'target': only a 'call' or a 'multi' goes to a replica, not a {op!r}")
     others = [name for name in ("user", "worker", "executor", "resp") if name in obj]
     if others:
         raise HistoryError(f"{where} field 'target': a call to a replica runs as the admin, on RESP2, through each "
@@ -496,7 +501,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
             raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
         return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor, protocol)
     if op == "multi":
-        return Multi()
+        return Multi(_target_field(obj, op, where))
     if op == "exec":
         return Exec()
     if op == "end":
@@ -574,16 +579,19 @@ def pairing_problems(
     failing step). `where` names a step in the messages."""
     open_claims: dict[str, int] = {}
     multi: int | None = None  # the open transaction's MULTI
+    on_replica = False  # the open transaction goes to the replicas
     for index, step in enumerate(steps):
         if multi is not None:
             problem = _in_transaction(step)
+            if problem is None and on_replica and isinstance(step, MemoryLimit | ReplicasRequired):
+                problem = f"the step {step_to_json(step)['op']!r} (a transaction on the replicas switches nothing)"
             if isinstance(step, Exec):
                 multi = None
             elif problem is not None:
                 yield index, f"{problem} inside the transaction {where(multi)} opened: close it with 'exec' first"
             continue
         if isinstance(step, Multi):
-            multi = index
+            multi, on_replica = index, step.target is not None
         elif isinstance(step, Exec):
             yield index, "'exec' with no open 'multi'"
         elif isinstance(step, BeginClaim):

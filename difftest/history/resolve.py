@@ -113,15 +113,19 @@ def guard(call: Call) -> Guarded | str:
     return Guarded(Layout(queue), tuple(args))
 
 
-def queue_time_refusal(verb: str, memory_limit: bool, writes_denied: bool) -> bool:
+def queue_time_refusal(verb: str, memory_limit: bool, writes_denied: bool, on_replica: bool = False) -> bool:
     """Whether the server refuses a transition's command when a transaction queues it: the host's
     plain commands (PAUSE's HSET, deny-oom; RESUME's HDEL), which the module's PAUSE and RESUME are
     registered as, under the memory limit (deny-oom only) or where writes are denied. EVALSHA and
     the module's other commands are neither `write` nor `deny-oom`: queued, they meet the
-    condition inside EXEC, at their first write (docs/contract-decisions.md, "Two refusals at once")."""
+    condition inside EXEC, at their first write (docs/contract-decisions.md, "Two refusals at once").
+    On a read-only replica (`on_replica`: the primary's conditions do not hold there) a write command
+    is refused when queued (READONLY)."""
     transition = TRANSITIONS[verb]
     if transition.scripted:
         return False
+    if on_replica:
+        return True
     return writes_denied or (memory_limit and transition.first_write_grows)
 
 
@@ -150,11 +154,11 @@ def _transactions(resolved: Sequence[Resolved]) -> tuple[set[int], dict[int, tup
         elif r.in_multi and r.call is not None and opened is not None:
             opened.append(r)
             refused = refused or (
-                r.guarded is not None and queue_time_refusal(r.call.verb, memory_limit, writes_denied)
+                r.guarded is not None and queue_time_refusal(r.call.verb, memory_limit, writes_denied, r.on_replica)
             )
         if opened is not None and (r.is_exec or r is resolved[-1]):
             sent = [call for call in opened if call.guarded is not None and call.call is not None]
-            refused = refused or any(queue_time_refusal(c.call.verb, memory_limit, writes_denied)  # type: ignore[union-attr]
+            refused = refused or any(queue_time_refusal(c.call.verb, memory_limit, writes_denied, c.on_replica)  # type: ignore[union-attr]
                                      for c in sent)  # fmt: skip
             if refused:
                 discarded.update(call.index for call in opened)
@@ -168,10 +172,15 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     """Every step resolved (the steps must be well paired: a loaded history is)."""
     begun: dict[str, Resolved] = {}
     out: list[Resolved] = []
-    in_multi = False
+    in_multi = multi_on_replica = False
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
+            on_replica = isinstance(step, Multi) and step.target is not None
+            # (a transaction on the replicas: its MULTI and EXEC marked so too, one segment with its calls)
+            out.append(Resolved(index, step, on_replica=on_replica or (isinstance(step, Exec) and multi_on_replica)))
+            multi_on_replica = on_replica
+            continue
         if isinstance(step, MemoryLimit | ReplicasRequired) and in_multi:
             out.append(Resolved(index, step, in_multi=True))  # switched between MULTI and EXEC
             continue
@@ -187,7 +196,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 executor=step.executor,
                 protocol=step.protocol,
                 in_multi=in_multi,
-                on_replica=isinstance(step, CallStep) and step.target is not None,
+                on_replica=(isinstance(step, CallStep) and step.target is not None) or (in_multi and multi_on_replica),
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved
@@ -198,7 +207,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
         else:
             resolved = Resolved(index, step)
         out.append(resolved)
-    if any(r.is_memory or r.is_replicas for r in out):
+    if any(r.is_memory or r.is_replicas or (r.is_multi and r.on_replica) for r in out):
         discarded, at_exec = _transactions(out)
         out = [replace(r, aborted=True) if r.index in discarded
                else replace(r, at_exec=at_exec[r.index]) if r.index in at_exec else r

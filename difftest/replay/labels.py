@@ -96,7 +96,7 @@ CONDITION_LABELS: tuple[str, ...] = (
 PAIR_CONDITIONS = ("oom", "noreplicas", "replica", "user", "resp3", "multi", "db", "notify")
 DRAWN_PAIRS = (("oom", "noreplicas"), ("oom", "user"), ("noreplicas", "user"), ("oom", "resp3"),
                ("noreplicas", "resp3"), ("oom", "multi"), ("noreplicas", "multi"), ("oom", "db"),
-               ("noreplicas", "db"), ("oom", "replica"))  # fmt: skip
+               ("noreplicas", "db"), ("oom", "replica"), ("replica", "multi"))  # fmt: skip
 PAIR_LABELS: tuple[str, ...] = tuple(
     f"pair:{a}+{b}:{verb.lower()}"
     for a, b in DRAWN_PAIRS

@@ -20,7 +20,17 @@ from typing import Any
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from difftest.base.problems import ScriptDoesNotCompile, SetupProblem
-from difftest.history.format import Advance, CallStep, History, MemoryLimit, Notify, ReplicasRequired, Restart, Step
+from difftest.history.format import (
+    Advance,
+    CallStep,
+    History,
+    MemoryLimit,
+    Multi,
+    Notify,
+    ReplicasRequired,
+    Restart,
+    Step,
+)
 from difftest.history.resolve import Resolved, resolve
 from difftest.instrument import lua as lua_coverage
 from difftest.judge.contract import RULES, Verdict, acl_probe_keys
@@ -135,6 +145,17 @@ def segments(
     current: list[Resolved] = []
     for step in steps:
         alone = alone_from is not None and step.index >= alone_from
+        if step.on_replica and (step.is_multi or step.in_multi) and not alone:
+            # a transaction on the replicas: one segment, from its MULTI to its EXEC
+            if step.is_multi and current:
+                out.append(current)
+                current = []
+            current.append(step)
+            continue
+        if step.on_replica and step.is_exec and not alone:
+            out.append([*current, step])
+            current = []
+            continue
         stands_alone = step.is_advance or step.is_restart or step.is_notify or step.on_replica
         if stands_alone or (step.is_condition and not step.in_multi) or alone:
             if current:
@@ -580,7 +601,7 @@ class Replayer:
         it has caught up with the reset's FLUSHALL, which the check before the history's first call
         to a replica waits for (replay): no verdict depends on the earlier history."""
         assert self.lua is not None and self.native is not None
-        calls_replica = any(isinstance(step, CallStep) and step.target is not None for step in history.steps)
+        calls_replica = any(isinstance(step, CallStep | Multi) and step.target is not None for step in history.steps)
         active = self.replicas
         if active is None and calls_replica:
             if not self.tcp:

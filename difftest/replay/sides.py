@@ -101,6 +101,10 @@ class _Transaction:
     )
     # a condition switched inside the transaction, by the entry it comes before (its own walk's)
     switches: dict[int, MemoryLimit | ReplicasRequired] = field(default_factory=dict)
+    # sent to the server's replica (a `multi` with a `target`): no walk or marker inside it (the
+    # replica has no walker; nothing it runs is written or notified), each element's walk the
+    # primary's after EXEC
+    on_replica: bool = False
 
 
 class Side:
@@ -417,14 +421,14 @@ class Side:
         if step.is_multi or step.is_exec:
             self.close_transaction(walk)
             if step.is_multi:
-                self.transaction = _Transaction()
+                self.transaction = _Transaction(on_replica=step.on_replica)
             why = "MULTI: its calls answer at EXEC" if step.is_multi else "EXEC: its replies are its calls'"
             outcome = StepOutcome(NotSent(why), self.walk() if walk else None, self.capture_workers())
             if self.subscriber is not None:
                 outcome.marker = self.mark()
             return outcome
         if self.transaction is None:
-            self.transaction = _Transaction()
+            self.transaction = _Transaction(on_replica=step.on_replica)
         if step.is_condition:  # switched from another connection once the calls before it are queued
             assert isinstance(step.step, MemoryLimit | ReplicasRequired)
             self.transaction.switches[len(self.transaction.entries)] = step.step
@@ -433,7 +437,7 @@ class Side:
             planned = self.transaction_command(step)
         walk_at = Element(raw=True) if walk else None
         marker = 0
-        if self.subscriber is not None:  # published inside the transaction, after the call's walk
+        if self.subscriber is not None and not self.transaction.on_replica:  # published inside, after the walk
             self.markers += 1
             marker = self.markers
         if not isinstance(planned, tuple):  # the host refused it: nothing is queued for it but its walk
@@ -455,6 +459,9 @@ class Side:
         server aborted the transaction)."""
         transaction, self.transaction = self.transaction, None
         if transaction is None or not transaction.entries:
+            return
+        if transaction.on_replica:
+            self._close_on_replica(transaction, walk)
             return
         wire, add = self.wires[None], self.pipe.add
         for script, *_ in transaction.entries:
@@ -482,6 +489,34 @@ class Side:
         after = self.walk() if walk else None
         for at, element in queued:
             element.bind(exec_future, at, after if element.raw else None)
+
+    def _close_on_replica(self, transaction: _Transaction, walk: bool) -> None:
+        """A transaction sent to the server's replica (its scripts loaded there first, its limit
+        obeyed around it where the replica obeys one), then the primary's walk after it, which is
+        every element's walk: nothing the replica runs is written."""
+        wire, add = self.replica_wire(), self.pipe.add
+        obeyed = self.replica_memory == REPLICA_OBEYS and MEMORY in self.conditions
+        for script, *_ in transaction.entries:
+            if script is not None and script not in self.replica_scripts:
+                add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
+                self.replica_scripts.add(script)
+        if obeyed:
+            add(wire, OBEYED_AROUND_A_CALL[0])
+        add(wire, (b"MULTI",), raw=True)
+        replies: list[Element] = []
+        for _, command, reply, _, _ in transaction.entries:
+            if command is not None and reply is not None:
+                add(wire, command, raw=True)  # +QUEUED, or READONLY for a write command
+                replies.append(reply)
+        exec_future = add(wire, (b"EXEC",), raw=True)
+        if obeyed:
+            add(wire, OBEYED_AROUND_A_CALL[1])
+        for at, reply in enumerate(replies):
+            reply.bind(exec_future, at, None)
+        after = self.walk() if walk else None
+        for *_, walk_at, _ in transaction.entries:
+            if walk_at is not None and after is not None:
+                walk_at.follow(after)
 
     def _switch_inside(self, switch: MemoryLimit | ReplicasRequired) -> None:
         """A condition switched while the admin wire's transaction is open: what it queued so far

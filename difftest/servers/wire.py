@@ -260,6 +260,11 @@ class Element:
     def bind(self, exec_future: Future, at: int, fallback: Any) -> None:
         self.exec, self.at, self.fallback = exec_future, at, fallback
 
+    def follow(self, future: Future) -> None:
+        """Answer what `future` answers, whatever the EXEC did (an element with nothing of its own in
+        the EXEC's reply: a call's walk in a transaction on a replica, walked on its primary after)."""
+        self.exec, self.at, self.fallback = future, -1, None
+
     @property
     def ready(self) -> bool:
         return self.exec is not None and self.exec.ready
@@ -306,6 +311,8 @@ class Pipe:
         """An element of a transaction's EXEC reply (see Element)."""
         assert element.exec is not None, "the transaction was never sent"
         answer = self.get(element.exec)
+        if element.at < 0:  # (`follow`)
+            return answer if element.raw else as_reply(answer)
         if isinstance(answer, list):
             value = answer[element.at]
             return value if element.raw else as_reply(value)
