@@ -341,7 +341,9 @@ def _combined() -> Iterator[History]:
             met: tuple[Step, ...] = (call,)
             if "multi" in pair:
                 met = (Multi(), call, CallStep(plain(Verb.PAUSE)), Exec())
-            steps: tuple[Step, ...] = (*(switch(True) for switch in on), *met, *(switch(False) for switch in on))
+            paused = (CallStep(plain(Verb.PAUSE)),) if verb == Verb.RESUME else ()  # (a RESUME that writes)
+            steps: tuple[Step, ...] = (*paused, *(switch(True) for switch in on), *met,
+                                       *(switch(False) for switch in on))  # fmt: skip
             note = f"{CORPUS_NOTE}pair:{a}+{b}:{verb.lower()}"
             users = {user: USERS[user]} if user is not None else {}
             yield History((*PRELUDE, *steps), users=users, note=note, db=2 if "db" in pair else 0)

@@ -461,3 +461,26 @@ def test_a_transaction_sent_to_a_replica_is_replayed_and_predicted(limit: str, e
         ("EXECABORT", "EXECABORT")]  # fmt: skip
     assert result.records[-1].native_reply == 1  # the replica wrote nothing; the primary takes j2
     assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step
+
+
+SCRIPTS_ONLY_IN_A_DISCARDED_TRANSACTION = hist.loads(
+    """{"format": "difftest-history", "version": 1}
+{"op": "multi"}
+{"op": "memory", "limit": true}
+{"op": "call", "verb": "COMPLETE", "queue": "q", "args": ["j1", "-1"], "executor": "lua"}
+{"op": "call", "verb": "PAUSE", "queue": "q", "args": [], "executor": "lua"}
+""",
+    "scripts-only.jsonl",
+)
+
+
+def test_a_call_the_host_refuses_on_both_servers_in_a_discarded_transaction_is_the_hosts() -> None:
+    """Found by the null run: a Lua-era worker's call (`executor: lua`, the host on both servers) that
+    the host's guards refuse is sent by neither, in a transaction a PAUSE discarded at EXEC (the limit
+    set after MULTI): both answer the host's refusal, which the model predicted as EXECABORT for the
+    native."""
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(SCRIPTS_ONLY_IN_A_DISCARDED_TRANSACTION)
+    assert result.divergence is None, result.divergence
+    complete, pause = result.records[2], result.records[3]
+    assert _code(complete.native_reply) == "EMQ ARG" and _code(pause.native_reply) == "EXECABORT"

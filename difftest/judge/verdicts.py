@@ -240,7 +240,7 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
     if transition is None or call is None:
         return model.unchanged(before)  # a restart, a condition switched, MULTI, EXEC
     if resolved.aborted:  # the transaction was refused whole when it queued a command
-        return model.discarded(before, resolved.refusal)
+        return model.discarded(before, resolved.refusal, resolved.via_scripts)
     if resolved.at_exec is not None:  # a condition switched inside its transaction: those at EXEC
         limited, writes_denied = resolved.at_exec
     guarded = resolved.guarded

@@ -6,6 +6,7 @@ invariant exercised. A default campaign must reach every label in `REQUIRED`.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable
 
@@ -40,6 +41,7 @@ from difftest.spec.commands import (
     parse_key,
 )
 from difftest.spec.commands import reply_kind as _moved_kind
+from difftest.spec.errors import error_code
 from difftest.spec.model import hash_fields, zset
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
 from difftest.spec.snapshot import Snapshot
@@ -98,11 +100,16 @@ DRAWN_PAIRS = (("oom", "noreplicas"), ("oom", "user"), ("noreplicas", "user"), (
                ("noreplicas", "resp3"), ("oom", "multi"), ("noreplicas", "multi"), ("oom", "db"),
                ("noreplicas", "db"), ("oom", "replica"), ("replica", "multi"))  # fmt: skip
 PAIR_LABELS: tuple[str, ...] = tuple(
-    f"pair:{a}+{b}:{verb.lower()}"
+    f"pair:{a}+{b}:{verb.lower()}{path}"
     for a, b in DRAWN_PAIRS
     for verb, t in TRANSITIONS.items()
     if "multi" not in (a, b) or not t.reads_meta
+    for path in ("", ":first-write")
 )
+# each pair label also by the call's path: `:first-write` (it wrote, or a condition or a permission
+# refused it: OOM, NOREPLICAS, READONLY, NOPERM, a transaction discarded), where every difference of
+# issue 36 lay, required; `:write-nothing` (it answered without writing), reported
+GATE_CODES = frozenset({"OOM", "NOREPLICAS", "READONLY", "MISCONF", "NOPERM", "EXECABORT"})
 # Time as production's clocks show it (issue 36): where a history's clock starts (each on a second's
 # last millisecond), how far one advance moves it, and the second counts it crosses (2^31 s: 2038,
 # 2^32 s: 2106). The origins are the generator's (strategies/machine.py, `clock_origin`).
@@ -157,6 +164,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     replica_limit: str | None = None  # the replicas' own limit with it (the step's `replica`)
     denied = False  # every write denied for want of replicas (a `replicas` step)
     notified = False  # keyspace notifications on (a `notify` step)
+    wrote = _writing_steps(result)
     for record in result.records:
         resolved = record.resolved
         if resolved.is_notify:
@@ -184,8 +192,11 @@ def labels(result: ReplayResult) -> Counter[str]:
             reached[f"condition:oom:{transition.verb.lower()}"] += 1  # (both on: each condition's label)
         if resolved.guarded is not None:
             replica_limited = limited and replica_limit == REPLICA_OBEYS
+            reply = record.native_reply
+            refused = isinstance(reply, ErrorReply) and error_code(reply.message) in GATE_CODES
+            path = "first-write" if refused or resolved.index in wrote else "write-nothing"
             _pair_labels(reached, resolved, transition,
-                         (limited, denied, bool(result.history.db), notified, replica_limited))  # fmt: skip
+                         (limited, denied, bool(result.history.db), notified, replica_limited), path)  # fmt: skip
             if resolved.on_replica and limited and replica_limit is not None:
                 reached[f"condition:replica-limit:{'obeyed' if replica_limited else 'ignored'}"] += 1
         if transition.fenced:
@@ -206,7 +217,7 @@ def labels(result: ReplayResult) -> Counter[str]:
 
 
 def _pair_labels(reached: Counter[str], resolved: Resolved, transition: Transition,
-                 held: tuple[bool, bool, bool, bool, bool]) -> None:  # fmt: skip
+                 held: tuple[bool, bool, bool, bool, bool], path: str) -> None:  # fmt: skip
     """`pair:<a>+<b>:<verb>` for every two conditions (PAIR_CONDITIONS) this call met at once: the
     memory limit (the primary's, or a replica's own that it obeys) and writes denied (a call to the
     replica never meets the primary's), the replica, a restricted user, RESP3, a transaction,
@@ -220,9 +231,22 @@ def _pair_labels(reached: Counter[str], resolved: Resolved, transition: Transiti
         return
     names = [name for name, on in zip(PAIR_CONDITIONS, met, strict=True) if on]
     verb = transition.verb.lower()
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            reached[f"pair:{a}+{b}:{verb}"] += 1
+    for a, b in itertools.combinations(names, 2):
+        reached[f"pair:{a}+{b}:{verb}"] += 1
+        reached[f"pair:{a}+{b}:{verb}:{path}"] += 1
+
+
+def _writing_steps(result: ReplayResult) -> set[int]:
+    """The indexes of the steps after which the native keyspace differs from before them (pure; an
+    unchanged walk shares its snapshot, so most steps cost an identity check)."""
+    wrote: set[int] = set()
+    previous: Snapshot = {}
+    for observation in result.observations:
+        after = observation.native_after
+        if after is not previous and after != previous:
+            wrote.add(observation.resolved.index)
+        previous = after
+    return wrote
 
 
 def _transition_labels(reached: Counter[str], resolved: Resolved, transition: Transition, reply: Reply,

@@ -688,12 +688,16 @@ def predict(facts: CallFacts, before: Snapshot, epochs: Epochs, now_ms: int, run
 # -- the harness's own steps: the same on both sides --------------------------------------------------
 
 
-def discarded(before: Snapshot, refusal: str | None = None) -> Prediction:
+def discarded(before: Snapshot, refusal: str | None = None, scripts_only: bool = False) -> Prediction:
     """An element of a transaction the server discarded (EXECABORT: a command it queued was refused
     then): nothing written, on both sides alike; a call the Lua host's guards refuse (`refusal`) was
-    never sent by the host (D6), while the module's command was queued and discarded with the rest."""
+    never sent by the host (D6), while the module's command was queued and discarded with the rest
+    (unless the native server runs the Lua host for it too, `scripts_only`: then neither sent it)."""
     discarded = Expected(errors=("EXECABORT",), after=before)
-    return Prediction(discarded if refusal is None else Expected(Refused(refusal), after=before), discarded)
+    if refusal is None:
+        return Prediction(discarded, discarded)
+    host_refused = Expected(Refused(refusal), after=before)
+    return Prediction(host_refused, host_refused if scripts_only else discarded)
 
 
 def unchanged(before: Snapshot) -> Prediction:
