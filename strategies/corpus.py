@@ -30,6 +30,7 @@ from difftest.history.format import (
     Notify,
     RawWrite,
     ReplicasRequired,
+    Restart,
     Step,
 )
 from difftest.replay.labels import ADVANCE_CLASSES, CLOCK_ORIGINS, CROSSINGS, DRAWN_PAIRS
@@ -382,6 +383,9 @@ def _time() -> Iterator[History]:
     for name in CROSSINGS:
         crossing = (*PRELUDE, Advance(2_000), *expiry)  # the origin is a second and a millisecond before it
         yield History(crossing, start_ms=CLOCK_ORIGINS[name], note=f"{CORPUS_NOTE}time:crosses:{name}")
+    # restarted onto a clock a minute behind: the lease taken before runs a minute longer
+    yield _history("time:back", CallStep(plain(Verb.CLAIM, 1)), Restart(), Advance(-60_000), Advance(2),
+                   CallStep(plain(Verb.SWEEP, 1, 3)), CallStep(plain(Verb.PROMOTE)))  # fmt: skip
 
 
 def class_corpus(replica_calls: bool = True) -> list[History]:

@@ -158,6 +158,7 @@ RULE_ORDER = {name: n for n, name in enumerate((
 
 
 VERBS = tuple(TRANSITIONS)
+CLOCK_STEPS_BACK = (1, 1_000, 60_000, 3_600_000)  # how far a restart's clock may step back (ms)
 FENCED_VERBS = tuple(verb for verb, t in TRANSITIONS.items() if t.fenced)
 # the transitions a transaction may hold: every one but CLAIM, whose Lua host reads `paused?` first
 IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
@@ -351,7 +352,7 @@ class QueueMachine(RuleBasedStateMachine):
     def _wait(self, ms: int) -> None:
         """A clock advance, joined with the one just before it: one wait for the clock, not two."""
         self.now += ms
-        if self.steps and isinstance(self.steps[-1], Advance):
+        if self.steps and isinstance(self.steps[-1], Advance) and self.steps[-1].ms >= 0:
             ms += self.steps.pop().ms  # type: ignore[union-attr]
         self.steps.append(Advance(ms))
 
@@ -759,6 +760,13 @@ class QueueMachine(RuleBasedStateMachine):
         self.steps += [EndClaim(w) for w in self.open_claims]
         self.open_claims.clear()
         self.steps.append(Restart(crash=crash))
+        if draws.chance(4):
+            # restarted onto a clock that stepped back (NTP): a millisecond, a second, a minute or an
+            # hour behind the one the server left (never before 1970); leases and delays then run longer
+            back = min(draws.pick(CLOCK_STEPS_BACK), self.now)
+            if back:
+                self.steps.append(Advance(-back))
+                self.now -= back
         self.exempt = {q: set(self.hints[q].active) for q in QUEUES}
         active = self.hints[queue].active
         if active and draws.chance(3):

@@ -135,6 +135,9 @@ class EndClaim:
 
 @dataclass(frozen=True)
 class Advance:
+    """The frozen clock moved by `ms` on both servers; negative: it stepped back (NTP stepping a
+    machine's clock; right after a restart, a server restarted onto a clock behind the one it left)."""
+
     ms: int
 
 
@@ -506,8 +509,8 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return Exec()
     if op == "end":
         return EndClaim(str(_name_field(obj, "worker", where)))
-    if op == "advance":
-        return Advance(_int_field(obj, "ms", where))
+    if op == "advance":  # (negative: the clock stepped back, as NTP steps a machine's)
+        return Advance(_int_field(obj, "ms", where, minimum=-MAX_MS))
     if op in ("restart", "crash"):
         return Restart(crash=op == "crash")
     if op == "memory":
@@ -655,6 +658,10 @@ def _check_clock(steps: Sequence[tuple[int, Step]], start_ms: int, name: str) ->
     for line, step in steps:
         if isinstance(step, Advance):
             now += step.ms
+            if now < 0:
+                raise HistoryError(f"{name}:{line} field 'ms': stepping back by {-step.ms} takes the clock to {now} "
+                                   "ms, before 1970-01-01T00:00:00Z, which the frozen clock cannot show; "
+                                   "step back by less")  # fmt: skip
             if now > MAX_MS:
                 raise HistoryError(f"{name}:{line} field 'ms': advancing by {step.ms} takes the clock to {now} ms, "
                                    f"past the last moment the frozen clock can show ({MAX_MS} ms, "

@@ -127,6 +127,7 @@ TIME_LABELS: tuple[str, ...] = (
     *(f"time:start:{name}" for name in CLOCK_ORIGINS),
     *(f"time:advance:{name}" for name, _ in ADVANCE_CLASSES),
     *(f"time:crosses:{name}" for name in CROSSINGS),
+    "time:back",  # the clock stepped back (NTP), right after a restart of the native server
 )
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
@@ -466,7 +467,10 @@ def time_labels(result: ReplayResult) -> Counter[str]:
     now = start
     for record in result.records:
         step = record.resolved.step
-        if isinstance(step, Advance):
+        if isinstance(step, Advance) and step.ms < 0:
+            reached["time:back"] += 1
+            now += step.ms
+        elif isinstance(step, Advance):
             reached[f"time:advance:{advance_class(step.ms)}"] += 1
             for name, at in CROSSINGS.items():
                 if now < at <= now + step.ms:

@@ -487,7 +487,10 @@ class Replayer:
         """Clock advances and restarts; returns the time it ended (for the stage counters)."""
         assert self.lua is not None and self.native is not None
         if isinstance(step.step, Advance):
-            self.group.advance(step.step.ms)  # the servers' next commands read it
+            if step.step.ms < 0:  # the clock stepped back
+                self.group.set_time(self.group.clock.now_ms + step.step.ms)
+            else:
+                self.group.advance(step.step.ms)  # the servers' next commands read it
             return _lap(self.stages, "clock", mark)
         if isinstance(step.step, Restart):
             # Not waited for: a rewrite the reset started (see there). Only the native server
