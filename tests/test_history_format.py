@@ -52,7 +52,10 @@ def test_file_round_trip(tmp_path: Path) -> None:
         ('{"format": "difftest-history", "version": 9}', ":1 field 'version': this difftest reads version 1, got 9"),
         (HEADER + "\n{not json", ":2: not JSON"),
         (HEADER + '\n{"op": "jump"}', ":2 field 'op': 'jump' is not a step"),
-        (HEADER + '\n{"op": "advance", "ms": -1}', ":2 field 'ms': expected an integer >= 0, got -1"),
+        (
+            '{"format": "difftest-history", "version": 1, "start_ms": 5}\n{"op": "advance", "ms": -6}',
+            ":2 field 'ms': stepping back by 6 takes the clock to -1 ms, before 1970",
+        ),
         (HEADER + '\n{"op": "advance"}', ":2: missing field 'ms'"),
         (HEADER + '\n{"op": "call", "verb": "CLAIMS", "queue": "q"}', ":2 field 'verb': 'CLAIMS' is not a transition"),
         (

@@ -69,7 +69,9 @@ def test_every_history_is_loadable_and_its_claims_paired() -> None:
     for history in drawn(examples=150):
         assert history.steps
         assert hist.loads(hist.dumps(history)) == history  # claims paired, users declared, bytes kept
-        assert not any(isinstance(a, Advance) and isinstance(b, Advance) for a, b in itertools.pairwise(history.steps))
+        # advances joined (one wait for the clock, not two), but a step back stays one of its own
+        assert not any(isinstance(a, Advance) and isinstance(b, Advance) and a.ms >= 0
+                       for a, b in itertools.pairwise(history.steps))  # fmt: skip
 
 
 def test_the_shape_switches_rules_off() -> None:
