@@ -35,7 +35,6 @@ from hypothesis.stateful import (
 )
 
 from difftest.history.format import (
-    DEFAULT_START_MS,
     MAX_MS,
     REPLICA,
     REPLICA_IGNORES,
@@ -104,7 +103,7 @@ RULE_WEIGHTS: dict[str, int | aimed | Callable[[QueueMachine], int]] = {}
 # microseconds) to milliseconds that is off at that boundary (a `/ 999` for `/ 1000`, which agrees on every
 # other millisecond) is caught; from the usual .000 start the advances seldom land on .999 (a generated Lua
 # mutant of the kind survived 2,760 histories, mutants/README.md)
-START_MS = DEFAULT_START_MS + 999
+START_MS = labels.CLOCK_ORIGINS["2026"]  # (DEFAULT_START_MS + 999: one origin, held by the labels)
 # where else a history's clock may start (`clock_origin`), each on a second's last millisecond too:
 # the first second of 1970, the last second before 2^31 s (2038) and before 2^32 s (2106), and a
 # year before the last moment the format allows (9999); the labels are difftest/replay/labels.py's
