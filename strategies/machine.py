@@ -158,6 +158,11 @@ RULE_ORDER = {name: n for n, name in enumerate((
 
 VERBS = tuple(TRANSITIONS)
 CLOCK_STEPS_BACK = (1, 1_000, 60_000, 3_600_000)  # how far a restart's clock may step back (ms)
+# a replica's own limit where replicas run and the memory limit is on: ignored (production's
+# default) twice as often as obeyed or none
+REPLICA_LIMITS_DRAWN = (None, REPLICA_IGNORES, REPLICA_IGNORES, REPLICA_OBEYS)
+# the verbs whose first write is deny-oom (the memory limit refuses them there)
+DENY_OOM_FIRST = tuple(verb for verb in TRANSITIONS if verb in REFUSED_OVER_THE_LIMIT)
 FENCED_VERBS = tuple(verb for verb, t in TRANSITIONS.items() if t.fenced)
 # the transitions a transaction may hold: every one but CLAIM, whose Lua host reads `paused?` first
 IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
@@ -285,6 +290,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.now = 0
         self.open_claims: list[str] = []
         self.calls_replica = False  # the history calls a replica (`replica_call`): replicas run for it
+        self.replica_limited = False  # a server-condition block set the replicas' own limit
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
         self.notifying = False  # keyspace notifications are on (the notify rule switched them)
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
@@ -674,28 +680,33 @@ class QueueMachine(RuleBasedStateMachine):
             self.steps.append(RawWrite((b"HSET", Layout(queue).base + b"probe", b"owner", b"ops")))
         # where replicas run, they have a limit of their own a third of the time, ignored (as production's
         # replicas do by default) or obeyed, and a meeting may be a call to the replica
-        replica_limit = draws.pick((None, REPLICA_IGNORES, REPLICA_OBEYS)) if memory and self.calls_replica else None
+        replica_limit = draws.pick(REPLICA_LIMITS_DRAWN) if memory and self.calls_replica else None
         switches: tuple[Callable[[bool], Step], ...] = (
             *((lambda on: MemoryLimit(on, replica_limit if on else None),) if memory else ()),
             *((ReplicasRequired,) if denied else ()),
         )  # fmt: skip
         self.steps.extend(switch(True) for switch in switches)
+        self.replica_limited = replica_limit is not None
         # over the limit alone the verbs whose first write grows the keyspace are refused; with writes
         # denied every verb is, wherever it would write (None: the hints move for none)
         refused = REFUSED_OVER_THE_LIMIT if memory and not denied else None
         for _ in range(draws.integer(1, 3)):
             self._meet_condition(draws, queue, refused)
         self.steps.extend(switch(False) for switch in switches)
+        self.replica_limited = False
 
     def _meet_condition(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> None:
         """One meeting with the server conditions on: a call as the admin (half the time), by a
         restricted user of any permission class, on RESP3, or inside a transaction; the hints move
         only for an admin's call the conditions let write."""
         how = draws.integer(0, 9 if self.calls_replica else 5)
+        verbs: tuple[str, ...]
         if how >= 6:  # a worker pointed at the replica: nothing written there, the hints stay
-            self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
+            # under a limit, one time in two a verb whose first write is deny-oom (where the replica's
+            # own limit, obeyed or ignored, decides between OOM and READONLY)
+            verbs = DENY_OOM_FIRST if self.replica_limited and draws.chance(2) else VERBS
+            self.steps.append(CallStep(self._condition_call(draws, queue, None, verbs), target=REPLICA))
         elif how == 3 and self.shape.users:
-            verbs: tuple[str, ...]
             if draws.aim(2):
                 # the one first write on a key the module checks itself (ENQUEUE's row), by a caller who
                 # may only read it: the memory limit and the ACL meet at that write (which wins)
