@@ -157,7 +157,7 @@ def _transactions(resolved: Sequence[Resolved]) -> tuple[set[int], dict[int, tup
                 r.guarded is not None and queue_time_refusal(r.call.verb, memory_limit, writes_denied, r.on_replica)
             )
         if opened is not None and (r.is_exec or r is resolved[-1]):
-            sent = [call for call in opened if call.guarded is not None and call.call is not None]
+            sent = [call for call in opened if call.guarded is not None]
             refused = refused or any(queue_time_refusal(c.call.verb, memory_limit, writes_denied, c.on_replica)  # type: ignore[union-attr]
                                      for c in sent)  # fmt: skip
             if refused:
@@ -176,10 +176,10 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
-            on_replica = isinstance(step, Multi) and step.target is not None
-            # (a transaction on the replicas: its MULTI and EXEC marked so too, one segment with its calls)
-            out.append(Resolved(index, step, on_replica=on_replica or (isinstance(step, Exec) and multi_on_replica)))
-            multi_on_replica = on_replica
+            # a transaction on the replicas: its MULTI and EXEC marked so too (one segment with its calls)
+            on_replica = step.target is not None if isinstance(step, Multi) else multi_on_replica
+            out.append(Resolved(index, step, on_replica=on_replica))
+            multi_on_replica = in_multi and on_replica
             continue
         if isinstance(step, MemoryLimit | ReplicasRequired) and in_multi:
             out.append(Resolved(index, step, in_multi=True))  # switched between MULTI and EXEC

@@ -16,7 +16,6 @@ from typing import Any
 
 from difftest.base.problems import SetupProblem
 from difftest.history.format import (
-    REPLICA_IGNORES,
     REPLICA_OBEYS,
     CallStep,
     MemoryLimit,
@@ -70,10 +69,10 @@ CONDITIONS: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {
 # checks the limit for the primary's link inside a replicated MULTI) and stop being a copy of it,
 # whoever the executor. A call to a replica stands alone, after both replicas caught up: no write
 # of the primary reaches it meanwhile.
-REPLICA_MEMORY: dict[str | None, tuple[bytes, ...]] = {
-    None: (b"maxmemory", b"0", b"replica-ignore-maxmemory", b"yes"),
-    REPLICA_IGNORES: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
-    REPLICA_OBEYS: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
+# At rest both kinds of limit are the same configuration (by whether a limit is set):
+REPLICA_MEMORY: dict[bool, tuple[bytes, ...]] = {
+    False: (b"maxmemory", b"0", b"replica-ignore-maxmemory", b"yes"),
+    True: (b"maxmemory-policy", b"noeviction", b"maxmemory", b"1", b"replica-ignore-maxmemory", b"yes"),
 }  # fmt: skip
 OBEYED_AROUND_A_CALL = ((b"CONFIG", b"SET", b"replica-ignore-maxmemory", b"no"),
                         (b"CONFIG", b"SET", b"replica-ignore-maxmemory", b"yes"))  # fmt: skip
@@ -205,8 +204,13 @@ class Side:
             if self.replica is not None and self.replica.running and (had or self.replica_memory):
                 self._set_replica_memory(self.replica_wire())
 
+    @property
+    def replica_obeys_its_limit(self) -> bool:
+        """The memory limit is on and the replica obeys a limit of its own (only around a call to it)."""
+        return self.replica_memory == REPLICA_OBEYS and MEMORY in self.conditions
+
     def _set_replica_memory(self, wire: Wire) -> None:
-        answer = wire.call(b"CONFIG", b"SET", *REPLICA_MEMORY[self.replica_memory])
+        answer = wire.call(b"CONFIG", b"SET", *REPLICA_MEMORY[self.replica_memory is not None])
         if isinstance(answer, ErrorReply):
             raise SetupProblem(f"{self.name} server's replica refused its memory limit: {answer.message}")
 
@@ -464,10 +468,7 @@ class Side:
             self._close_on_replica(transaction, walk)
             return
         wire, add = self.wires[None], self.pipe.add
-        for script, *_ in transaction.entries:
-            if script is not None and script not in self.loaded_scripts:
-                add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
-                self.loaded_scripts.add(script)
+        self._load_scripts(wire, transaction, self.loaded_scripts)
         add(wire, (b"MULTI",), raw=True)
         queued: list[tuple[int, Element]] = []  # (its position in EXEC's reply, the element)
         position = 0
@@ -490,16 +491,22 @@ class Side:
         for at, element in queued:
             element.bind(exec_future, at, after if element.raw else None)
 
+    def _load_scripts(self, wire: Wire, transaction: _Transaction, loaded: set[str]) -> None:
+        """The scripts the transaction's calls need, loaded before its MULTI where `loaded` (the
+        server's or its replica's script cache since its start) lacks them: NOSCRIPT inside EXEC
+        cannot be retried."""
+        for script, *_ in transaction.entries:
+            if script is not None and script not in loaded:
+                self.pipe.add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
+                loaded.add(script)
+
     def _close_on_replica(self, transaction: _Transaction, walk: bool) -> None:
         """A transaction sent to the server's replica (its scripts loaded there first, its limit
         obeyed around it where the replica obeys one), then the primary's walk after it, which is
         every element's walk: nothing the replica runs is written."""
         wire, add = self.replica_wire(), self.pipe.add
-        obeyed = self.replica_memory == REPLICA_OBEYS and MEMORY in self.conditions
-        for script, *_ in transaction.entries:
-            if script is not None and script not in self.replica_scripts:
-                add(wire, (b"SCRIPT", b"LOAD", self.scripts[script]))
-                self.replica_scripts.add(script)
+        obeyed = self.replica_obeys_its_limit
+        self._load_scripts(wire, transaction, self.replica_scripts)
         if obeyed:
             add(wire, OBEYED_AROUND_A_CALL[0])
         add(wire, (b"MULTI",), raw=True)
@@ -552,7 +559,7 @@ class Side:
             return self.pipe.add(self.wires[None], step.step.command)
         if step.call is None:
             return NotSent("clock or restart step")
-        if step.on_replica and self.replica_memory == REPLICA_OBEYS and MEMORY in self.conditions:
+        if step.on_replica and self.replica_obeys_its_limit:
             obey, ignore = OBEYED_AROUND_A_CALL
             self.pipe.add(self.replica_wire(), obey)
             reply = self.transition(step)
