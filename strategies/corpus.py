@@ -293,8 +293,8 @@ def _production() -> Iterator[History]:
 def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
     """Each transition over the memory limit (set, the call, lifted), each while the servers deny
     writes for want of replicas, and each sent to the server's read-only replica (one after the
-    other: the replicas started for the first serve them all); without `replica_calls` (containers:
-    no replicas), none of the latter."""
+    other: the replicas started for the first serve them all); without `replica_calls` (an attached
+    pair: no replicas), none of the latter."""
     for verb in TRANSITIONS:
         yield _history(f"condition:oom:{verb.lower()}", MemoryLimit(True), CallStep(plain(verb)), MemoryLimit(False))
     for verb in TRANSITIONS:

@@ -21,4 +21,4 @@ class HistoryShape:
     transactions: bool = True  # MULTI/EXEC steps
     notifications: bool = True  # notify steps: keyspace events compared
     memory: bool = True  # memory limit steps
-    replica_calls: bool = True  # calls to each server's read-only replica (embedded servers only)
+    replica_calls: bool = True  # calls to each server's read-only replica (not on an attached pair)

@@ -13,11 +13,13 @@ import valkey
 from difftest.base.problems import SetupProblem
 from difftest.campaign.driver import CampaignConfig, run_campaign
 from difftest.history import format as hist
+from difftest.replay.labels import REQUIRED, labels
 from difftest.replay.replayer import Replayer
 from difftest.servers.docker import GROUP_LABEL, OWNER_LABEL, docker_client
 from difftest.servers.group import ServerGroup
 from difftest.servers.images import LABEL, image_tag
 from executors.native.adapter import DEFAULT_MODULE
+from strategies.corpus import class_corpus
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 
 
@@ -39,6 +41,25 @@ def test_histories_judge_the_same_on_containers(replayer: Replayer, name: str) -
     result = replayer.replay(hist.load(HISTORIES / name))
     assert result.divergence is None, result.divergence and result.divergence.reason
     assert dict(result.rules_hit) == EXPECTED_RULES[name]
+
+
+def test_histories_that_call_a_replica_judge_the_same_on_containers(replayer: Replayer) -> None:
+    """The class corpus's histories that call a replica (a replica container beside each server,
+    in its network namespace) reach on containers what they reach on embedded servers."""
+
+    def calls_a_replica(history: hist.History) -> bool:
+        return any(isinstance(step, hist.CallStep | hist.Multi) and step.target for step in history.steps)
+
+    calling = [history for history in class_corpus() if calls_a_replica(history)]
+    assert len(calling) > 10
+    reached: set[str] = set()
+    with Replayer(DEFAULT_MODULE) as local:
+        for history in calling:
+            on_containers, embedded = replayer.replay(history), local.replay(history)
+            assert on_containers.divergence is None, (history.note, on_containers.divergence.reason)
+            assert labels(on_containers) == labels(embedded), history.note
+            reached |= set(labels(on_containers))
+    assert {label for label in REQUIRED if label.startswith("condition:replica")} <= reached
 
 
 def test_the_image_is_from_scratch_and_labelled() -> None:

@@ -10,6 +10,7 @@ setting in its summary, its reproduce line and its page.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,16 @@ def test_the_verdict_is_a_pure_comparison_that_names_keys_and_fields_not_values(
     assert many is not None and many.endswith("; and 2 more key(s)") and "(only on the replica)" in many
 
 
-def test_a_replica_written_behind_its_primarys_back_is_named(group: ServerGroup) -> None:
+@pytest.fixture(params=["local", "docker"])
+def any_group(request: pytest.FixtureRequest) -> Iterator[ServerGroup]:
+    """A group of embedded servers, and one of containers (whose replicas join their primary's
+    network namespace: a container has no other network)."""
+    with ServerGroup(backend=request.param) as servers:
+        yield servers
+
+
+def test_a_replica_written_behind_its_primarys_back_is_named(any_group: ServerGroup) -> None:
+    group = any_group
     lua = group.add("lua", **primary_options())
     native = group.add("native", module=DEFAULT_MODULE, **primary_options())
     replicas = Replicas(group, [("lua", lua), ("native", native)])
@@ -73,12 +83,21 @@ def test_a_replica_written_behind_its_primarys_back_is_named(group: ServerGroup)
         row = found.primary[ROW].value
         assert isinstance(row, dict) and row[b"lease_epoch"] == native.run_id.encode()
         # a restart of the primary: a fresh replica follows the new start, equal again
-        before = replica.pid
+        before = replica.run_id
         group.restart_all(crash=True)
-        assert replicas.check() is None and replica.pid != before
+        assert replicas.check() is None and replica.run_id != before
+        if group.backend == "docker":  # the replica's container is in its primary's namespace, no other
+            for pair in replicas.pairs:
+                pair.replica._container.reload()
+                pair.primary._container.reload()
+                assert pair.primary._container.attrs["HostConfig"]["NetworkMode"] == "none"
+                mode = pair.replica._container.attrs["HostConfig"]["NetworkMode"]
+                assert mode == f"container:{pair.primary._container.id}"
     finally:
         replicas.close()
     assert not any(pair.replica.running for pair in replicas.pairs)
+    if group.backend == "docker":  # the replicas' containers are removed with them
+        assert all(pair.replica._container is None for pair in replicas.pairs)
 
 
 @pytest.mark.timeout(300)
@@ -99,11 +118,12 @@ def test_every_hand_history_and_the_scenario_agree_with_a_replica_beside_each_se
     assert not any(server.running for server in servers)
 
 
-def test_replicas_run_embedded_servers_only(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["run", "--replicas", "--backend", "docker", "--examples", "1", "--reports", str(tmp_path)])
+def test_an_attached_pair_gets_no_replicas(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["run", "--replicas", "--attach", "nosuch", "--examples", "1", "--reports", str(tmp_path)])
     assert code == EXIT_SETUP
     err = capsys.readouterr().err
-    assert "--replicas runs embedded servers only" in err and len(err.strip().splitlines()) == 1
+    assert "an attached pair is not ours" in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # refused before a run directory was made
 
 
 @pytest.mark.timeout(300)

@@ -274,9 +274,9 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
 
-    # calls to a replica need replicas, which run beside embedded servers only
+    # calls to a replica need replicas, which run beside embedded servers and containers (not an attached pair)
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
-                         replica_calls=config.backend == "local")  # fmt: skip
+                         replica_calls=config.backend in ("local", "docker"))  # fmt: skip
     replays = _Replays(config, replayer, report)
     machine_settings = _machine_settings(config, size)
     try:

@@ -199,17 +199,17 @@ def backend_of(args: argparse.Namespace) -> str:
 
 def replicas_of(args: argparse.Namespace, recorded: bool | None = None) -> bool:
     """--replicas or --no-replicas; unsaid, what an artifact recorded, else the default. Embedded servers
-    only: a replica follows its primary over loopback TCP (containers have no network, and an attached
-    pair is not ours to reconfigure)."""
+    and containers (a replica container joins its server's network namespace); not an attached pair,
+    which is not ours to reconfigure."""
     from difftest.replay.replicas import DEFAULT
 
-    embedded = args.attach is None and args.backend == "local"
-    if args.replicas and not embedded:
-        raise SetupProblem("--replicas runs embedded servers only (each replica follows its server over loopback "
-                           "TCP): drop --attach and --backend docker, or --replicas")  # fmt: skip
+    ours = args.attach is None
+    if args.replicas and not ours:
+        raise SetupProblem("--replicas starts a replica beside each server, which an attached pair is not ours to "
+                           "have: drop --attach, or --replicas")  # fmt: skip
     if args.replicas is not None:
         return bool(args.replicas)
-    return embedded and (DEFAULT if recorded is None else recorded)
+    return ours and (DEFAULT if recorded is None else recorded)
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -248,7 +248,7 @@ def common_options(parser: argparse.ArgumentParser) -> None:
                         help="where run directories and failure artifacts go (default: reports/)")  # fmt: skip
     parser.add_argument("--replicas", action=argparse.BooleanOptionalAction, default=None,
                         help="a replica beside each server; after every segment each replica's keyspace must "
-                        "equal its server's, else a 'propagation' divergence (embedded servers only; default: "
+                        "equal its server's, else a 'propagation' divergence (not with --attach; default: "
                         f"{'on' if REPLICAS_DEFAULT else 'off'}; replay: what the artifact recorded)")  # fmt: skip
     from difftest.servers.valkeys import ENVIRONMENT, argument, supported_text
 

@@ -250,8 +250,9 @@ class Replayer:
         self.active_replicas: Replicas | None = None
         try:
             # a TCP port for each server's replica: with --replicas, and for the histories that call a
-            # replica (`target`), whose replicas start only for them (embedded servers only)
-            self.tcp = replicas or self.group.backend == "local"
+            # replica (`target`), whose replicas start only for them (embedded servers and containers;
+            # an attached pair is not ours to reconfigure)
+            self.tcp = self.group.pair is None
             options = primary_options() if self.tcp else {}
             self.lua_server = self.group.add("lua", **options)
             self.native_server = self.group.add("native", module=module, **options)
@@ -608,7 +609,9 @@ class Replayer:
         active = self.replicas
         if active is None and calls_replica:
             if not self.tcp:
-                raise SetupProblem("a history calls a replica ('target'): replicas run on embedded servers only")
+                raise SetupProblem(
+                    "a history calls a replica ('target'), which an attached pair has not: drop --attach"
+                )
             if self.call_replicas is None:
                 self.call_replicas = Replicas(self.group, [("lua", self.lua_server), ("native", self.native_server)])
             else:
@@ -620,7 +623,7 @@ class Replayer:
             # next restart (a fork mid-history), so it stops, and starts again when next called
             for pair in self.call_replicas.pairs:
                 if pair.side == "native" and pair.replica.running:
-                    pair.close()
+                    pair.stop()
         for side in (self.lua, self.native):
             side.close_replica()
             side.replica = None

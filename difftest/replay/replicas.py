@@ -45,8 +45,7 @@ from typing import Any
 
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
-from difftest.servers.group import ServerGroup
-from difftest.servers.local import EmbeddedServer
+from difftest.servers.group import Server, ServerGroup
 from difftest.servers.wire import Wire
 from difftest.spec.replies import ErrorReply
 from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, Entry, Snapshot, diff, parse_canonical, with_epochs
@@ -141,7 +140,7 @@ class Propagation:
 # ---- the replicas (I/O) --------------------------------------------------------------------------------
 
 
-def _replica_config(primary: EmbeddedServer) -> tuple[str, ...]:
+def _replica_config(primary: Server) -> tuple[str, ...]:
     """A replica's settings, following its primary at the port the primary listens on now."""
     return (*REPLICA_CONFIG, "--replicaof", "127.0.0.1", str(primary.tcp_port))
 
@@ -149,14 +148,12 @@ def _replica_config(primary: EmbeddedServer) -> tuple[str, ...]:
 class _Pair:
     """One primary and its replica, with a connection to each."""
 
-    def __init__(self, side: str, primary: EmbeddedServer, group: ServerGroup) -> None:
+    def __init__(self, side: str, primary: Server, group: ServerGroup) -> None:
         if primary.tcp_port is None:
             raise RuntimeError(f"{side}: a server with a replica needs a TCP port (start it with primary_options())")
         self.side = side
         self.primary = primary
-        name = f"{primary.name}-replica"
-        self.replica = EmbeddedServer(name, group.root / name, group.clock, primary.module, primary.module_args,
-                                      extra_config=_replica_config(primary))  # fmt: skip
+        self.replica = group.beside(primary, f"{primary.name}-replica", _replica_config(primary))
         self.linked_start = -1  # the primary's start the replica follows
         self.primary_wire: Wire | None = None
         self.replica_wire: Wire | None = None
@@ -197,16 +194,22 @@ class _Pair:
                     wire.close()
         self.primary_wire = self.replica_wire = None
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """The replica stopped (it starts again, synced afresh, when next wanted)."""
         self.close_wires()
         self.replica.kill()
+
+    def close(self) -> None:
+        """The replica gone for good (its container removed)."""
+        self.close_wires()
+        self.replica.close()
 
 
 class Replicas:
     """A replica for each of the given primaries (side name, server), in the primaries' group
     (its directory and clock); `check` compares each with its primary."""
 
-    def __init__(self, group: ServerGroup, primaries: Sequence[tuple[str, EmbeddedServer]]) -> None:
+    def __init__(self, group: ServerGroup, primaries: Sequence[tuple[str, Server]]) -> None:
         self.group = group
         self.pairs = [_Pair(side, primary, group) for side, primary in primaries]
         try:
@@ -300,7 +303,7 @@ class Replicas:
             pair.close()
 
     @property
-    def servers(self) -> list[EmbeddedServer]:
+    def servers(self) -> list[Server]:
         return [pair.replica for pair in self.pairs]
 
 

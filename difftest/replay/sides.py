@@ -25,6 +25,7 @@ from difftest.history.format import (
 )
 from difftest.history.resolve import Resolved, resolve
 from difftest.judge.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
+from difftest.servers.group import Server
 from difftest.servers.local import EmbeddedServer
 from difftest.servers.walker import WALK_COMMAND, module_walk_wanted
 from difftest.servers.wire import Element, Future, Pipe, Wire
@@ -131,7 +132,7 @@ class Side:
         self.conditions: set[str] = set()
         # the server's read-only replica, for a history's calls with a `target` (set by the replay),
         # its one admin wire and the scripts loaded since its start
-        self.replica: EmbeddedServer | None = None
+        self.replica: Server | None = None
         self._replica_wire: Wire | None = None
         self._replica_start = -1
         self.replica_scripts: set[str] = set()
@@ -218,8 +219,8 @@ class Side:
         """The admin wire to the server's replica, opened again (and its scripts forgotten) after
         every start of the replica."""
         if self.replica is None:
-            raise SetupProblem(f"a call to the {self.name} server's replica, which has none (replicas run on "
-                               "embedded servers only)")  # fmt: skip
+            raise SetupProblem(f"a call to the {self.name} server's replica, which has none (an attached pair "
+                               "has none: drop --attach)")  # fmt: skip
         if self._replica_start != self.replica.starts or self._replica_wire is None:
             self.close_replica()
             self._replica_wire = Wire(self.replica.address, db=self.db)

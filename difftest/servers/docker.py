@@ -2,8 +2,9 @@
 
 Each server is a container of an image built here (FROM scratch), with no network at all
 (network_mode none: reachable only through its unix socket, in a directory bind-mounted from this
-machine), its data in that directory (kept across restart and kill), and the shared frozen clock
-read from the group's clock file through a read-only bind mount.
+machine; a replica's container shares its primary's namespace, and only that), its data in that
+directory (kept across restart and kill), and the shared frozen clock read from the group's clock
+file through a read-only bind mount.
 
 A container's PID 1 is the project's init (init.c) when a C compiler built it: it starts the
 server, and restarts it inside the container when asked through a unix socket in the data
@@ -36,6 +37,10 @@ OWNER_LABEL = "org.difftest.owner"  # the pid of the harness that made a contain
 GROUP_LABEL = "org.difftest.group"  # the server group (its temp root's name) a container belongs to
 START_TIMEOUT_S = 30.0
 CONTROL_SOCKET = "init.sock"  # the init's, in the data directory
+# A container asked for a TCP port listens on this one, on the loopback of its own network namespace
+# (network_mode none: nothing outside reaches it); a replica joins that namespace (network_mode
+# container:<its primary>) and follows its primary there. The harness itself still uses the socket.
+LOOPBACK_PORT = 6379
 
 
 def docker_client() -> Any:
@@ -70,7 +75,11 @@ def remove_orphans(client: Any) -> int:
 
 class DockerServer(SocketClients):
     """One valkey-server container; `restart()` is docker stop/start, `crash()` docker kill/start.
-    A group's restarts (`restart_begin`, `restart_spawn`, `restart_await`) go through the init."""
+    A group's restarts (`restart_begin`, `restart_spawn`, `restart_await`) go through the init.
+
+    `tcp_port` (any value: 0 asks for one, as for an embedded server) makes the server listen on
+    LOOPBACK_PORT inside its network namespace; `network_of` puts the container into another's
+    namespace (a replica beside its primary), where only that one's loopback port is reachable."""
 
     _control: socket.socket | None = None  # the connection to the init, while the container runs
     _with_init = False
@@ -84,9 +93,8 @@ class DockerServer(SocketClients):
         module_args: Sequence[str] = (),
         tcp_port: int | None = None,
         extra_config: Sequence[str] = (),
+        network_of: DockerServer | None = None,
     ) -> None:
-        if tcp_port is not None:
-            raise SetupProblem("the docker backend serves unix sockets only: drop the TCP port")
         if module is not None and not module.is_file():
             raise SetupProblem(f"module {module} does not exist: build it with 'make setup' or pass its path")
         self.name = name
@@ -95,7 +103,12 @@ class DockerServer(SocketClients):
         self.module = module
         self.module_args = tuple(module_args)
         self.extra_config = tuple(extra_config)
-        self.tcp_port: int | None = None
+        # the port other containers of its namespace reach it on; the harness reaches it by its socket
+        self.tcp_port: int | None = None if tcp_port is None else LOOPBACK_PORT
+        self.network_of = network_of
+        self.container_starts = 0  # docker starts of its container: a new one, a new network namespace
+        self._joined_starts = -1  # the start of `network_of`'s container this one's namespace is
+        self._created_with: tuple[list[str], str] | None = None  # the command and network it was made with
         self.socket_path = workdir / "valkey.sock"
         self.logfile = workdir / "valkey.log"
         self.control_socket = workdir / CONTROL_SOCKET  # the init's
@@ -109,7 +122,7 @@ class DockerServer(SocketClients):
     def _command(self) -> list[str]:
         args = [
             "--dir", "/data", "--unixsocket", "/data/valkey.sock", "--unixsocketperm", "777",
-            "--port", "0", "--logfile", "/data/valkey.log", "--appendonly", "yes",
+            *self._listen(), "--logfile", "/data/valkey.log", "--appendonly", "yes",
             "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--hz", SERVER_HZ, "--save", "",
             "--daemonize", "no",
             "--enable-debug-command", "yes", "--enable-module-command", "yes",
@@ -118,6 +131,18 @@ class DockerServer(SocketClients):
         if self.module is not None:
             args += ["--loadmodule", IN_IMAGE["module"], *self.module_args]
         return args
+
+    def _listen(self) -> list[str]:
+        if self.tcp_port is None:
+            return ["--port", "0"]
+        return ["--port", str(self.tcp_port), "--bind", "127.0.0.1"]
+
+    def _network_mode(self) -> str:
+        if self.network_of is None:
+            return "none"
+        if self.network_of._container is None or not self.network_of.running:
+            raise RuntimeError(f"{self.name}: {self.network_of.name}, whose network it joins, is not running")
+        return f"container:{self.network_of._container.id}"
 
     def _environment(self) -> dict[str, str]:
         fastboot = IN_IMAGE["fastboot"] if fastboot_library() else None
@@ -143,14 +168,20 @@ class DockerServer(SocketClients):
         self.workdir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
+        command, network = self._command(), self._network_mode()
+        joined = -1 if self.network_of is None else self.network_of.container_starts
+        if self._container is not None and (self._created_with != (command, network) or joined != self._joined_starts):
+            # made with other settings, or in a namespace that has gone with its container's start
+            self.close()
         if self._container is None:
+            self._created_with, self._joined_starts = (command, network), joined
             self._container = self._docker.containers.create(
                 self._image,
                 entrypoint=[IN_IMAGE["init"], IN_IMAGE["server"]] if self._with_init else None,
-                command=self._command(),
+                command=command,
                 name=f"difftest-{os.getpid()}-{self.name}-{uuid.uuid4().hex[:8]}",
                 labels={LABEL: "1", OWNER_LABEL: str(os.getpid()), GROUP_LABEL: self.workdir.parent.name},
-                network_mode="none",
+                network_mode=network,
                 environment=self._environment(),
                 volumes={
                     str(self.workdir): {"bind": "/data", "mode": "rw"},
@@ -161,6 +192,7 @@ class DockerServer(SocketClients):
             with contextlib.suppress(FileNotFoundError):
                 self.control_socket.unlink()
         self._container.start()
+        self.container_starts += 1
         return 0, port
 
     def _await_ready(self, log_offset: int, port: int | None) -> None:
@@ -303,6 +335,9 @@ class DockerServer(SocketClients):
 
     @property
     def pid(self) -> int | None:
+        """The container's first process on this machine (the init, when there is one: the same across
+        the restarts it makes; `run_id` tells those apart), as the engine reports it now."""
         if self._container is None:
             return None
+        self._container.reload()
         return int(self._container.attrs["State"]["Pid"]) or None

@@ -17,6 +17,8 @@ from difftest.servers.compose import AttachedPair, attached_project
 from difftest.servers.docker import DockerServer, docker_client, remove_orphans
 from difftest.servers.local import EmbeddedServer, fast_temp_dir
 
+Server = EmbeddedServer | DockerServer  # a server this group starts itself (an attached pair's are its own)
+
 
 class ServerGroup:
     """Servers sharing one temp root and one frozen clock; removed whole on exit.
@@ -69,6 +71,17 @@ class ServerGroup:
         self.servers.append(server)
         server.start()
         return server
+
+    def beside(self, primary: Server, name: str, extra_config: Sequence[str]) -> Server:
+        """A server (not started, not one of the group's) beside `primary`, loading its module, that
+        reaches the primary's TCP port: a replica. An embedded server shares the machine's loopback;
+        a container joins the primary's network namespace (a container has no other network)."""
+        if self.pair is not None:
+            raise SetupProblem("an attached pair's servers have no replicas: drop --attach")
+        args = (name, self.root / name, self.clock, primary.module, primary.module_args)
+        if isinstance(primary, DockerServer):
+            return DockerServer(*args, extra_config=extra_config, network_of=primary)
+        return EmbeddedServer(*args, extra_config=extra_config)
 
     def restart_all(self, crash: bool, only: Sequence[Any] | None = None) -> None:
         """Restart (or crash) every running server (or those of `only`) at once: stops first, then
