@@ -12,6 +12,7 @@ random beside everything else, in combinations no corpus lists.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 from difftest.history.format import (
@@ -303,16 +304,8 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
     if replica_calls:
         for verb in TRANSITIONS:
             yield _history(f"condition:replica:{verb.lower()}", CallStep(plain(verb), target=REPLICA))
-        # the replicas under a memory limit of their own: obeyed (`pair:oom+replica:*`, each verb),
-        # and ignored as production's replicas do by default (READONLY where the first write is)
-        for verb in TRANSITIONS:
-            yield _history(f"pair:oom+replica:{verb.lower()}", MemoryLimit(True, REPLICA_OBEYS),
-                           CallStep(plain(verb), target=REPLICA), MemoryLimit(False))  # fmt: skip
-        # a transaction sent to the replicas (`pair:replica+multi:*`): with a PAUSE it is discarded
-        for verb, transition in TRANSITIONS.items():
-            if not transition.reads_meta:
-                yield _history(f"pair:replica+multi:{verb.lower()}", Multi(target=REPLICA), CallStep(plain(verb)),
-                               Exec())  # fmt: skip
+        # the replicas under a memory limit of their own, ignored as production's replicas do by
+        # default (READONLY where the first write is) and obeyed (OOM first)
         for how, replica in (("ignored", REPLICA_IGNORES), ("obeyed", REPLICA_OBEYS)):
             yield _history(f"condition:replica-limit:{how}", MemoryLimit(True, replica),
                            CallStep(plain(Verb.ENQUEUE, b"j-new", b"p", 0), target=REPLICA),
@@ -324,26 +317,41 @@ def _memory_and_replica(replica_calls: bool) -> Iterator[History]:
 PAIR_USER = domains.acl_user("job:*", "read")
 
 
-def _combined() -> Iterator[History]:
-    """Each transition under two conditions at once (`pair:<a>+<b>:<verb>`, the pairs the generator's
-    server-condition block draws): the memory limit and writes denied together, either with a
-    restricted user, a RESP3 connection, a transaction (and PAUSE in it: EXECABORT) or another database."""
-    switches: dict[str, Callable[[bool], Step]] = {"oom": MemoryLimit, "noreplicas": ReplicasRequired}
+def _memory(replica: str | None, on: bool) -> MemoryLimit:
+    """The memory limit switched (on a replica's side, `replica` says how it meets its own)."""
+    return MemoryLimit(on, replica if on else None)
+
+
+def _combined(replica_calls: bool) -> Iterator[History]:
+    """Each transition under two conditions at once (`pair:<a>+<b>:<verb>`, every pair a history can
+    hold), made of each condition's part: the memory limit (on a replica: its own, obeyed) and
+    writes denied switched around the call, the call sent to the replica, by a restricted user, on
+    RESP3, inside a transaction (with a PAUSE in it: under a refusing condition, EXECABORT), in
+    another database, under keyspace notifications. Without `replica_calls`, none with the replica."""
     for a, b in DRAWN_PAIRS:
         pair = (a, b)
-        if "replica" in pair:
-            continue  # (with the replica's calls: `_memory_and_replica`)
+        if "replica" in pair and not replica_calls:
+            continue
+        target = REPLICA if "replica" in pair else None
+        protocol = 3 if "resp3" in pair else 2
+        on: list[Callable[[bool], Step]] = []
+        if "oom" in pair:
+            on.append(functools.partial(_memory, REPLICA_OBEYS if target else None))
+        if "noreplicas" in pair:
+            on.append(ReplicasRequired)
+        user = PAIR_USER if "user" in pair else None
         for verb, transition in TRANSITIONS.items():
             if "multi" in pair and transition.reads_meta:
                 continue
-            on = [switches[c] for c in pair if c in switches]
-            user = PAIR_USER if "user" in pair else None
-            call = CallStep(plain(verb), user, protocol=3 if "resp3" in pair else 2)
-            met: tuple[Step, ...] = (call,)
+            met: tuple[Step, ...]
             if "multi" in pair:
-                met = (Multi(), call, CallStep(plain(Verb.PAUSE)), Exec())
+                pause = () if target else (CallStep(plain(Verb.PAUSE)),)  # (a replica refuses the rest anyway)
+                met = (Multi(target, protocol), CallStep(plain(verb)), *pause, Exec())
+            else:
+                met = (CallStep(plain(verb), user, protocol=protocol, target=target),)
             paused = (CallStep(plain(Verb.PAUSE)),) if verb == Verb.RESUME else ()  # (a RESUME that writes)
-            steps: tuple[Step, ...] = (*paused, *(switch(True) for switch in on), *met,
+            notify = (Notify("KEA"),) if "notify" in pair else ()
+            steps: tuple[Step, ...] = (*paused, *notify, *(switch(True) for switch in on), *met,
                                        *(switch(False) for switch in on))  # fmt: skip
             note = f"{CORPUS_NOTE}pair:{a}+{b}:{verb.lower()}"
             users = {user: USERS[user]} if user is not None else {}
@@ -392,4 +400,4 @@ def class_corpus(replica_calls: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(), *_memory_and_replica(replica_calls),
-            *_combined(), *_switched_in_transactions(), *_time(), *_two_faults()]  # fmt: skip
+            *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults()]  # fmt: skip

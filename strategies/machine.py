@@ -290,7 +290,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.now = 0
         self.open_claims: list[str] = []
         self.calls_replica = False  # the history calls a replica (`replica_call`): replicas run for it
-        self.replica_limited = False  # a server-condition block set the replicas' own limit
+        self.replica_limit: str | None = None  # the replicas' own limit a server-condition block set
         self.upgraded = False  # the history's calls so far ran through the scripts (the upgrade rule ran)
         self.notifying = False  # keyspace notifications are on (the notify rule switched them)
         # leases the module's SWEEP exempts (D7), as far as the hints know: held across a restart, or
@@ -628,7 +628,8 @@ class QueueMachine(RuleBasedStateMachine):
             switch = draws.pick((MemoryLimit, ReplicasRequired))
             hints = copy.deepcopy(hints)
         switch_at = draws.integer(0, calls) if switch is not None else -1
-        self.steps.append(Multi())
+        # one in four on a RESP3 connection (every call in it, and EXEC's reply, in RESP3's types)
+        self.steps.append(Multi(protocol=3 if draws.chance(4) else 2))
         for position in range(calls + 1):
             if position == switch_at and switch is not None:
                 self.steps.append(switch(True))
@@ -686,25 +687,27 @@ class QueueMachine(RuleBasedStateMachine):
             *((ReplicasRequired,) if denied else ()),
         )  # fmt: skip
         self.steps.extend(switch(True) for switch in switches)
-        self.replica_limited = replica_limit is not None
+        self.replica_limit = replica_limit
         # over the limit alone the verbs whose first write grows the keyspace are refused; with writes
         # denied every verb is, wherever it would write (None: the hints move for none)
         refused = REFUSED_OVER_THE_LIMIT if memory and not denied else None
         for _ in range(draws.integer(1, 3)):
             self._meet_condition(draws, queue, refused)
         self.steps.extend(switch(False) for switch in switches)
-        self.replica_limited = False
+        self.replica_limit = None
 
     def _meet_condition(self, draws: QueueDraws, queue: bytes, refused: frozenset[str] | None) -> None:
         """One meeting with the server conditions on: a call as the admin (half the time), by a
         restricted user of any permission class, on RESP3, or inside a transaction; the hints move
         only for an admin's call the conditions let write."""
-        how = draws.integer(0, 9 if self.calls_replica else 5)
+        # (where the replicas obey a limit of their own, a meeting goes to them one time in two)
+        obeyed = self.replica_limit == REPLICA_OBEYS
+        how = draws.integer(6, 9) if obeyed and draws.chance(2) else draws.integer(0, 9 if self.calls_replica else 5)
         verbs: tuple[str, ...]
         if how >= 6:  # a worker pointed at the replica: nothing written there, the hints stay
             # under a limit, one time in two a verb whose first write is deny-oom (where the replica's
             # own limit, obeyed or ignored, decides between OOM and READONLY)
-            verbs = DENY_OOM_FIRST if self.replica_limited and draws.chance(2) else VERBS
+            verbs = DENY_OOM_FIRST if self.replica_limit is not None and draws.chance(2) else VERBS
             self.steps.append(CallStep(self._condition_call(draws, queue, None, verbs), target=REPLICA))
         elif how == 3 and self.shape.users:
             if draws.aim(2):
@@ -713,18 +716,19 @@ class QueueMachine(RuleBasedStateMachine):
                 user, verbs = READ_ROWS_USER, ("ENQUEUE",)
             else:
                 user, verbs = domains.acl_user(draws.pick(USER_KINDS), draws.pick(domains.PERMS)), VERBS
-            self.steps.append(CallStep(self._condition_call(draws, queue, None, verbs), user))
+            protocol = 3 if draws.chance(4) else 2
+            self.steps.append(CallStep(self._condition_call(draws, queue, None, verbs), user, protocol=protocol))
         elif how == 4:
             self.steps.append(CallStep(self._condition_call(draws, queue, refused), protocol=3))
         elif how == 5 and self.shape.transactions:
-            self.steps.append(Multi())
+            self.steps.append(Multi(protocol=3 if draws.chance(4) else 2))
             for _ in range(draws.integer(1, 2)):
                 self.steps.append(CallStep(self._condition_call(draws, queue, None, IN_MULTI)))
             self.steps.append(Exec())
         else:
             self.steps.append(CallStep(self._condition_call(draws, queue, refused)))
 
-    @weight(lambda self: 12 if self.calls_replica else 6)
+    @weight(12)
     @precondition(on_shape("replica_calls"))
     @precondition(lambda self: self.calls_replica or not self.steps)  # a replica call first, or none
     @rule()
@@ -732,18 +736,27 @@ class QueueMachine(RuleBasedStateMachine):
         """A worker whose call goes to its server's read-only replica: refused where the script would
         write, answered where it would not, nothing written there (docs/contract-decisions.md, "A read-only
         replica as a call target"). Replicas start only for the histories that call one: this history
-        draws its first such call as its first step (about one in sixty), then more now and then."""
+        draws its first such call as its first step (about one in sixteen), then more now and then."""
         draws = self.draws()
         queue = draws.queue()
         self.calls_replica = True
+        # one time in three on a RESP3 connection
+        protocol = 3 if draws.chance(3) else 2
         if self.steps and self.shape.transactions and draws.chance(3):
             # a transaction sent to the replica: a PAUSE or RESUME in it is refused when queued
-            self.steps.append(Multi(target=REPLICA))
+            self.steps.append(Multi(target=REPLICA, protocol=protocol))
             for _ in range(draws.integer(1, 2)):
                 self.steps.append(CallStep(self._condition_call(draws, queue, None, IN_MULTI)))
             self.steps.append(Exec())
             return
-        self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
+        call = CallStep(self._condition_call(draws, queue, None), target=REPLICA, protocol=protocol)
+        if self.shape.memory and self.steps and draws.chance(4):
+            # one in four under the memory limit with the replicas' own limit, ignored or obeyed (the
+            # replica answers READONLY or OOM first)
+            limit = MemoryLimit(True, draws.pick((REPLICA_IGNORES, REPLICA_OBEYS)))
+            self.steps.extend((limit, call, MemoryLimit(False)))
+            return
+        self.steps.append(call)
 
     @weight(12)
     @precondition(on_shape("interleaving"))
@@ -804,7 +817,7 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         self._restart(draws, True, queue)
 
-    @weight(1)
+    @weight(lambda self: 4 if self.calls_replica or self.db else 1)  # (more often beside a replica or a database)
     @precondition(on_shape("notifications"))
     @rule()
     def notify(self) -> None:
@@ -890,7 +903,8 @@ class QueueMachine(RuleBasedStateMachine):
             if first > self.now:
                 self._wait(first - self.now)
         call = transition_call(draws, verb, queue, self.hints[queue], self.now, held)
-        self.steps.append(CallStep(call, user))
+        # one time in four on a RESP3 connection: the permission and the protocol meet
+        self.steps.append(CallStep(call, user, protocol=3 if draws.chance(4) else 2))
 
     @weight(10)
     @precondition(on_shape("malformed"))
@@ -905,7 +919,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     # -- where production runs: another database, other writers' TTLs and fields ------------------
 
-    @weight(5)
+    @weight(12)
     @precondition(lambda self: not self.steps and not self.db)
     @rule()
     def another_database(self) -> None:
@@ -917,6 +931,14 @@ class QueueMachine(RuleBasedStateMachine):
         self.db = draws.pick(OTHER_DATABASES)
         queue = draws.queue()
         self._call(transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
+        if self.shape.replica_calls and draws.chance(3):
+            # one in three such histories calls a replica there too (the replica's connection selects it)
+            self.calls_replica = True
+            self.steps.append(CallStep(self._condition_call(draws, queue, None), target=REPLICA))
+        if self.shape.notifications and draws.chance(4):
+            # one in four with keyspace notifications on from the start (the subscriber's database too)
+            self.notifying = True
+            self.steps.append(Notify(draws.pick(NOTIFY_FLAGS)))
 
     @weight(6)
     @precondition(on_shape("corruption"))

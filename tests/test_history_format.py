@@ -144,7 +144,7 @@ def test_memory_and_replica_steps_round_trip() -> None:
         (
             '{"format": "difftest-history", "version": 1, "users": {"w": []}}\n'
             '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1], "target": "replica", "user": "w"}',
-            ":2 field 'target': a call to a replica runs as the admin, on RESP2, through each server's own executor: "
+            ":2 field 'target': a call to a replica runs as the admin, through each server's own executor: "
             "drop its 'user'",
         ),
         (

@@ -171,16 +171,19 @@ def test_a_history_cut_inside_a_transaction_runs_it_as_if_closed(replayer: Repla
 
 def test_the_new_steps_round_trip_and_their_misuse_is_one_line() -> None:
     history = History((Multi(), CallStep(plain("ENQUEUE")), Exec(), CallStep(plain("CLAIM"), protocol=3),
-                       hist.BeginClaim("A", plain("CLAIM"), protocol=3), hist.EndClaim("A"), Multi()))  # fmt: skip
+                       hist.BeginClaim("A", plain("CLAIM"), protocol=3), hist.EndClaim("A"),
+                       Multi(protocol=3), CallStep(plain("ENQUEUE")), Exec(),
+                       CallStep(plain("CLAIM"), protocol=3, target="replica"), Multi("replica", 3)))  # fmt: skip
     text = hist.dumps(history)
     assert '"resp": 3' in text and '{"op": "multi"}' in text and '{"op": "exec"}' in text
+    assert '{"op": "multi", "resp": 3}' in text and '{"op": "multi", "target": "replica", "resp": 3}' in text
     assert hist.loads(text) == history
     header = '{"format": "difftest-history", "version": 1, "users": {"w": ["~*"]}}\n'
     call = '{"op": "call", "verb": "REVIVE", "queue": "q", "args": ["j1"]'
     bad = {
         call + ', "resp": 4}': "field 'resp': expected 2 or 3",
         call + ', "resp": true}': "field 'resp': expected 2 or 3",
-        '{"op": "end", "worker": "A", "resp": 3}': "only a 'call' or a 'begin' names its protocol",
+        '{"op": "end", "worker": "A", "resp": 3}': "only a 'call', a 'begin' or a 'multi' names its protocol",
         '{"op": "multi"}\n{"op": "call", "verb": "CLAIM", "queue": "q", "args": [10]}': "CLAIM (the Lua host reads",
         '{"op": "multi"}\n' + call + ', "user": "w"}': "a call with a 'user', 'worker' or 'resp'",
         '{"op": "multi"}\n' + call + ', "resp": 3}': "a call with a 'user', 'worker' or 'resp'",

@@ -210,9 +210,11 @@ class Multi:
     history may end inside one (an artifact cut at its failing step): it runs as if closed there.
     `target` REPLICA: the transaction goes to each server's read-only replica (a worker pointed at
     it), which refuses a write command when it is queued (READONLY: EXECABORT) and a script at its
-    first write; no condition is switched inside it."""
+    first write; no condition is switched inside it. `protocol` 3: the transaction's connection
+    speaks RESP3 (every call in it, and EXEC's reply, in RESP3's types)."""
 
     target: str | None = None
+    protocol: int = 2
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,12 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["resp"] = step.protocol
         return out
     if isinstance(step, Multi):
-        return {"op": "multi"} if step.target is None else {"op": "multi", "target": step.target}
+        multi: dict[str, Any] = {"op": "multi"}
+        if step.target is not None:
+            multi["target"] = step.target
+        if step.protocol != 2:
+            multi["resp"] = step.protocol
+        return multi
     if isinstance(step, Exec):
         return {"op": "exec"}
     if isinstance(step, EndClaim):
@@ -418,8 +425,8 @@ def _protocol_field(obj: dict[str, Any], where: str) -> int:
 
 
 def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
-    """A call's `target`: only "replica", on a plain call as the admin (its replica is reached over
-    the admin's own connection, as a worker pointed at the wrong node would be)."""
+    """A call's `target`: only "replica", on a plain call as the admin, on RESP2 or RESP3 (its replica
+    is reached over the admin's own connection, as a worker pointed at the wrong node would be)."""
     if "target" not in obj:
         return None
     value = obj["target"]
@@ -428,9 +435,9 @@ def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
                            f"to each server's read-only replica), got {value!r}; else leave it out")  # fmt: skip
     if op not in ("call", "multi"):
         raise HistoryError(f"{where} field 'target': only a 'call' or a 'multi' goes to a replica, not a {op!r}")
-    others = [name for name in ("user", "worker", "executor", "resp") if name in obj]
+    others = [name for name in ("user", "worker", "executor") if name in obj]
     if others:
-        raise HistoryError(f"{where} field 'target': a call to a replica runs as the admin, on RESP2, through each "
+        raise HistoryError(f"{where} field 'target': a call to a replica runs as the admin, through each "
                            f"server's own executor: drop its {', '.join(repr(o) for o in others)}")  # fmt: skip
     return str(value)
 
@@ -491,8 +498,8 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         raise HistoryError(f"{where} field 'executor': only a 'call' or a 'begin' names its executor "
                            "(an 'end' runs where its 'begin' did)")  # fmt: skip
     protocol = _protocol_field(obj, where)
-    if protocol != 2 and op not in ("call", "begin"):
-        raise HistoryError(f"{where} field 'resp': only a 'call' or a 'begin' names its protocol "
+    if protocol != 2 and op not in ("call", "begin", "multi"):
+        raise HistoryError(f"{where} field 'resp': only a 'call', a 'begin' or a 'multi' names its protocol "
                            "(an 'end' runs on its 'begin's connection)")  # fmt: skip
     target = _target_field(obj, op, where)
     if op == "call":
@@ -504,7 +511,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
             raise HistoryError(f"{where} field 'verb': only CLAIM is split, got {call.verb!r}")
         return BeginClaim(str(_name_field(obj, "worker", where)), call, user, executor, protocol)
     if op == "multi":
-        return Multi(_target_field(obj, op, where))
+        return Multi(_target_field(obj, op, where), protocol)
     if op == "exec":
         return Exec()
     if op == "end":
@@ -620,7 +627,7 @@ def _in_transaction(step: Step) -> str | None:
     if TRANSITIONS[step.call.verb].reads_meta:
         return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
     if step.user is not None or step.protocol != 2 or step.worker is not None:
-        return "a call with a 'user', 'worker' or 'resp' (a transaction runs as the admin, on RESP2)"
+        return "a call with a 'user', 'worker' or 'resp' (a transaction runs as the admin, on its 'multi''s protocol)"
     if step.target is not None:
         return "a call to a replica (a transaction runs on the server itself)"
     return None

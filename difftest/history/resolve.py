@@ -173,13 +173,16 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
     begun: dict[str, Resolved] = {}
     out: list[Resolved] = []
     in_multi = multi_on_replica = False
+    multi_protocol = 2  # the open transaction's connection's
     for index, step in enumerate(steps):
         if isinstance(step, Multi | Exec):
             in_multi = isinstance(step, Multi)
             # a transaction on the replicas: its MULTI and EXEC marked so too (one segment with its calls)
             on_replica = step.target is not None if isinstance(step, Multi) else multi_on_replica
-            out.append(Resolved(index, step, on_replica=on_replica))
+            protocol = step.protocol if isinstance(step, Multi) else multi_protocol
+            out.append(Resolved(index, step, on_replica=on_replica, protocol=protocol))
             multi_on_replica = in_multi and on_replica
+            multi_protocol = protocol if in_multi else 2
             continue
         if isinstance(step, MemoryLimit | ReplicasRequired) and in_multi:
             out.append(Resolved(index, step, in_multi=True))  # switched between MULTI and EXEC
@@ -194,7 +197,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 outcome if isinstance(outcome, Guarded) else None,
                 outcome if isinstance(outcome, str) else None,
                 executor=step.executor,
-                protocol=step.protocol,
+                protocol=multi_protocol if in_multi else step.protocol,
                 in_multi=in_multi,
                 on_replica=(isinstance(step, CallStep) and step.target is not None) or (in_multi and multi_on_replica),
             )

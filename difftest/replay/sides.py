@@ -105,6 +105,7 @@ class _Transaction:
     # replica has no walker; nothing it runs is written or notified), each element's walk the
     # primary's after EXEC
     on_replica: bool = False
+    protocol: int = 2  # its connection's (the admin's wire speaking it)
 
 
 class Side:
@@ -131,9 +132,9 @@ class Side:
         # the server conditions a history switched on (`memory`, `replicas` steps: CONDITIONS)
         self.conditions: set[str] = set()
         # the server's read-only replica, for a history's calls with a `target` (set by the replay),
-        # its one admin wire and the scripts loaded since its start
+        # its admin wires (by protocol) and the scripts loaded since its start
         self.replica: Server | None = None
-        self._replica_wire: Wire | None = None
+        self._replica_wires: dict[int, Wire] = {}
         self._replica_start = -1
         self.replica_scripts: set[str] = set()
         self.replica_memory: str | None = None  # the replica's own limit while the memory limit is on
@@ -215,29 +216,33 @@ class Side:
         if isinstance(answer, ErrorReply):
             raise SetupProblem(f"{self.name} server's replica refused its memory limit: {answer.message}")
 
-    def replica_wire(self) -> Wire:
-        """The admin wire to the server's replica, opened again (and its scripts forgotten) after
-        every start of the replica."""
+    def replica_wire(self, protocol: int = 2) -> Wire:
+        """The admin wire speaking `protocol` to the server's replica, opened on its first use after
+        every start of the replica (then the replica's scripts are forgotten too)."""
         if self.replica is None:
             raise SetupProblem(f"a call to the {self.name} server's replica, which has none (an attached pair "
                                "has none: drop --attach)")  # fmt: skip
-        if self._replica_start != self.replica.starts or self._replica_wire is None:
+        if self._replica_start != self.replica.starts:
             self.close_replica()
-            self._replica_wire = Wire(self.replica.address, db=self.db)
             self._replica_start = self.replica.starts
-            if self.replica_memory is not None and MEMORY in self.conditions:  # a fresh replica has none
-                self._set_replica_memory(self._replica_wire)
-        return self._replica_wire
+        wire = self._replica_wires.get(protocol)
+        if wire is None:
+            fresh = not self._replica_wires
+            wire = self._replica_wires[protocol] = Wire(self.replica.address, protocol=protocol, db=self.db)
+            if fresh and self.replica_memory is not None and MEMORY in self.conditions:  # a fresh replica has none
+                self._set_replica_memory(wire)
+        return wire
 
     def close_replica(self) -> None:
-        if self._replica_wire is not None:
-            self._replica_wire.close()
-        self._replica_wire = None
+        for wire in self._replica_wires.values():
+            wire.close()
+        self._replica_wires = {}
         self.replica_scripts = set()
 
     def target_wire(self, step: Resolved) -> Wire:
-        """Where the step's call goes: the replica's wire (`target`), else its user's wire."""
-        return self.replica_wire() if step.on_replica else self.wire(step.user, step.protocol)
+        """Where the step's call goes: the replica's wire (`target`), else its user's wire; each on
+        the step's protocol."""
+        return self.replica_wire(step.protocol) if step.on_replica else self.wire(step.user, step.protocol)
 
     # -- keyspace notifications -------------------------------------------------------------
 
@@ -426,14 +431,14 @@ class Side:
         if step.is_multi or step.is_exec:
             self.close_transaction(walk)
             if step.is_multi:
-                self.transaction = _Transaction(on_replica=step.on_replica)
+                self.transaction = _Transaction(on_replica=step.on_replica, protocol=step.protocol)
             why = "MULTI: its calls answer at EXEC" if step.is_multi else "EXEC: its replies are its calls'"
             outcome = StepOutcome(NotSent(why), self.walk() if walk else None, self.capture_workers())
             if self.subscriber is not None:
                 outcome.marker = self.mark()
             return outcome
         if self.transaction is None:
-            self.transaction = _Transaction(on_replica=step.on_replica)
+            self.transaction = _Transaction(on_replica=step.on_replica, protocol=step.protocol)
         if step.is_condition:  # switched from another connection once the calls before it are queued
             assert isinstance(step.step, MemoryLimit | ReplicasRequired)
             self.transaction.switches[len(self.transaction.entries)] = step.step
@@ -458,7 +463,7 @@ class Side:
         raise NotImplementedError
 
     def close_transaction(self, walk: bool = True) -> None:
-        """The open transaction sent on the admin wire: the scripts it needs loaded first (as a
+        """The open transaction sent on the admin wire of its protocol: the scripts it needs loaded first (as a
         client's transaction does: NOSCRIPT inside EXEC cannot be retried), MULTI, each call and a
         walk after it, EXEC, and a walk after the EXEC (what every element's walk is when the
         server aborted the transaction)."""
@@ -468,7 +473,7 @@ class Side:
         if transaction.on_replica:
             self._close_on_replica(transaction, walk)
             return
-        wire, add = self.wires[None], self.pipe.add
+        wire, add = self.wire(None, transaction.protocol), self.pipe.add
         self._load_scripts(wire, transaction, self.loaded_scripts)
         add(wire, (b"MULTI",), raw=True)
         queued: list[tuple[int, Element]] = []  # (its position in EXEC's reply, the element)
@@ -505,7 +510,7 @@ class Side:
         """A transaction sent to the server's replica (its scripts loaded there first, its limit
         obeyed around it where the replica obeys one), then the primary's walk after it, which is
         every element's walk: nothing the replica runs is written."""
-        wire, add = self.replica_wire(), self.pipe.add
+        wire, add = self.replica_wire(transaction.protocol), self.pipe.add
         obeyed = self.replica_obeys_its_limit
         self._load_scripts(wire, transaction, self.replica_scripts)
         if obeyed:
@@ -562,9 +567,9 @@ class Side:
             return NotSent("clock or restart step")
         if step.on_replica and self.replica_obeys_its_limit:
             obey, ignore = OBEYED_AROUND_A_CALL
-            self.pipe.add(self.replica_wire(), obey)
+            self.pipe.add(self.replica_wire(step.protocol), obey)
             reply = self.transition(step)
-            self.pipe.add(self.replica_wire(), ignore)
+            self.pipe.add(self.replica_wire(step.protocol), ignore)
             return reply
         return self.transition(step)
 
@@ -607,7 +612,8 @@ class ScriptHost(Side):
         time since the server started: the server's script cache is empty after every start, and a
         SCRIPT LOAD in the same pipeline costs no round trip (an error of it shows as NOSCRIPT).
         The replica has a script cache of its own (SCRIPT LOAD is not replicated)."""
-        loaded = self.replica_scripts if wire is self._replica_wire else self.loaded_scripts
+        on_replica = any(wire is replica_wire for replica_wire in self._replica_wires.values())
+        loaded = self.replica_scripts if on_replica else self.loaded_scripts
         if verb not in loaded:
             self.pipe.add(wire, (b"SCRIPT", b"LOAD", self.scripts[verb]))
             loaded.add(verb)
@@ -637,7 +643,7 @@ class ScriptHost(Side):
                 self.open_claims[step.index] = _OpenClaim(call, step.user, paused, step.protocol)
                 return paused
             # the host needs the read's answer before it decides: a round trip of its own
-            if step.on_replica:  # (as the admin, on RESP2: a replica call has no user)
+            if step.on_replica:  # (as the admin: a replica call has no user)
                 return [] if reads_as_paused(self.pipe.get(paused)) else self._evalsha(wire, call.verb, call)
             return self._finish_claim(call, step.user, self.pipe.get(paused), step.protocol)
         return self._evalsha(wire, plan.verb, call)
