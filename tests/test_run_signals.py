@@ -256,7 +256,7 @@ print("after", file=sys.stderr, flush=True)
 
 
 def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> None:
-    from difftest.campaign.driver import OWNER_FILE, sweep_leftovers
+    from difftest.servers.leftovers import OWNER_FILE, sweep_leftovers
 
     gone = _dead_pid()
     mine = os.getpid()
@@ -268,6 +268,32 @@ def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> No
     # a dead owner's directory goes; a live one's, or one of no campaign, stays
     assert {p.name for p in removed} == {"difftest-dead"}
     assert {p.name for p in tmp_path.iterdir()} == {"difftest-live", "difftest-other"}
+
+
+def test_a_group_names_its_owner_and_the_next_group_removes_a_killed_ones() -> None:
+    """A server group's directory in /dev/shm names the process that made it; one whose maker was
+    killed (SIGKILL: no cleanup ran, as a test fixture's under a killed pytest) goes at the next
+    group's start, and a live maker's stays."""
+    from difftest.servers.group import ServerGroup
+    from difftest.servers.leftovers import OWNER_FILE
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from difftest.servers.group import ServerGroup\n"
+         "import time\ngroup = ServerGroup()\nprint(group.root, flush=True)\ntime.sleep(120)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    root = Path(child.stdout.readline().strip())
+    try:
+        assert root.parent == Path("/dev/shm") and (root / OWNER_FILE).read_text() == f"{child.pid}\n"
+        with ServerGroup() as alive_beside:  # its maker runs: left alone
+            assert root.exists() and (alive_beside.root / OWNER_FILE).read_text() == f"{os.getpid()}\n"
+    finally:
+        child.kill()
+        child.wait()
+    assert root.exists()  # nothing removed it: its maker was killed
+    with ServerGroup():
+        assert not root.exists()
 
 
 def _dead_pid() -> int:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from difftest.base.files import environmental_cause, is_environmental
 from difftest.base.problems import SetupProblem
 from difftest.replay import labels as coverage
+from difftest.servers.leftovers import sweep_leftovers
 
 if TYPE_CHECKING:  # the types only: a campaign's process imports them when it starts its servers
     from multiprocessing.queues import Queue
@@ -52,8 +53,6 @@ if TYPE_CHECKING:  # the types only: a campaign's process imports them when it s
 
 BATCH = 40  # histories per Hypothesis run: small enough to stop on time, large enough to amortise
 STOP_S = 8.0  # after SIGTERM, how long a worker may take to remove its servers before SIGKILL (docker stop: 10 s)
-SHM = Path("/dev/shm")
-OWNER_FILE = "owner.pid"  # in a worker's server-group directory: the pid that removes it
 _PR_SET_PDEATHSIG = 1
 
 
@@ -528,8 +527,7 @@ def _work(config: CampaignConfig, worker: int, notify: Callable[[WorkerReport], 
     group: ServerGroup | None = None
     try:
         try:
-            group = ServerGroup(backend=config.backend)
-            mark_owner(group)
+            group = ServerGroup(backend=config.backend)  # (its directory names this worker as its owner)
             if on_root is not None:
                 on_root(group.root)
             with Replayer(config.module, group=group, lua_scripts=config.lua_scripts,
@@ -582,45 +580,6 @@ def _next_position(otherwise: int) -> int:
         position = int(_dealer.value)
         _dealer.value = position + 1
     return position
-
-
-# ---- leftovers: what a killed process could not remove ----------------------------------------------
-
-
-def mark_owner(group: ServerGroup) -> None:
-    """Name the process that removes a server group's directory (in /dev/shm): if it is killed
-    before it can, the next campaign's start does (`sweep_leftovers`)."""
-    root = Path(group.root)
-    if root.parent == SHM and root.name.startswith("difftest-"):  # not an attached pair's clock directory
-        with contextlib.suppress(OSError):
-            (root / OWNER_FILE).write_text(f"{os.getpid()}\n")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_leftovers(shm: Path = SHM) -> list[Path]:
-    """Remove what killed processes left in /dev/shm: campaign server-group directories whose owner
-    no longer runs. Never anything a live process holds. Returns what it removed."""
-    removed: list[Path] = []
-    with contextlib.suppress(OSError):
-        for entry in shm.iterdir():
-            if entry.name.startswith("difftest-"):
-                try:
-                    owner = int((entry / OWNER_FILE).read_text().strip())
-                except (OSError, ValueError):
-                    continue  # not a campaign's, or its owner still writing: left alone
-                if not _alive(owner):
-                    shutil.rmtree(entry, ignore_errors=True)
-                    removed.append(entry)
-    return removed
 
 
 # ---- workers in processes of their own -------------------------------------------------------------

@@ -105,7 +105,7 @@ class Service:
         return config.histories is not None and int(self.shared.value) >= config.histories
 
     def replace_dead(self) -> None:
-        from difftest.campaign.driver import sweep_leftovers
+        from difftest.servers.leftovers import sweep_leftovers
 
         for slot, process in list(self.processes.items()):
             if process.exitcode is None:
@@ -168,7 +168,7 @@ class Service:
     def drain(self) -> list[int]:
         """Every worker asked to finish its history and end; those still running after DRAIN_S killed
         (their pending failures handed on, their servers' directories removed). Returns the killed slots."""
-        from difftest.campaign.driver import sweep_leftovers
+        from difftest.servers.leftovers import sweep_leftovers
 
         for process in self.processes.values():
             if process.exitcode is None and process.pid is not None:
@@ -200,7 +200,7 @@ def service_name() -> str:
 def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = None) -> tuple[int, dict[str, Any]]:
     """Run the service until a budget ends or SIGTERM/SIGINT; returns the signal that stopped it (0:
     a budget) and what this service's workers did (histories, findings, met_again)."""
-    from difftest.campaign.driver import sweep_leftovers
+    from difftest.servers.leftovers import sweep_leftovers
 
     store = Store(config.database)
     store.check()

@@ -366,7 +366,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
 
 def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
     """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
-    from difftest.campaign.driver import bind_to_parent, mark_owner, quiet_swallowed_interrupts
+    from difftest.campaign.driver import bind_to_parent, quiet_swallowed_interrupts
     from difftest.replay.replayer import Replayer
     from difftest.servers.group import ServerGroup
     from difftest.servers.local import pin_to_core
@@ -388,7 +388,6 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
     try:
         with quiet_swallowed_interrupts():
             group = ServerGroup()
-            mark_owner(group)
             with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
                 worker = Worker(config, slot, store, replayer, shared)
                 if profiles is not None:

@@ -15,6 +15,7 @@ from difftest.servers.clock import CLOCK_FILE, FrozenClock
 from difftest.servers.compiled import clock_library
 from difftest.servers.compose import AttachedPair, attached_project
 from difftest.servers.docker import DockerServer, docker_client, remove_orphans
+from difftest.servers.leftovers import PREFIX, mark_owner, sweep_leftovers
 from difftest.servers.local import EmbeddedServer, fast_temp_dir
 
 Server = EmbeddedServer | DockerServer  # a server this group starts itself (an attached pair's are its own)
@@ -40,7 +41,11 @@ class ServerGroup:
             self.pair = AttachedPair(project or None)
             root = self.pair.clock_dir
         self._owns_root = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="difftest-", dir=fast_temp_dir())) if root is None else root
+        if self._owns_root:
+            sweep_leftovers()  # what killed processes before this one left in /dev/shm
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=fast_temp_dir())) if root is None else root
+        if self._owns_root:
+            mark_owner(self.root)  # removed by the next start if this process is killed first
         self.root.mkdir(parents=True, exist_ok=True)
         kwargs = {} if start_ms is None else {"start_ms": start_ms}
         try:
