@@ -11,6 +11,8 @@ import pytest
 import valkey
 
 from difftest.history import format as hist
+from difftest.history.resolve import resolve
+from difftest.replay.labels import labels
 from difftest.replay.replayer import Replayer
 from difftest.replay.replicas import Replicas, primary_options
 from difftest.replay.sides import LuaSide, NativeSide, Side
@@ -484,3 +486,39 @@ def test_a_call_the_host_refuses_on_both_servers_in_a_discarded_transaction_is_t
     assert result.divergence is None, result.divergence
     complete, pause = result.records[2], result.records[3]
     assert _code(complete.native_reply) == "EMQ ARG" and _code(pause.native_reply) == "EXECABORT"
+
+
+RESP3_TRANSACTIONS = hist.loads(
+    """{"format": "difftest-history", "version": 1}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "memory", "limit": true}
+{"op": "multi", "resp": 3}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [10]}
+{"op": "exec"}
+{"op": "memory", "limit": false}
+{"op": "multi", "target": "replica", "resp": 3}
+{"op": "call", "verb": "PROMOTE", "queue": "q", "args": [10]}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j3", "p", 0]}
+{"op": "exec"}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j4", "p", 0], "target": "replica", "resp": 3}
+""",
+    "resp3-transactions.jsonl",
+)
+
+
+def test_transactions_and_replica_calls_on_resp3_are_replayed_and_predicted() -> None:
+    """A transaction on a RESP3 connection gives its calls its protocol (resolve), and is sent on the
+    admin's RESP3 wire: over the memory limit its ENQUEUE's deny-oom first write meets OOM inside EXEC
+    on both, the PROMOTE beside it answers; on a replica the scripts are queued and the write refused
+    at its first write (READONLY), a call to the replica on RESP3 likewise; the model predicts each."""
+    resolved = [r for r in resolve(RESP3_TRANSACTIONS.steps) if r.call is not None]
+    assert [r.protocol for r in resolved] == [2, 3, 3, 3, 3, 3]
+    with Replayer(DEFAULT_MODULE) as replayer:
+        result = replayer.replay(RESP3_TRANSACTIONS)
+    assert result.divergence is None, result.divergence
+    codes = [(_code(r.lua_reply), _code(r.native_reply)) for r in result.records if r.resolved.call is not None]
+    assert codes == [(1, 1), ("OOM", "OOM"), (0, 0), (0, 0), ("READONLY", "READONLY"), ("READONLY", "READONLY")]
+    assert not any(r.verdict.unjudged for r in result.records)  # the model predicted every step
+    assert {"pair:oom+resp3:enqueue:first-write", "pair:resp3+multi:enqueue:first-write",
+            "pair:replica+resp3:enqueue:first-write"} <= set(labels(result))  # fmt: skip
