@@ -12,10 +12,11 @@ totals and removed, so a restart-heavy history does not leave thousands of files
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from difftest.base.processes import alive
 
 MAGIC = 0xFF6C70726F667281  # "\xfflprofr\x81": a 64-bit raw profile
 _HEADER_FIELDS = 16  # version 10: magic, version, binary ids size, data, padding, counters, ..., value kind last
@@ -67,19 +68,6 @@ def _pid_of(path: Path) -> int | None:
     return int(digits) if digits else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (our own child, not yet reaped) has counted all it will
-    with contextlib.suppress(OSError):
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return False
-
-
 @dataclass
 class Counters:
     """One worker's view of its servers' profiles in `directory` (its own, named native-<pid>.profraw)."""
@@ -105,7 +93,7 @@ class Counters:
             else:
                 moved.update(i for i, (c, b) in enumerate(zip(counts, before, strict=True)) if c != b)
             pid = _pid_of(path)
-            if pid is not None and not _alive(pid):
+            if pid is not None and not alive(pid):
                 self._last.pop(path, None)  # its server is gone: counted now, the file goes
                 with contextlib.suppress(OSError):
                     path.unlink()

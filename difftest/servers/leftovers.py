@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from difftest.base.processes import alive
+
 SHM = Path("/dev/shm")
 OWNER_FILE = "owner.pid"  # in a server group's directory: the pid that removes it
 PREFIX = "difftest-"  # a server group's directory's name (tempfile.mkdtemp's prefix)
@@ -21,16 +23,6 @@ def mark_owner(root: Path) -> None:
             (root / OWNER_FILE).write_text(f"{os.getpid()}\n")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_leftovers(shm: Path = SHM) -> list[Path]:
     """Remove what killed processes left in `shm`: server-group directories whose owner no longer
     runs. Never anything a live process holds, nor a directory without an owner (one being made, or
@@ -43,7 +35,7 @@ def sweep_leftovers(shm: Path = SHM) -> list[Path]:
                     owner = int((entry / OWNER_FILE).read_text().strip())
                 except (OSError, ValueError):
                     continue  # not a server group's, or its owner still writing: left alone
-                if not _alive(owner):
+                if not alive(owner):
                     shutil.rmtree(entry, ignore_errors=True)
                     removed.append(entry)
     return removed
