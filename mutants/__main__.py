@@ -260,11 +260,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
         return code
 
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C raises KeyboardInterrupt even where the runner was started with SIGINT ignored (a shell's
+    # background job ignores it): as `difftest run` does, the handlers are the runner's own
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}  # fmt: skip
     try:
         return _guarded(work, reports)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 if __name__ == "__main__":
