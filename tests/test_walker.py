@@ -15,8 +15,15 @@ from difftest.servers import walker
 from difftest.servers.group import ServerGroup
 from difftest.servers.local import EmbeddedServer
 from difftest.servers.wire import Wire
-from difftest.spec.replies import Simple
-from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, WalkReader, parse_canonical, unqualified
+from difftest.spec.replies import ErrorReply, Simple
+from difftest.spec.snapshot import (
+    CANONICAL_WALK_SCRIPT,
+    WalkReader,
+    apply_tracked,
+    is_tracked,
+    parse_canonical,
+    unqualified,
+)
 from executors.native.adapter import DEFAULT_MODULE
 
 # tiny pools, so that keys collide, fields repeat and every type meets every name
@@ -114,6 +121,14 @@ def test_sides_walk_with_the_module_and_the_variable_chooses_the_script(
     native_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     side = NativeSide(native_server, {})
+    assert side.walk_command == (*MODULE_WALK, b"SINCE", str(walker.TRACK_FROM).encode())  # tracked
+    side.close()
+    monkeypatch.setenv(walker.TRACK_FROM_VARIABLE, "0")
+    side = NativeSide(native_server, {})
+    assert side.walk_command == (*MODULE_WALK, b"SINCE", b"0")
+    side.close()
+    monkeypatch.setenv(walker.CHOICE_VARIABLE, "whole")
+    side = NativeSide(native_server, {})
     assert side.walk_command == MODULE_WALK
     side.close()
     monkeypatch.setenv(walker.CHOICE_VARIABLE, "lua")
@@ -122,6 +137,10 @@ def test_sides_walk_with_the_module_and_the_variable_chooses_the_script(
     side.close()
     monkeypatch.setenv(walker.CHOICE_VARIABLE, "fast")
     with pytest.raises(SetupProblem, match="DIFFTEST_WALKER=fast: use 'module'"):
+        NativeSide(native_server, {})
+    monkeypatch.setenv(walker.CHOICE_VARIABLE, "module")
+    monkeypatch.setenv(walker.TRACK_FROM_VARIABLE, "many")
+    with pytest.raises(SetupProblem, match="DIFFTEST_TRACK_FROM=many: give a number of keys"):
         NativeSide(native_server, {})
 
 
@@ -160,3 +179,88 @@ def test_the_walk_reader_reads_what_parse_canonical_reads(walked: Wire, writes: 
                 if before[walk].get(key) == entry:
                     assert before[walk][key] is entry
             before[walk] = snapshot
+
+
+# a tracked walk's own writes: the WRITES above in two databases, RENAME, MOVE, FLUSHDB and the
+# frozen clock moved (keys with a TTL vanish with no command touching them)
+TRACKED_WRITES = st.one_of(
+    WRITES,
+    st.tuples(st.just(b"RENAME"), KEY_NAMES, KEY_NAMES),
+    st.tuples(st.just(b"MOVE"), KEY_NAMES, st.just(b"2")),
+    st.tuples(st.just(b"SELECT"), st.sampled_from([b"0", b"2"])),
+    st.tuples(st.just(b"advance"), st.integers(1, 10**12)),
+    st.just((b"FLUSHDB",)),
+)
+
+
+@pytest.fixture(scope="module")
+def tracked_server() -> Any:
+    with ServerGroup() as group:
+        server = group.add("native", module=DEFAULT_MODULE)
+        yield group, server
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(writes=st.lists(st.lists(TRACKED_WRITES, max_size=4), min_size=1, max_size=12), padding=st.sampled_from([0, 40]))
+def test_tracked_walks_applied_step_by_step_give_the_whole_walk(
+    tracked_server: tuple[ServerGroup, EmbeddedServer], writes: list[list[tuple[Any, ...]]], padding: int
+) -> None:
+    """The tracked walk (DIFFTEST.WALK SINCE: the keys written since the last one) applied to the
+    keyspace the walks before it made is, after every batch of writes, the whole walk's keyspace, key
+    for key and epoch for epoch (to every database, expiry on the frozen clock, renames and moves
+    included); the server then verifies that every key is as its walks reported; and a tracked walk
+    of a step that wrote nothing answers only the keys with a TTL."""
+    group, server = tracked_server
+    walker_wire, writer = Wire(server.address), Wire(server.address)
+    walker_wire.call(b"FLUSHALL")
+    for i in range(padding):  # (past half of the keyspace written, a walk is whole)
+        writer.call(b"SET", b"pad%d" % i, b"x")
+    snapshot, epochs = parse_canonical(walker_wire.call(b"DIFFTEST.WALK", b"SINCE", b"0"))
+    tracked = 0
+    for batch in writes:
+        for write in batch:
+            if write[0] == b"advance":
+                group.advance(write[1])
+            else:
+                writer.call(*write)
+        raw = walker_wire.call(b"DIFFTEST.WALK", b"SINCE", b"0")
+        if is_tracked(raw):
+            tracked += 1
+            snapshot, epochs = apply_tracked(snapshot, epochs, raw)
+        else:
+            snapshot, epochs = parse_canonical(raw)
+        assert (snapshot, epochs) == parse_canonical(walker_wire.call(b"DIFFTEST.WALK"))
+        assert walker_wire.call(b"DIFFTEST.WALK", b"VERIFY") == [0]
+    again = walker_wire.call(b"DIFFTEST.WALK", b"SINCE", b"0")
+    if is_tracked(again):  # nothing written since: only the keys with a TTL, read again
+        assert again[3] == b"\x90" and all(entry.pttl >= 0 for entry in parse_canonical(again[:3])[0].values())
+    if padding and not any(write[0] == b"FLUSHDB" for batch in writes for write in batch):
+        assert tracked > 0  # (the padding keeps most walks tracked)
+    walker_wire.close()
+    writer.close()
+
+
+def test_a_write_no_event_announced_is_named_by_verify(group: ServerGroup) -> None:
+    """A module's low-level write fires no keyspace event (DIFFTEST.PLANT, the walker's test-only
+    command): the tracked walk does not see it, and VERIFY names the key (the replay then answers
+    with whole walks); FORGET makes the next tracked walk whole, and that one is verified."""
+    server = group.add("native", module=DEFAULT_MODULE)
+    wire = Wire(server.address)
+    assert wire.call(b"DIFFTEST.PLANT", b"h", b"f", b"v") == ErrorReply("ERR unknown command 'DIFFTEST.PLANT', with args beginning with: 'h' 'f' 'v' ")  # fmt: skip
+    wire.call(b"MODULE", b"UNLOAD", b"difftestwalk")
+    wire.call(b"MODULE", b"LOAD", str(walker.walker_module()).encode(), b"plant")
+    for i in range(10):
+        wire.call(b"HSET", b"k%d" % i, b"f", b"v")
+    wire.call(b"DIFFTEST.WALK", b"SINCE", b"0")
+    assert wire.call(b"DIFFTEST.WALK", b"VERIFY") == [0]
+    assert wire.call(b"DIFFTEST.PLANT", b"k3", b"f", b"planted") == 1
+    assert wire.call(b"HGET", b"k3", b"f") == b"planted"
+    raw = wire.call(b"DIFFTEST.WALK", b"SINCE", b"0")
+    assert is_tracked(raw) and parse_canonical(raw[:2])[0] == {}  # unseen by the events
+    assert wire.call(b"DIFFTEST.WALK", b"VERIFY") == [1, 0, b"k3"]
+    wire.call(b"DIFFTEST.WALK", b"FORGET")
+    assert not is_tracked(wire.call(b"DIFFTEST.WALK", b"SINCE", b"0"))  # whole again
+    assert wire.call(b"DIFFTEST.WALK", b"VERIFY") == [0]
+    assert isinstance(wire.call(b"DIFFTEST.WALK", b"SINCE", b"x"), ErrorReply)
+    assert isinstance(wire.call(b"DIFFTEST.WALK", b"NOW"), ErrorReply)
+    wire.close()

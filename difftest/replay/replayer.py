@@ -40,10 +40,20 @@ from difftest.replay.replicas import KIND as PROPAGATION
 from difftest.replay.replicas import Propagation, Replicas, primary_options
 from difftest.replay.sides import LuaSide, NativeSide, Side, StepOutcome
 from difftest.servers.group import ServerGroup
+from difftest.servers.walker import VERIFY_WALK, WALK_COMMAND
 from difftest.servers.wire import Element, Future, Wire
 from difftest.spec.commands import TRANSITIONS
 from difftest.spec.replies import Died, NotSent, Reply, Simple
-from difftest.spec.snapshot import Epochs, Snapshot, WalkReader, parse_canonical, resync_commands, with_epochs
+from difftest.spec.snapshot import (
+    Epochs,
+    Snapshot,
+    WalkReader,
+    apply_tracked,
+    is_tracked,
+    parse_canonical,
+    resync_commands,
+    with_epochs,
+)
 from executors.lua.adapter import load_scripts
 
 # past this, a server's AOF is rewritten between histories, so that it does not grow without end
@@ -61,6 +71,21 @@ EVENTS = "events"  # a divergence's kind: the keyspace notifications of a step d
 # server holds unread stay bounded. Uncut, 20,000 ENQUEUEs left the native server writing gigabytes
 # of walks its client did not read yet, and the client's write of the Lua pipeline timed out.
 SEGMENT_STEPS = 256
+
+
+# how a result's walks were read (ReplayResult.walks): tracked walks (proven at the end), whole
+# walks only, or tracked and then the history again with whole walks (and why)
+TRACKED, WHOLE, WHOLE_AGAIN = "tracked", "whole", "whole again"
+UNANNOUNCED = "a write no keyspace event announced"
+# a history's tracked walks are verified (DIFFTEST.WALK VERIFY: the server walks itself whole) at
+# its end, before a restart, and at the end of a segment once its steps since the last verification
+# times this reach the keyspace's keys: the verification's cost is then at most this many keys a
+# step, and a write no event announced (a module's low-level write) is found within that many steps
+VERIFY_KEYS_PER_STEP = 64
+
+
+class _Unannounced(Exception):
+    """A server's keyspace is not what its tracked walks reported (found before a restart)."""
 
 
 class ReferenceLost(RuntimeError):
@@ -117,6 +142,7 @@ class ReplayResult:
     divergence: Divergence | None = None
     elapsed_s: float = 0.0
     replicas: bool = False  # whether each server had a replica to keep up (`--replicas`)
+    walks: str = WHOLE  # TRACKED, WHOLE, or WHOLE_AGAIN and why
 
     @property
     def ok(self) -> bool:
@@ -172,29 +198,71 @@ def segments(
     return out
 
 
-class _Walks:
-    """Raw keyspace walks parsed into snapshots, an unchanged walk reusing its snapshot (most steps
-    change nothing), and a Lua walk equal to the native's sharing the native's snapshot."""
+class _SideWalks:
+    """One side's walks read into snapshots: a whole walk's reply read whole (an unchanged one reusing
+    its snapshot: most steps change nothing), a tracked walk's applied to the keyspace the walks
+    before it reported."""
 
     def __init__(self) -> None:
-        self.native_raw: Any = None
-        self.native: tuple[Snapshot, Epochs] = ({}, {})
-        self.lua_raw: Any = None
-        self.lua: Snapshot = {}
-        # each reader keeps the Entry of every key its walk left unchanged: a step's cost is then in
-        # the keys it changed, not in all it walks (a long history's keyspace grows)
-        self.native_reader, self.lua_reader = WalkReader(), WalkReader()
+        self.raw: Any = None
+        self.snapshot: Snapshot = {}
+        self.epochs: Epochs = {}
+        # keeps the Entry of every key a whole walk left unchanged: a step's cost is then in the keys
+        # it changed, not in all it walks (a long history's keyspace grows)
+        self.reader = WalkReader()
+        self.tracked = False  # a tracked walk was applied since the last verification
+        self.ever_tracked = False  # one was applied in this history
+
+    def read(self, walk: Any) -> tuple[Snapshot, Epochs]:
+        # (a tracked walk's reply equal to the last one: the same keys written to the same rows, on
+        # the keyspace that reply already made, which it leaves as it is)
+        if walk != self.raw:
+            if is_tracked(walk):
+                self.snapshot, self.epochs = apply_tracked(self.snapshot, self.epochs, walk)
+                self.tracked = self.ever_tracked = True
+            else:
+                self.snapshot, self.epochs = self.reader.read(walk)
+            self.raw = walk
+        return self.snapshot, self.epochs
+
+    def adopt(self, walk: Any, snapshot: Snapshot) -> None:
+        """The other side's snapshot taken as this side's (its walk, `walk`, said the same)."""
+        self.raw, self.snapshot = walk, snapshot
+        if is_tracked(walk):
+            self.tracked = self.ever_tracked = True
+
+
+class _Walks:
+    """Both sides' walks parsed into snapshots, a Lua walk equal to the native's sharing the native's
+    snapshot (a tracked one only when the two keyspaces it was applied to were one snapshot too)."""
+
+    def __init__(self) -> None:
+        self.native, self.lua = _SideWalks(), _SideWalks()
+        self.steps_since_verified = 0
 
     def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
-        if native_walk != self.native_raw:
-            self.native_raw, self.native = native_walk, self.native_reader.read(native_walk)
-        native_after, epochs = self.native
-        # (a third string: the keys of other databases, when any holds keys)
-        if lua_walk[0] == native_walk[0] and lua_walk[2:] == native_walk[2:]:
+        self.steps_since_verified += 1
+        shared_before = self.lua.snapshot is self.native.snapshot
+        native_after, epochs = self.native.read(native_walk)
+        # (a third string: the keys of other databases; a tracked walk's fourth: the keys gone)
+        same = len(lua_walk) == len(native_walk) and lua_walk[0] == native_walk[0] and lua_walk[2:] == native_walk[2:]
+        if same and (shared_before or not is_tracked(lua_walk)):
+            self.lua.adopt(lua_walk, native_after)
             return native_after, native_after, epochs
-        if lua_walk[0::2] != self.lua_raw:
-            self.lua_raw, self.lua = lua_walk[0::2], self.lua_reader.read(lua_walk)[0]
-        return self.lua, native_after, epochs
+        return self.lua.read(lua_walk)[0], native_after, epochs
+
+    def verification_due(self) -> bool:
+        """Whether the tracked walks since the last verification are to be proven now (at a
+        segment's end): once the steps walked since would have walked as many keys whole as the
+        keyspace holds, VERIFY_KEYS_PER_STEP a step (a whole walk's cost spread over them)."""
+        if not (self.native.tracked or self.lua.tracked):
+            return False
+        return self.steps_since_verified * VERIFY_KEYS_PER_STEP >= len(self.native.snapshot)
+
+    @property
+    def ever_tracked(self) -> bool:
+        """Whether a tracked walk was applied on either side in this history."""
+        return self.native.ever_tracked or self.lua.ever_tracked
 
 
 @dataclass
@@ -270,6 +338,9 @@ class Replayer:
         self._acl: dict[tuple[tuple[str, ...], bytes, str], bool] = {}
         # seconds spent per stage over every replay (for bench/: where a compared step's time goes)
         self.stages: defaultdict[str, float] = defaultdict(float)
+        # histories replayed again with whole walks after tracked ones, by why (bench/, tests)
+        self.whole_again: Counter[str] = Counter()
+        self._walks = _Walks()  # the walks of the history being replayed
 
     def close(self) -> None:
         for side in (self.lua, self.native):
@@ -341,7 +412,68 @@ class Replayer:
     def replay(self, history: History, alone_from: int | None = None) -> ReplayResult:
         """Every step replayed and judged, up to the first divergence. `alone_from`: the steps from
         that index on go one round trip each (after the native died in a pipelined segment, its
-        replies were never written, so the replay is repeated to find the step that killed it)."""
+        replies were never written, so the replay is repeated to find the step that killed it).
+
+        Where tracked walks were read (a keyspace of TRACK_FROM keys or more), each server proves at
+        the end that its keyspace is what its walks reported (`DIFFTEST.WALK VERIFY`); where one
+        cannot (a write no keyspace event announced), and where a divergence was found, the history
+        is replayed again with a whole walk after every step, whose verdict is the one returned."""
+        walks = _Walks()
+        try:
+            result = self._replay(history, alone_from, walks)
+        except _Unannounced as unannounced:
+            return self._replayed_whole(history, alone_from, str(unannounced))
+        if not walks.ever_tracked:
+            return result
+        if result.divergence is not None:
+            if isinstance(result.divergence.native_reply, Died):
+                return result  # (a death is met alike whatever the walks read)
+            return self._replayed_whole(history, alone_from, "a divergence found on tracked walks, confirmed")
+        missed = self._unverified(walks)
+        if missed is not None:
+            return self._replayed_whole(history, alone_from, missed)
+        result.walks = TRACKED
+        return result
+
+    def _replayed_whole(self, history: History, alone_from: int | None, why: str) -> ReplayResult:
+        """The history replayed again with a whole walk after every step (`why`: the reason)."""
+        assert self.lua is not None and self.native is not None
+        self.whole_again[why.split(":")[0]] += 1
+        sides = [side for side, server in ((self.lua, self.lua_server), (self.native, self.native_server))
+                 if server.running]  # fmt: skip
+        for side in sides:
+            side.track(False)
+        try:
+            result = self._replay(history, alone_from, _Walks())
+        finally:
+            for side in (self.lua, self.native):
+                if side.server.running:
+                    side.track(True)
+        result.walks = f"{WHOLE_AGAIN}: {why}"
+        return result
+
+    def _unverified(self, walks: _Walks, native_only: bool = False) -> str | None:
+        """Why a server's keyspace is not what its tracked walks reported (None: each that read one
+        is), by `DIFFTEST.WALK VERIFY`; the walks count as verified either way."""
+        assert self.lua is not None and self.native is not None
+        checked = [(self.native, walks.native)] if native_only else [(self.lua, walks.lua), (self.native, walks.native)]
+        missed = None
+        walks.steps_since_verified = 0
+        for side, side_walks in checked:
+            if not side_walks.tracked:
+                continue
+            side_walks.tracked = False
+            answer = side.wires[None].call(*VERIFY_WALK)
+            if isinstance(answer, list) and answer and answer[0] == 0:
+                continue
+            count, named = (str(answer[0]), answer[2::2]) if isinstance(answer, list) and answer else ("?", answer)
+            missed = (
+                missed or f"{UNANNOUNCED}: {count} key(s) of the {side.name} server not as its walks said ({named!r})"
+            )
+        return missed
+
+    def _replay(self, history: History, alone_from: int | None, walks: _Walks) -> ReplayResult:
+        """`replay` with the walks `walks` reads (tracked or whole, as the sides walk)."""
         started = time.perf_counter()
         stages = self.stages
         replicas = self._start(history)
@@ -350,7 +482,7 @@ class Replayer:
         mark = time.perf_counter()
         stages["reset"] += mark - started
         state = JudgeState()
-        walks = _Walks()
+        self._walks = walks
         runs = segments(resolve(history.steps), alone_from)
         # --replicas compares from the first step on; a history's own replicas (it calls one) from its
         # first call to a replica on, so that a verdict at a step depends on no later step: an
@@ -392,6 +524,11 @@ class Replayer:
                 return result
             if propagation is not None:
                 return self._propagated(result, state, segment, propagation, started)
+            if walks.verification_due():
+                missed = self._unverified(walks)
+                mark = _lap(stages, "verify", mark)
+                if missed is not None:
+                    raise _Unannounced(missed)
         result.elapsed_s = time.perf_counter() - started
         return result
 
@@ -494,6 +631,11 @@ class Replayer:
                 self.group.advance(step.step.ms)  # the servers' next commands read it
             return _lap(self.stages, "clock", mark)
         if isinstance(step.step, Restart):
+            # the native's tracked walks proven before its keyspace is reloaded (a write no event
+            # announced would show at the restart, not at its own step)
+            missed = self._unverified(self._walks, native_only=True)
+            if missed is not None:
+                raise _Unannounced(missed)
             # Not waited for: a rewrite the reset started (see there). Only the native server
             # restarts: the Lua server, the reference, would reload from its AOF the keyspace it
             # holds (every write it acknowledged is there, fsynced), and nothing else of it is
@@ -575,6 +717,8 @@ class Replayer:
         held_conditions, replica_memory = sorted(self.lua.conditions), self.lua.replica_memory
         for condition in held_conditions:  # RESTORE is a deny-oom write: the harness's writes never meet them
             self.lua.set_condition(condition, False)
+        if is_tracked(lua_walk):  # (only the keys its last step wrote: the whole keyspace read now)
+            lua_walk = admin.call(WALK_COMMAND)
         held = with_epochs(*parse_canonical(lua_walk))
         commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
         if commands:
@@ -596,6 +740,7 @@ class Replayer:
         for condition in held_conditions:
             self.lua.set_condition(condition, True, replica_memory)
         self.lua.drain()  # the re-sync's own events (RESTORE) are nobody's step
+        self.lua.forget_walks()  # the next Lua walk whole: the segment's later walks were never applied
 
     def _replicas_for(self, history: History) -> Replicas | None:
         """The replicas the history keeps up: --replicas', else, for a history that calls a replica,

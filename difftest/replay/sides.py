@@ -27,7 +27,7 @@ from difftest.history.resolve import Resolved, resolve
 from difftest.judge.events import MARKER_CHANNEL, PATTERNS, Event, Events, parse_message
 from difftest.servers.group import Server
 from difftest.servers.local import EmbeddedServer
-from difftest.servers.walker import WALK_COMMAND, module_walk_wanted
+from difftest.servers.walker import FORGET_WALK, WALK_COMMAND, module_walk_wanted, tracked_walk
 from difftest.servers.wire import Element, Future, Pipe, Wire
 from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
@@ -165,6 +165,10 @@ class Side:
         has_walker = walker not in ([None], []) and not isinstance(walker, ErrorReply)
         # the same canonical reply either way: the module's walk costs the server a quarter as much
         self.walk_command: WalkCommand = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
+        # the tracked walk where the module walks (the keys written since the last walk: tracked_walk)
+        self.tracked_walk = tracked_walk() if self.walk_command == MODULE_WALK else None
+        if self.tracked_walk is not None:
+            self.walk_command = self.tracked_walk
         if self.walk_command == SCRIPT_WALK:
             if self.db:  # the script's ARGV[1]: the database its caller selected
                 self.walk_command = (*SCRIPT_WALK, b"%d" % self.db)
@@ -391,6 +395,20 @@ class Side:
         self.wires = {}
 
     # -- steps ------------------------------------------------------------------------------
+
+    def track(self, on: bool) -> None:
+        """Tracked walks on (where the module walks) or off (a whole walk after every step); the
+        next tracked walk is a whole one either way (the pipe must be synced)."""
+        if self.tracked_walk is None:
+            return
+        self.walk_command = self.tracked_walk if on else MODULE_WALK
+        self.forget_walks()
+
+    def forget_walks(self) -> None:
+        """The next tracked walk is a whole one: the keyspace is not what the walks so far reported
+        to the harness (a re-sync rewrote it; the walks of a segment run again were never read)."""
+        if self.tracked_walk is not None:
+            self.wires[None].call(*FORGET_WALK)
 
     def walk(self) -> Future:
         return self.pipe.add(self.wires[None], self.walk_command, raw=True)

@@ -31,9 +31,40 @@ def walker_module() -> Path:
     return WALKER_MODULE
 
 
+# DIFFTEST_WALKER: "module" (the default) walks with DIFFTEST.WALK, tracked: a step's walk answers
+# the keys written since the walk before it, once the history's database holds TRACK_FROM keys
+# (below that a whole walk costs as little); "whole" walks the whole keyspace after every step with
+# the module (the reference the tracked walk is checked against); "lua" with the Lua walker script
+WALKER_CHOICES = ("module", "whole", "lua")
+TRACK_FROM_VARIABLE = "DIFFTEST_TRACK_FROM"
+# keys in the history's database from which a walk is tracked: below it a whole walk of the default
+# mix's keyspaces (a few dozen keys) costs the server about what a tracked one does, and needs no
+# verification at the history's end
+TRACK_FROM = 256
+TRACKED_WALK = b"SINCE"
+VERIFY_WALK = (WALK_COMMAND, b"VERIFY")  # names the keys whose rows differ from what the walks reported
+FORGET_WALK = (WALK_COMMAND, b"FORGET")  # the next tracked walk is a whole one
+
+
+def walker_choice() -> str:
+    """DIFFTEST_WALKER's value (one of WALKER_CHOICES), checked."""
+    choice = os.environ.get(CHOICE_VARIABLE, "module")
+    if choice not in WALKER_CHOICES:
+        raise SetupProblem(f"{CHOICE_VARIABLE}={choice}: use 'module' (the default: tracked walks), "
+                           "'whole' (a whole walk after every step) or 'lua' (the Lua walker script)")  # fmt: skip
+    return choice
+
+
 def module_walk_wanted() -> bool:
     """Whether sides walk with DIFFTEST.WALK where the server has it (DIFFTEST_WALKER=lua: never)."""
-    choice = os.environ.get(CHOICE_VARIABLE, "module")
-    if choice not in ("module", "lua"):
-        raise SetupProblem(f"{CHOICE_VARIABLE}={choice}: use 'module' (the default) or 'lua'")
-    return choice == "module"
+    return walker_choice() != "lua"
+
+
+def tracked_walk() -> tuple[bytes, ...] | None:
+    """The tracked walk's command (DIFFTEST_WALKER=module), or None: a whole walk after every step."""
+    if walker_choice() != "module":
+        return None
+    given = os.environ.get(TRACK_FROM_VARIABLE, str(TRACK_FROM))
+    if not given.isdigit():
+        raise SetupProblem(f"{TRACK_FROM_VARIABLE}={given}: give a number of keys (0: track every walk)")
+    return (WALK_COMMAND, TRACKED_WALK, given.encode())

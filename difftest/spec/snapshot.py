@@ -9,6 +9,7 @@ expiry times.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -31,6 +32,53 @@ class Entry:
 
 
 Snapshot: TypeAlias = dict[bytes, Entry]
+
+
+class Keyspace(dict[bytes, Entry]):
+    """A snapshot that knows where it came from: the snapshot before it (held weakly) and the keys
+    whose entries may differ from it (`written`, a superset of those that do). A walk makes each
+    step's snapshot from the last one, so the judge's checks can look at what a step wrote instead
+    of the whole keyspace (`written_since`). Equal to a plain dict of the same entries; pickled as one."""
+
+    __slots__ = ("__weakref__", "_base", "written")
+
+    def __init__(self, entries: Snapshot | None = None, base: Snapshot | None = None,
+                 written: frozenset[bytes] | None = None) -> None:  # fmt: skip
+        super().__init__(entries or {})
+        self._base = weakref.ref(base) if isinstance(base, Keyspace) and written is not None else None
+        self.written = written if self._base is not None else None
+
+    @property
+    def base(self) -> Snapshot | None:
+        """The snapshot this one was made from (None: not known, or no longer held anywhere)."""
+        return self._base() if self._base is not None else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+# how many walks back `written_since` follows a snapshot's bases before it gives up (a check that
+# last ran a few steps before: a step the judge skipped, a raw write's)
+WRITTEN_SINCE_STEPS = 16
+
+
+def written_since(after: Snapshot, before: Snapshot | None) -> frozenset[bytes] | None:
+    """The keys whose entries may differ between `before` and `after`, a later snapshot made from it
+    walk by walk (None: not known: compare the two whole)."""
+    if after is before:
+        return frozenset()
+    if before is None:
+        return None
+    keys: set[bytes] = set()
+    node: Snapshot | None = after
+    for _ in range(WRITTEN_SINCE_STEPS):
+        if not isinstance(node, Keyspace) or node.written is None:
+            return None
+        keys |= node.written
+        node = node.base
+        if node is before:
+            return frozenset(keys)
+    return None
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
@@ -198,12 +246,16 @@ class WalkReader:
 
     def __init__(self) -> None:
         self._rows: dict[bytes, tuple[Any, Entry]] = {}  # key -> (its row as last read, its Entry)
+        self._last: Keyspace | None = None  # the snapshot the last read made
 
     def read(self, raw: list[Any]) -> tuple[Snapshot, Epochs]:
+        """The walk's snapshot, a Keyspace made from the last read's: its `written` keys are those
+        whose row changed (new entries) and those gone."""
         packed_entries, packed_epochs = raw[0], raw[1]
         rows = msgpack.unpackb(packed_entries, raw=True, use_list=False) or ()
         last, now = self._rows, {}
         snapshot: Snapshot = {}
+        written = []
         for row in rows:
             key = row[0]
             known = last.get(key)
@@ -213,17 +265,67 @@ class WalkReader:
                 _, kind, value, pttl = row
                 kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
                 entry = Entry(kind_text, _logical(kind_text, list(value) if value else []), int(pttl))
+                written.append(bytes(key))
             key = bytes(key)
             snapshot[key] = entry
             now[key] = (row, entry)
         self._rows = now
+        base = self._last
         if len(raw) > 2:  # other databases' keys (rare: read whole, as parse_canonical does)
+            base = None  # (and not told apart from the last read's)
             for db, other, kind, value, pttl in _unpack(raw[2]):
                 kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
                 snapshot[qualified(int(db), bytes(other))] = Entry(kind_text, _logical(kind_text, value), int(pttl))
+        if base is not None:
+            written.extend(key for key in last.keys() - now.keys())  # gone
+        made = Keyspace(snapshot, base, frozenset(written) if base is not None else None)
+        self._last = made if len(raw) == 2 else None
         flat_epochs = _unpack(packed_epochs)
         epochs = {bytes(flat_epochs[i]): bytes(flat_epochs[i + 1]) for i in range(0, len(flat_epochs), 2)}
-        return snapshot, epochs
+        return made, epochs
+
+
+# A tracked walk's reply (`DIFFTEST.WALK SINCE`, difftest/servers/walker-crate/src/track.rs) holds
+# four strings: only the keys written since the walk before it (a whole walk's reply holds two or three)
+TRACKED_PARTS = 4
+
+
+def is_tracked(raw: list[Any]) -> bool:
+    """Whether a walk's reply is a tracked walk's: the keys written since the last walk only."""
+    return len(raw) == TRACKED_PARTS
+
+
+def _entry(kind: Any, value: Any, pttl: Any) -> Entry:
+    kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
+    return Entry(kind_text, _logical(kind_text, list(value) if value else []), int(pttl))
+
+
+def apply_tracked(snapshot: Snapshot, epochs: Epochs, raw: list[Any]) -> tuple[Snapshot, Epochs]:
+    """The keyspace after a tracked walk (pure): `snapshot` and `epochs` (the keyspace as the walks
+    before it reported) with the written keys' entries and epochs in place of their old ones, and
+    the keys gone dropped. New dicts; the unwritten keys keep their Entry objects."""
+    packed_entries, packed_epochs, packed_others, packed_gone = raw
+    after = dict(snapshot)
+    after_epochs = dict(epochs)
+    written = []
+    for key, kind, value, pttl in _unpack(packed_entries):
+        key = bytes(key)
+        after[key] = _entry(kind, value, pttl)
+        after_epochs.pop(key, None)  # (its epoch, if it still has one, is among the epochs below)
+        written.append(key)
+    for db, key, kind, value, pttl in _unpack(packed_others):
+        name = qualified(int(db), bytes(key))
+        after[name] = _entry(kind, value, pttl)
+        written.append(name)
+    for db, key in _unpack(packed_gone):
+        name = bytes(key) if int(db) < 0 else qualified(int(db), bytes(key))
+        after.pop(name, None)
+        after_epochs.pop(name, None)
+        written.append(name)
+    flat_epochs = _unpack(packed_epochs)
+    for i in range(0, len(flat_epochs), 2):
+        after_epochs[bytes(flat_epochs[i])] = bytes(flat_epochs[i + 1])
+    return Keyspace(after, snapshot, frozenset(written)), after_epochs
 
 
 def with_epochs(snapshot: Snapshot, epochs: Epochs) -> Snapshot:

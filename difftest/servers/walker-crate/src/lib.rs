@@ -17,16 +17,18 @@
 //! walk to the next.
 
 mod pack;
+mod track;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::slice;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, TryLockError};
 
 use valkey_module::alloc::ValkeyAlloc;
 use valkey_module::{
-    raw, valkey_module, Context, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
+    raw, valkey_module, Context, Status, ValkeyError, ValkeyResult, ValkeyString, ValkeyValue,
 };
 
 use pack::Packer;
@@ -520,7 +522,9 @@ unsafe fn pack_type_name(
 }
 
 /// One key read and packed as [key, type, value, pttl], or [db, key, type, value, pttl] for
-/// another database's (`db`; nothing when it is gone: expired now, say).
+/// another database's (`db`; nothing when it is gone: expired now, say). Returns the hash of what
+/// it packed for the key (its row and its lifted epoch) and whether the key has a TTL; None when
+/// the key is gone.
 unsafe fn pack_entry(
     ctx: *mut raw::RedisModuleCtx,
     cursor: &Cursor,
@@ -529,7 +533,7 @@ unsafe fn pack_entry(
     found: &mut Elements,
     items: &mut Packer,
     output: &mut Output,
-) -> Result<(), ValkeyError> {
+) -> Result<Option<(u64, bool)>, ValkeyError> {
     let (Some(open), Some(close), Some(kind_of), Some(dma), Some(expire)) = (
         raw::RedisModule_OpenKey,
         raw::RedisModule_CloseKey,
@@ -542,13 +546,19 @@ unsafe fn pack_entry(
     // opening the key (not the scan's handle) is what drops a key that expired: lazy expiry
     let key = open(ctx, name.string, READ_FLAGS);
     if key.is_null() {
-        return Ok(());
+        return Ok(None);
     }
     let kind = kind_of(key) as isize;
     if kind == raw::REDISMODULE_KEYTYPE_EMPTY {
         close(key);
-        return Ok(());
+        return Ok(None);
     }
+    let row_start = if db.is_some() {
+        output.others.len()
+    } else {
+        output.entries.len()
+    };
+    let epoch_start = output.epochs.len();
     let out = match db {
         Some(number) => {
             output.others.array(5);
@@ -598,25 +608,38 @@ unsafe fn pack_entry(
     } else {
         ttl
     };
-    if db.is_some() {
+    let row = if db.is_some() {
         output.others.integer(pttl);
         output.other_count += 1;
+        output.others.since(row_start)
     } else {
         output.entries.integer(pttl);
         output.entry_count += 1;
-    }
-    Ok(())
+        output.entries.since(row_start)
+    };
+    Ok(Some((
+        track::row_hash(row, output.epochs.since(epoch_start)),
+        pttl != -1,
+    )))
 }
 
-/// The selected database's keys packed, in order (`db`: another than the caller's).
+/// What a whole walk does with each key it packed: its database, its name, and its row's hash and
+/// whether it has a TTL (a plain walk: nothing; a tracked one records it; a check compares it).
+type OnRow<'a> = &'a mut dyn FnMut(c_int, &[u8], (u64, bool));
+
+/// The selected database's keys packed, in order (`db`: another than the caller's; `number`: the
+/// selected database's number).
+#[allow(clippy::too_many_arguments)]
 unsafe fn pack_database(
     ctx: *mut raw::RedisModuleCtx,
     cursor: &Cursor,
     db: Option<i64>,
+    number: c_int,
     names: &mut Vec<Name>,
     elements: &mut Elements,
     items: &mut Packer,
     output: &mut Output,
+    on_row: OnRow,
 ) -> Result<(), ValkeyError> {
     let Some(release) = raw::RedisModule_FreeString else {
         return Err(missing("RedisModule_FreeString"));
@@ -630,7 +653,9 @@ unsafe fn pack_database(
             continue; // the scan reported it twice
         }
         previous = Some(name.bytes());
-        pack_entry(ctx, cursor, name, db, elements, items, output)?;
+        if let Some(found) = pack_entry(ctx, cursor, name, db, elements, items, output)? {
+            on_row(number, name.bytes(), found);
+        }
     }
     Ok(())
 }
@@ -644,6 +669,7 @@ unsafe fn pack_other_databases(
     elements: &mut Elements,
     items: &mut Packer,
     output: &mut Output,
+    on_row: OnRow,
 ) -> Result<(), ValkeyError> {
     let (Some(selected), Some(select), Some(size)) = (
         raw::RedisModule_GetSelectedDb,
@@ -666,10 +692,12 @@ unsafe fn pack_other_databases(
                     ctx,
                     cursor,
                     Some(i64::from(db)),
+                    db,
                     names,
                     elements,
                     items,
                     output,
+                    &mut *on_row,
                 );
             }
         }
@@ -679,14 +707,14 @@ unsafe fn pack_other_databases(
     result
 }
 
-/// The walk into `buffers`, answered: the entries and the epochs as two bulk strings (and other
-/// databases' entries as a third, when any holds keys).
-unsafe fn walk_into(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> ValkeyResult {
-    let (Some(reply_array), Some(reply_string)) = (
-        raw::RedisModule_ReplyWithArray,
-        raw::RedisModule_ReplyWithStringBuffer,
-    ) else {
-        return Err(missing("the reply API"));
+/// The whole keyspace packed into `buffers` (not yet answered), each key's row given to `on_row`.
+unsafe fn pack_whole(
+    ctx: *mut raw::RedisModuleCtx,
+    buffers: &mut Buffers,
+    on_row: OnRow,
+) -> Result<(), ValkeyError> {
+    let Some(selected) = raw::RedisModule_GetSelectedDb else {
+        return Err(missing("the database API"));
     };
     let Buffers {
         names,
@@ -694,31 +722,244 @@ unsafe fn walk_into(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> Val
         items,
         output,
     } = buffers;
-    output.entries.start_body();
-    output.entry_count = 0;
-    output.epochs.start_body();
-    output.epoch_count = 0;
-    output.others.start_body();
-    output.other_count = 0;
+    output.start();
+    let home = selected(ctx);
     let cursor = Cursor::new()?;
-    pack_database(ctx, &cursor, None, names, elements, items, output)?;
-    pack_other_databases(ctx, &cursor, names, elements, items, output)?;
-    drop(cursor);
-    // the reply is written only now, when nothing can fail any more
-    reply_array(ctx, if output.other_count > 0 { 3 } else { 2 });
+    pack_database(
+        ctx, &cursor, None, home, names, elements, items, output, on_row,
+    )?;
+    pack_other_databases(ctx, &cursor, names, elements, items, output, on_row)
+}
+
+impl Output {
+    /// Empty bodies for a new walk.
+    fn start(&mut self) {
+        self.entries.start_body();
+        self.entry_count = 0;
+        self.epochs.start_body();
+        self.epoch_count = 0;
+        self.others.start_body();
+        self.other_count = 0;
+    }
+}
+
+/// The packed walk answered: the entries and the epochs as two bulk strings, other databases'
+/// entries as a third (when any holds keys, or always: `always_others`), then `gone` (a tracked
+/// walk's fourth: the keys it no longer finds).
+unsafe fn reply_output(
+    ctx: *mut raw::RedisModuleCtx,
+    output: &mut Output,
+    always_others: bool,
+    gone: Option<&[u8]>,
+) -> ValkeyResult {
+    let (Some(reply_array), Some(reply_string)) = (
+        raw::RedisModule_ReplyWithArray,
+        raw::RedisModule_ReplyWithStringBuffer,
+    ) else {
+        return Err(missing("the reply API"));
+    };
+    let others = always_others || output.other_count > 0;
+    let count = 2 + usize::from(others) + usize::from(gone.is_some());
+    reply_array(ctx, count as std::ffi::c_long);
     let entries = output.entries.with_array_header(output.entry_count);
     reply_string(ctx, entries.as_ptr() as *const c_char, entries.len());
     let epochs = output.epochs.with_array_header(output.epoch_count * 2);
     reply_string(ctx, epochs.as_ptr() as *const c_char, epochs.len());
-    if output.other_count > 0 {
+    if others {
         let others = output.others.with_array_header(output.other_count);
         reply_string(ctx, others.as_ptr() as *const c_char, others.len());
+    }
+    if let Some(gone) = gone {
+        reply_string(ctx, gone.as_ptr() as *const c_char, gone.len());
     }
     Ok(ValkeyValue::NoReply)
 }
 
-/// The walk, in the buffers the last walk left (fresh ones should they be in use).
-fn walk(ctx: &Context) -> ValkeyResult {
+/// The plain walk: the whole keyspace, answered (the reply is written only once nothing can fail).
+unsafe fn walk_into(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> ValkeyResult {
+    pack_whole(ctx, buffers, &mut |_, _, _| {})?;
+    reply_output(ctx, &mut buffers.output, false, None)
+}
+
+/// Whether the keyspace events are ours (the tracked walk answers whole walks without them).
+static TRACKING: AtomicBool = AtomicBool::new(false);
+
+/// The reports of the tracked walks, locked.
+fn reported() -> std::sync::MutexGuard<'static, Option<track::Reported>> {
+    track::REPORTED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `DIFFTEST.WALK SINCE <whole_below>`: the keys written since the last tracked walk, or the whole
+/// keyspace (the plain walk's reply, two or three strings) when the events do not say (a flush, a
+/// load, a new module, another database selected), when the caller's database holds fewer than
+/// `whole_below` keys, or when half of it was written. The tracked reply is four strings: the
+/// entries of the written keys that exist and their epochs (the caller's database), other
+/// databases' written entries, and the keys gone since they were reported, each as [db, key] (db
+/// -1: the caller's). A key with a TTL is read again every time (the frozen clock may have moved
+/// past it).
+unsafe fn walk_since(
+    ctx: *mut raw::RedisModuleCtx,
+    buffers: &mut Buffers,
+    whole_below: usize,
+) -> ValkeyResult {
+    let (Some(selected), Some(select), Some(size), Some(create), Some(release)) = (
+        raw::RedisModule_GetSelectedDb,
+        raw::RedisModule_SelectDb,
+        raw::RedisModule_DbSize,
+        raw::RedisModule_CreateString,
+        raw::RedisModule_FreeString,
+    ) else {
+        return Err(missing("the database API"));
+    };
+    let written = track::take_written();
+    let home = selected(ctx);
+    let mut held = reported();
+    let reports = held.get_or_insert_with(track::Reported::default);
+    let keys = size(ctx) as usize;
+    let pending = written.keys.len() + reports.volatile.len();
+    if !TRACKING.load(Ordering::Relaxed)
+        || written.everything
+        || !reports.valid
+        || reports.home != home
+        || keys < whole_below
+        || pending * 2 >= keys
+    {
+        reports.rows.clear();
+        reports.volatile.clear();
+        reports.valid = false;
+        pack_whole(ctx, buffers, &mut |db, name, found| {
+            reports.record((db, name.to_vec()), Some(found))
+        })?;
+        reports.valid = true;
+        reports.home = home;
+        return reply_output(ctx, &mut buffers.output, false, None);
+    }
+    let mut wanted: Vec<track::Key> = written.keys.into_iter().collect();
+    wanted.extend(reports.volatile.iter().cloned());
+    // the caller's database first, then the others by number; each by name
+    wanted.sort_unstable_by(|a, b| ((a.0 != home), a.0, &a.1).cmp(&((b.0 != home), b.0, &b.1)));
+    wanted.dedup();
+    let Buffers {
+        names,
+        elements,
+        items,
+        output,
+    } = buffers;
+    output.start();
+    let mut gone = Packer::new();
+    let mut gone_count = 0;
+    gone.start_body();
+    let cursor = Cursor::new()?;
+    let mut current = home;
+    let mut result = Ok(());
+    names.clear();
+    let names = Retained { names, release };
+    for (db, name) in &wanted {
+        if *db != current {
+            if select(ctx, *db) != raw::REDISMODULE_OK as c_int {
+                continue; // a database the server no longer has: nothing to read there
+            }
+            current = *db;
+        }
+        let string = create(ptr::null_mut(), name.as_ptr() as *const c_char, name.len());
+        if string.is_null() {
+            result = Err(ValkeyError::Str("ERR difftest walker: a key name could not be made"));
+            break;
+        }
+        let bytes = bytes_of(string);
+        names.names.push(Name {
+            string,
+            data: bytes.as_ptr(),
+            len: bytes.len(),
+        });
+        let Some(held_name) = names.names.last() else {
+            break;
+        };
+        let other = if *db == home { None } else { Some(i64::from(*db)) };
+        match pack_entry(ctx, &cursor, held_name, other, elements, items, output) {
+            Ok(found) => {
+                let key = (*db, name.clone());
+                if found.is_none() && reports.rows.contains_key(&key) {
+                    gone.array(2);
+                    gone.integer(if *db == home { -1 } else { i64::from(*db) });
+                    gone.bytes(name);
+                    gone_count += 1;
+                }
+                reports.record(key, found);
+            }
+            Err(failed) => {
+                result = Err(failed);
+                break;
+            }
+        }
+    }
+    select(ctx, home);
+    drop(names);
+    drop(cursor);
+    if let Err(failed) = result {
+        reports.valid = false; // what was reported is no longer known: the next walk is whole
+        return Err(failed);
+    }
+    let gone = gone.with_array_header(gone_count).to_vec();
+    reply_output(ctx, output, true, Some(&gone))
+}
+
+/// `DIFFTEST.WALK VERIFY`: the whole keyspace walked (not answered) and each key's row compared with
+/// what the tracked walks last reported of it. Answers the number of keys that differ (changed,
+/// appeared or gone with no event to say so; 0 when no tracked walk reported anything yet), then up
+/// to `NAMED` of them as database and name.
+unsafe fn verify(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> ValkeyResult {
+    const NAMED: usize = 8;
+    let held = reported();
+    let mut differing: Vec<track::Key> = Vec::new();
+    let mut count: usize = 0;
+    if let Some(reports) = held.as_ref().filter(|reports| reports.valid) {
+        let mut seen: usize = 0;
+        let mut found_keys: std::collections::HashSet<track::Key> = std::collections::HashSet::new();
+        pack_whole(ctx, buffers, &mut |db, name, (hash, _)| {
+            let key = (db, name.to_vec());
+            match reports.rows.get(&key) {
+                Some(&reported_hash) => {
+                    seen += 1;
+                    if reported_hash != hash {
+                        count += 1;
+                        if differing.len() < NAMED {
+                            differing.push(key.clone());
+                        }
+                    }
+                }
+                None => {
+                    count += 1;
+                    if differing.len() < NAMED {
+                        differing.push(key.clone());
+                    }
+                }
+            }
+            found_keys.insert(key);
+        })?;
+        if seen < reports.rows.len() {
+            for key in reports.rows.keys() {
+                if !found_keys.contains(key) {
+                    count += 1;
+                    if differing.len() < NAMED {
+                        differing.push(key.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut reply: Vec<ValkeyValue> = vec![ValkeyValue::Integer(count as i64)];
+    for (db, name) in differing {
+        reply.push(ValkeyValue::Integer(i64::from(db)));
+        reply.push(ValkeyValue::StringBuffer(name));
+    }
+    Ok(ValkeyValue::Array(reply))
+}
+
+/// The buffers the last walk left (fresh ones should they be in use), given to `body`, shrunk after.
+fn with_buffers(body: impl FnOnce(&mut Buffers) -> ValkeyResult) -> ValkeyResult {
     let mut held = match BUFFERS.try_lock() {
         Ok(held) => Some(held),
         // a panic in an earlier walk: its buffers are emptied before use all the same
@@ -730,15 +971,55 @@ fn walk(ctx: &Context) -> ValkeyResult {
         Some(held) => &mut **held,
         None => spare.insert(Buffers::default()),
     };
-    let result = unsafe { walk_into(ctx.ctx, buffers) };
+    let result = body(buffers);
     buffers.shrink();
     result
 }
 
+/// The walk asked for: plain (no argument), SINCE [whole_below], VERIFY or FORGET.
+fn walk(ctx: &Context, args: &[ValkeyString]) -> ValkeyResult {
+    let Some(sub) = args.get(1) else {
+        return with_buffers(|buffers| unsafe { walk_into(ctx.ctx, buffers) });
+    };
+    let sub = sub.as_slice().to_ascii_uppercase();
+    match sub.as_slice() {
+        b"SINCE" => {
+            let whole_below = match args.get(2) {
+                None => 0,
+                Some(given) => std::str::from_utf8(given.as_slice())
+                    .ok()
+                    .and_then(|text| text.parse::<usize>().ok())
+                    .ok_or(ValkeyError::Str(
+                        "ERR difftest walker: SINCE takes a key count (a whole walk below it)",
+                    ))?,
+            };
+            with_buffers(|buffers| unsafe { walk_since(ctx.ctx, buffers, whole_below) })
+        }
+        b"VERIFY" => with_buffers(|buffers| unsafe { verify(ctx.ctx, buffers) }),
+        b"FORGET" => {
+            track::forget();
+            Ok(ValkeyValue::SimpleStringStatic("OK"))
+        }
+        _ => Err(ValkeyError::Str(
+            "ERR difftest walker: use DIFFTEST.WALK [SINCE n | VERIFY | FORGET]",
+        )),
+    }
+}
+
 /// A panic would abort the server: it becomes an error reply (the code above is written not to).
-fn difftest_walk(ctx: &Context, _args: Vec<ValkeyString>) -> ValkeyResult {
-    catch_unwind(AssertUnwindSafe(|| walk(ctx)))
+fn difftest_walk(ctx: &Context, args: Vec<ValkeyString>) -> ValkeyResult {
+    catch_unwind(AssertUnwindSafe(|| walk(ctx, &args)))
         .unwrap_or_else(|_| Err(ValkeyError::Str("ERR difftest walker: internal error")))
+}
+
+/// At load: the keyspace events the tracked walk follows (without them it answers whole walks);
+/// with the argument `plant` (tests only), DIFFTEST.PLANT too.
+fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
+    TRACKING.store(track::subscribe(ctx.ctx), Ordering::Relaxed);
+    if args.iter().any(|arg| arg.as_slice() == b"plant") && !track::register_plant(ctx.ctx) {
+        return Status::Err;
+    }
+    Status::Ok
 }
 
 // no keys: it reads the whole keyspace, as the Lua walker does through SCAN
@@ -747,6 +1028,7 @@ valkey_module! {
     version: 1,
     allocator: (ValkeyAlloc, ValkeyAlloc),
     data_types: [],
+    init: init,
     commands: [
         ["DIFFTEST.WALK", difftest_walk, "readonly", 0, 0, 0],
     ],

@@ -75,6 +75,16 @@ impl Packer {
         self.out.extend_from_slice(&other.out);
     }
 
+    /// How many bytes the buffer holds (where the next value starts).
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// The bytes written since `start` (a `len` taken earlier).
+    pub fn since(&self, start: usize) -> &[u8] {
+        self.out.get(start..).unwrap_or_default()
+    }
+
     /// Empties the buffer, keeping its allocation for the next values.
     pub fn clear(&mut self) {
         self.out.clear();
