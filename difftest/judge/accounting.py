@@ -14,15 +14,17 @@ its row or one of its queue's sets (corruption, other writers, TTLs), a script s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import immutables
+
 from difftest.history.resolve import Guarded, Resolved
 from difftest.spec.commands import ATTEMPTS, SETS, STALLED, Layout, Verb, parse_key
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Epochs, Snapshot
+from difftest.spec.snapshot import Entry, Epochs, Snapshot, written_since
 
 FINDINGS = {
     "lost": "a job is in no set, though no transition removes it",
@@ -61,11 +63,34 @@ class Life:
         return ", ".join(self.events)
 
 
+Lives = immutables.Map[tuple[bytes, bytes], Life]
+
+
 @dataclass(frozen=True)
 class Accounts:
     """Every followed job's life, by (queue, id); a value (`follow` returns a new one)."""
 
-    lives: dict[tuple[bytes, bytes], Life] = field(default_factory=dict)  # never written to: copied on change
+    # a persistent map: a step changes a few lives of thousands without a copy of the others
+    lives: Lives = field(default_factory=immutables.Map)
+    # per queue, the snapshot its lives were last held to and found in place: the next step holds to
+    # the keyspace only the lives the keys written since may have moved (snapshot.written_since)
+    checked_on: immutables.Map[bytes, Snapshot] = field(default_factory=immutables.Map, compare=False)
+    # each life's place in the order the lives began (a map keeps none): every life held to the
+    # keyspace goes in that order, so that findings are worded in the same order run after run
+    born: immutables.Map[tuple[bytes, bytes], int] = field(default_factory=immutables.Map, compare=False)
+
+    def then(self, changed: dict[tuple[bytes, bytes], Life], checked_on: immutables.Map[bytes, Snapshot]) -> Accounts:
+        """These accounts with the lives `changed` (a new one placed last) and `checked_on`."""
+        if not changed:
+            return Accounts(self.lives, checked_on, self.born)
+        born = self.born
+        new = [item for item in changed if item not in born]
+        if new:
+            placed = born.mutate()
+            for item in new:
+                placed[item] = len(placed)
+            born = placed.finish()
+        return Accounts(self.lives.update(changed), checked_on, born)
 
 
 EMPTY = Accounts()
@@ -161,10 +186,14 @@ def follow(
     elif verb is Verb.REVIVE and reply == 1:
         _revived(step, guarded.job)
     if after is not before or step.changed:
-        _held_to_keyspace(step, verb, layout, before, after, now_ms, exempt, run_id)
-    if not step.changed:
+        _held_to_keyspace(step, verb, layout, before, after, now_ms, exempt, run_id,
+                          accounts.checked_on.get(queue), accounts.born)  # fmt: skip
+        checked_on = accounts.checked_on.set(queue, after)
+    elif not step.changed:
         return accounts, step.findings
-    return Accounts({**accounts.lives, **step.changed}), step.findings
+    else:
+        checked_on = accounts.checked_on
+    return accounts.then(step.changed, checked_on), step.findings
 
 
 class _Step:
@@ -172,7 +201,7 @@ class _Step:
 
     __slots__ = ("at", "changed", "findings", "held", "lives", "queue")
 
-    def __init__(self, lives: dict[tuple[bytes, bytes], Life], held: Held, queue: bytes, at: str) -> None:
+    def __init__(self, lives: Lives, held: Held, queue: bytes, at: str) -> None:
         self.lives, self.held, self.queue, self.at = lives, held, queue, at
         self.changed: dict[tuple[bytes, bytes], Life] = {}
         self.findings: list[str] = []
@@ -262,11 +291,65 @@ def _revived(step: _Step, job: bytes) -> None:
 
 
 def _held_to_keyspace(step: _Step, verb: Verb, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
-                      exempt: Epochs | None, run_id: bytes | None) -> None:  # fmt: skip
+                      exempt: Epochs | None, run_id: bytes | None, checked_on: Snapshot | None,
+                      born: immutables.Map[tuple[bytes, bytes], int]) -> None:  # fmt: skip
     """The keyspace: every followed job of the queue where its life says (the multi-member moves of
-    PROMOTE and SWEEP are read from it, each checked as the transition allows)."""
-    lives, changed, find, at = step.lives, step.changed, step.find, step.at
-    for item, known in lives.items() if not changed else {**lives, **changed}.items():
+    PROMOTE and SWEEP are read from it, each checked as the transition allows). Where the keys written
+    since `checked_on` (the snapshot the queue's lives were last found in place on) are known, only
+    the lives this step changed and the jobs those keys moved are looked at; should that find
+    anything, every life is looked at again, as without them (the findings then worded and ordered
+    as ever)."""
+    candidates = _moved_since(step, layout, after, checked_on)
+    if candidates is not None:
+        changed, findings = dict(step.changed), list(step.findings)
+        _lives_in_place(step, verb, layout, before, after, now_ms, exempt, run_id, candidates)
+        if len(step.findings) == len(findings):
+            step.findings.extend(_strangers(step.lives, step.changed, step.held, step.queue, layout, before, after,
+                                            step.at))  # fmt: skip
+            return
+        step.changed, step.findings = changed, findings
+    lives, changed = step.lives, step.changed
+    merged = lives.update(changed) if changed else lives
+    # in the order the lives began (a new one last: this step's enqueue)
+    newcomers = {item: len(born) + i for i, item in enumerate(item for item in changed if item not in born)}
+    everyone = sorted(merged.items(), key=lambda pair: born.get(pair[0], newcomers.get(pair[0], 0)))
+    _lives_in_place(step, verb, layout, before, after, now_ms, exempt, run_id, everyone)
+    step.findings.extend(_strangers(lives, step.changed, step.held, step.queue, layout, before, after, step.at))
+
+
+def _moved_since(step: _Step, layout: Layout, after: Snapshot,
+                 checked_on: Snapshot | None) -> list[tuple[tuple[bytes, bytes], Life]] | None:  # fmt: skip
+    """The lives of the queue that may not be in place in `after` though they were in `checked_on`:
+    those this step changed, and the jobs whose membership of one of the queue's sets changed since
+    (None: the keys written since are not known)."""
+    written = written_since(after, checked_on) if checked_on is not None else None
+    if written is None or checked_on is None:
+        return None
+    jobs = {job for queue, job in step.changed if queue == step.queue}
+    for _, key in _set_keys(layout.queue):
+        if key in written:
+            jobs.update(_zset_members(checked_on.get(key)) ^ _zset_members(after.get(key)))
+    found = []
+    for job in jobs:
+        item = (step.queue, job)
+        known = step.changed.get(item) or step.lives.get(item)
+        if known is not None:
+            found.append((item, known))
+    return found
+
+
+def _zset_members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:
+    if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict):
+        return entry.value.keys()
+    return frozenset()
+
+
+def _lives_in_place(step: _Step, verb: Verb, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
+                    exempt: Epochs | None, run_id: bytes | None,
+                    lives: Iterable[tuple[tuple[bytes, bytes], Life]]) -> None:  # fmt: skip
+    """Each of `lives` (of any queue: the step's are held) where the keyspace has it."""
+    changed, find, at = step.changed, step.find, step.at
+    for item, known in lives:
         if item[0] != step.queue or not step.held(*item):
             continue
         job = item[1]
@@ -292,7 +375,6 @@ def _held_to_keyspace(step: _Step, verb: Verb, layout: Layout, before: Snapshot,
             find("recovered", job, f"went from {known.stage} to pending", known)
         else:
             find("unexpected", job, f"went from {known.stage} to {home}", known)
-    step.findings.extend(_strangers(lives, changed, step.held, step.queue, layout, before, after, at))
 
 
 def rewritten(accounts: Accounts, command: tuple[bytes, ...], index: int) -> Accounts:
@@ -314,7 +396,7 @@ def rewritten(accounts: Accounts, command: tuple[bytes, ...], index: int) -> Acc
         return accounts
     event = f"#{index} raw {verb.decode()} attempts"
     lease = UNKNOWN if life.stage == "active" else None
-    return Accounts({**accounts.lives, item: life.then(event, token=-1, lease=lease, reset=True)})
+    return accounts.then({item: life.then(event, token=-1, lease=lease, reset=True)}, accounts.checked_on)
 
 
 def _swept(life: Life, job: bytes, home: str, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
@@ -335,7 +417,7 @@ def _swept(life: Life, job: bytes, home: str, layout: Layout, before: Snapshot, 
     return []
 
 
-def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes, bytes], Life], held: Held,
+def _strangers(lives: Lives, changed: dict[tuple[bytes, bytes], Life], held: Held,
                queue: bytes, layout: Layout, before: Snapshot, after: Snapshot, at: str) -> list[str]:  # fmt: skip
     """Members of the queue's sets that no enqueue made and the step brought in (present before:
     already reported, or brought by what excluded them)."""
@@ -347,6 +429,11 @@ def _strangers(lives: dict[tuple[bytes, bytes], Life], changed: dict[tuple[bytes
             continue
         if was is not None and was.value == entry.value:
             continue  # (unchanged: a fresh walk's equal entry)
+        # only a member new to the set can be a stranger (one it held before is skipped below): the
+        # whole set is gone through, in its order, only when one of those is
+        new = entry.value.keys() - _zset_members(was)
+        if not any((queue, job) not in lives and (queue, job) not in changed for job in new):
+            continue
         for job in entry.value:
             item = (queue, job)
             if item in lives or item in changed or not held(queue, job):

@@ -26,7 +26,7 @@ from difftest.spec.model import (
     zset,
 )
 from difftest.spec.replies import Died, ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Epochs, Snapshot, diff
+from difftest.spec.snapshot import Epochs, Snapshot, diff, same_keys
 
 LUA_COUNTER_ERRORS = {
     "NOTINT": "ERR hash value is not an integer",
@@ -132,8 +132,13 @@ def replies_equal(left: Reply, right: Reply) -> bool:
 
 def same_keyspace(left: Snapshot | None, right: Snapshot | None) -> bool:
     """Snapshots as values, an object with itself at once: replay hands back the same snapshot
-    while a keyspace does not change, and == walks a dict key by key even against itself."""
-    return left is right or left == right
+    while a keyspace does not change, and == walks a dict key by key even against itself; where
+    the snapshots say which keys were written between them, only those are compared."""
+    if left is right:
+        return True
+    if left is None or right is None:
+        return False
+    return same_keys(left, right)
 
 
 def _error_code(reply: Reply) -> str | None:

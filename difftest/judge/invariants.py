@@ -7,14 +7,22 @@ ledger, so the judge's fold carries it in its state. `violations` is pure over i
 
 from __future__ import annotations
 
+from collections.abc import Iterable, KeysView
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+import immutables
 
 from difftest.history.resolve import Resolved
 from difftest.judge.accounting import EMPTY, Accounts
 from difftest.spec.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Snapshot
+from difftest.spec.snapshot import Entry, Snapshot, written_since
+
+IdSet = immutables.Map[tuple[bytes, bytes], bool]  # a persistent set of (queue, id): each value True
+Attempts = immutables.Map[bytes, int]
+_NO_IDS: IdSet = immutables.Map()
+_NO_ATTEMPTS: Attempts = immutables.Map()
 
 INVARIANTS = {
     "placement": "every enqueued id is in exactly one set and its row's state names that set",
@@ -31,9 +39,10 @@ _REFUSED = (ErrorReply, Refused)  # replies that moved nothing, whatever they sa
 
 @dataclass(frozen=True)
 class Ledger:
-    enqueued: frozenset[tuple[bytes, bytes]] = frozenset()
-    done: frozenset[tuple[bytes, bytes]] = frozenset()
-    attempts: tuple[tuple[bytes, int], ...] = ()  # row -> the highest attempts seen, as pairs
+    # persistent maps (immutables.Map): a step adds one id to a ledger of thousands without a copy
+    enqueued: IdSet = _NO_IDS  # each id an ENQUEUE answered 1 for (the values: True)
+    done: IdSet = _NO_IDS
+    attempts: Attempts = _NO_ATTEMPTS  # row -> the highest attempts seen
     into: tuple[tuple[tuple[bytes, str], int], ...] = ()  # (queue, failed|completed) -> transitions
     tainted_ids: frozenset[tuple[bytes, bytes]] = frozenset()
     # the tainted ids a raw write touched beyond its row's fields (the accounting follows a job
@@ -44,13 +53,20 @@ class Ledger:
     everything_tainted: bool = False
     settled: bool = field(default=False, compare=False)  # nothing recorded since the last full check
     accounts: Accounts = field(default=EMPTY, compare=False)  # every job's life (difftest/judge/accounting.py)
+    # the snapshot the last check that found nothing broken was made on, and the ids and rows whose
+    # entries this ledger changed since: a check then looks at those and at the keys written since
+    # (snapshot.written_since), not at every id (`violations`)
+    checked_on: Snapshot | None = field(default=None, compare=False)
+    recorded: frozenset[tuple[bytes, bytes]] = field(default=frozenset(), compare=False)
+    recorded_rows: frozenset[bytes] = field(default=frozenset(), compare=False)
+    merged_on: Snapshot | None = field(default=None, compare=False)  # the snapshot `attempts` last took in
 
     def _but(
         self,
         *,
-        enqueued: frozenset[tuple[bytes, bytes]] | None = None,
-        done: frozenset[tuple[bytes, bytes]] | None = None,
-        attempts: tuple[tuple[bytes, int], ...] | None = None,
+        enqueued: IdSet | None = None,
+        done: IdSet | None = None,
+        attempts: Attempts | None = None,
         into: tuple[tuple[tuple[bytes, str], int], ...] | None = None,
         tainted_ids: frozenset[tuple[bytes, bytes]] | None = None,
         harsh_ids: frozenset[tuple[bytes, bytes]] | None = None,
@@ -59,6 +75,10 @@ class Ledger:
         everything_tainted: bool | None = None,
         settled: bool | None = None,
         accounts: Accounts | None = None,
+        checked_on: Snapshot | bool | None = False,
+        recorded: frozenset[tuple[bytes, bytes]] | None = None,
+        recorded_rows: frozenset[bytes] | None = None,
+        merged_on: Snapshot | bool | None = False,
     ) -> Ledger:
         """This ledger with the fields given changed (dataclasses.replace without its per-call
         field introspection and keyword dicts: the judge makes a new ledger on most moving steps)."""
@@ -74,6 +94,10 @@ class Ledger:
             everything_tainted=self.everything_tainted if everything_tainted is None else everything_tainted,
             settled=self.settled if settled is None else settled,
             accounts=self.accounts if accounts is None else accounts,
+            checked_on=self.checked_on if checked_on is False else checked_on,  # type: ignore[arg-type]
+            recorded=self.recorded if recorded is None else recorded,
+            recorded_rows=self.recorded_rows if recorded_rows is None else recorded_rows,
+            merged_on=self.merged_on if merged_on is False else merged_on,  # type: ignore[arg-type]
         )
 
     def taint(self, command: tuple[bytes, ...]) -> Ledger:
@@ -104,26 +128,32 @@ class Ledger:
         moved = not (reply is None or reply == 0 or (isinstance(reply, list) and not reply)) and not isinstance(
             reply, _REFUSED
         )
-        attempts = _highest(self.attempts, after)
+        attempts, rose = _highest(self.attempts, after, self.merged_on)
+        recorded_rows = self.recorded_rows | rose if rose else self.recorded_rows
         if not moved:
             # each case below needs a reply that moved something (1, a kind, a sweep's counts), and
             # settled stays: most steps, the same ledger unless attempts rose
-            return self if attempts is self.attempts else self._but(attempts=attempts)
-        enqueued, done, into = self.enqueued, self.done, self.into
+            if attempts is self.attempts:
+                return self if self.merged_on is after else self._but(merged_on=after)
+            return self._but(attempts=attempts, recorded_rows=recorded_rows, merged_on=after)
+        enqueued, done, into, recorded = self.enqueued, self.done, self.into, self.recorded
         moves, queue = transition.moves, guarded.layout.queue
         if moves is Moves.ENQUEUED and reply == 1:
-            enqueued = enqueued | {(queue, guarded.job)}
+            enqueued = enqueued.set((queue, guarded.job), True)
+            recorded = recorded | {(queue, guarded.job)}
         elif moves is Moves.COMPLETED and reply == 1:
             into = _counted(into, (queue, COMPLETED), 1)
-            done = done | {(queue, guarded.job)}
+            done = done.set((queue, guarded.job), True)
+            recorded = recorded | {(queue, guarded.job)}
         elif moves is Moves.DEAD_LETTERED and reply_kind(transition.verb, reply) == "dead":
             into = _counted(into, (queue, FAILED), 1)
         elif moves is Moves.SWEPT and isinstance(reply, list) and len(reply) == 4:
             into = _counted(into, (queue, FAILED), int(reply[1]))  # type: ignore[arg-type]
         if (enqueued is self.enqueued and done is self.done and into is self.into and attempts is self.attempts
                 and not self.settled):  # fmt: skip
-            return self  # nothing new and already unsettled: the same ledger
-        return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False)
+            return self if self.merged_on is after else self._but(merged_on=after)  # nothing new, already unsettled
+        return self._but(enqueued=enqueued, done=done, into=into, attempts=attempts, settled=False,
+                         recorded=recorded, recorded_rows=recorded_rows, merged_on=after)  # fmt: skip
 
     def followed(self, queue: bytes, job: bytes) -> bool:
         """Whether the accounting still follows the job: no raw write touched its queue's sets, nor
@@ -141,9 +171,11 @@ class Ledger:
         """This ledger with the accounting's new accounts (the same ledger when they did not change)."""
         return self if accounts is self.accounts else self._but(accounts=accounts)
 
-    def checked(self) -> Ledger:
-        """The ledger after a full check that found nothing broken."""
-        return self if self.settled else self._but(settled=True)
+    def checked(self, on: Snapshot | None = None) -> Ledger:
+        """The ledger after a check of the snapshot `on` that found nothing broken."""
+        if self.settled and self.checked_on is on and not self.recorded and not self.recorded_rows:
+            return self
+        return self._but(settled=True, checked_on=on, recorded=frozenset(), recorded_rows=frozenset())
 
 
 @lru_cache(maxsize=512)
@@ -208,32 +240,40 @@ def _snapshot_attempts(after: Snapshot) -> tuple[tuple[bytes, int], ...]:
     return found
 
 
-# merges already made (result, snapshot), compared by identity: merging a result with its snapshot
-# again changes nothing (a maximum), and the same ledger meets the same snapshot again on every step
-# that changes neither; both sides' ledgers (and the step before's) fit
-_merged: list[tuple[tuple[tuple[bytes, int], ...], Snapshot]] = []
-_MERGES_KEPT = 4
-
-
-def _highest(attempts: tuple[tuple[bytes, int], ...], after: Snapshot) -> tuple[tuple[bytes, int], ...]:
-    """The highest attempts seen per row, with the snapshot's; `attempts` itself when none rose
-    (record keeps the pairs sorted by key, so an unchanged merge is the same tuple)."""
-    for done_attempts, done_after in _merged:
-        if done_attempts is attempts and done_after is after:
-            return attempts
-    seen = _snapshot_attempts(after)
-    highest = dict(attempts)
-    rose = False
+def _highest(attempts: Attempts, after: Snapshot, merged_on: Snapshot | None) -> tuple[Attempts, frozenset[bytes]]:
+    """The highest attempts seen per row, with the snapshot's (`attempts` itself when none rose), and
+    the rows that rose. Only the keys written since `merged_on`, the snapshot `attempts` last took
+    in, are read, where the snapshots say which (snapshot.written_since); else every hash."""
+    written = written_since(after, merged_on)
+    if written is not None and not written:
+        return attempts, frozenset()
+    if written is None:
+        seen: Iterable[tuple[bytes, int]] = _snapshot_attempts(after)
+    else:
+        seen = _attempts_of_keys(after, written)
+    rose: list[tuple[bytes, int]] = []
     for key, value in seen:
-        known = highest.get(key)
+        known = attempts.get(key)
         if known is None or value > known:
-            highest[key] = value
-            rose = True
-    merged = tuple(sorted(highest.items())) if rose else attempts
-    if len(_merged) >= _MERGES_KEPT:
-        del _merged[0]
-    _merged.append((merged, after))
-    return merged
+            rose.append((key, value))
+    if not rose:
+        return attempts, frozenset()
+    merged = attempts.mutate()
+    for key, value in rose:
+        merged[key] = value
+    return merged.finish(), frozenset(key for key, _ in rose)
+
+
+def _attempts_of_keys(after: Snapshot, keys: Iterable[bytes]) -> list[tuple[bytes, int]]:
+    """Each of `keys` that is a hash with an integer `attempts` in `after`, as (key, value)."""
+    pairs = []
+    for key in keys:
+        entry = after.get(key)
+        if entry is not None and entry.kind == "hash" and isinstance(entry.value, dict):
+            raw = entry.value.get(ATTEMPTS)
+            if raw is not None and raw.lstrip(b"-").isdigit():
+                pairs.append((key, int(raw)))
+    return pairs
 
 
 def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Reply, after: Snapshot,
@@ -246,6 +286,8 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     broken: list[str] = []
     if ledger.everything_tainted:
         return broken
+    if not held and _nothing_broken_where_written(ledger, after):
+        held = True  # (what a full check would find: nothing, as the last check found)
     if not held:
         # (the lookups of _in_zset and _hash_field and Ledger.held written out: this loop runs for
         # every enqueued id at every step that changes the keyspace)
@@ -269,7 +311,7 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
         for queue, job in _sorted(ledger.done):
             if ledger.held(queue, job) and not _in_zset(after, _queue_keys(queue)[2], job):
                 broken.append(f"done-final: {job!r} of {queue!r} left done")
-        for key, highest in ledger.attempts:
+        for key, highest in sorted(ledger.attempts.items()):
             owner = _row_owner(key)
             if owner is not None and not ledger.held(*owner):
                 continue
@@ -288,14 +330,89 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     return broken
 
 
+def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
+    """Whether a full check of `after` would find nothing broken, decided from what changed since the
+    last check that found nothing (`ledger.checked_on`): the ids and rows the ledger recorded since,
+    and those the keys written since touch (a row, a member of a queue's set); the metrics are
+    checked whole (a few keys). False: not known (no such check, or the keys written not known), or
+    something may be broken: the full check then decides, and words what it finds."""
+    before = ledger.checked_on
+    written = written_since(after, before) if before is not None else None
+    if written is None or before is None:
+        return False
+    ids = set(ledger.recorded)
+    rows = set(ledger.recorded_rows)
+    for key in written:
+        rows.add(key)
+        owner = _row_owner(key)
+        if owner is not None:
+            ids.add(owner)
+            continue
+        member_of = _set_owner(key)
+        if member_of is not None:
+            ids.update((member_of, job) for job in _members(before.get(key)) ^ _members(after.get(key)))
+    tainted_queues, tainted_ids, get = ledger.tainted_queues, ledger.tainted_ids, after.get
+    for item in ids:
+        queue, job = item
+        if queue in tainted_queues or item in tainted_ids:
+            continue
+        sets, row_prefix, done_key = _queue_keys(queue)
+        if item in ledger.enqueued:
+            homes = []
+            for s, key in sets:
+                entry = get(key)
+                if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
+                    homes.append(s)
+            row = get(row_prefix + job)
+            state = None
+            if row is not None and row.kind == "hash" and isinstance(row.value, dict):
+                state = row.value.get(b"state")
+            if len(homes) != 1 or state != homes[0].encode():
+                return False
+        if item in ledger.done and ledger.held(queue, job) and not _in_zset(after, done_key, job):
+            return False
+    for key in rows:
+        highest = ledger.attempts.get(key)
+        if highest is None:
+            continue
+        owner = _row_owner(key)
+        if owner is not None and not ledger.held(*owner):
+            continue
+        raw = _hash_field(after, key, ATTEMPTS)
+        if raw is not None and raw.lstrip(b"-").isdigit() and int(raw) < highest:
+            return False
+    for (queue, which), count in ledger.into:
+        if (queue, which) not in ledger.tainted_metrics:
+            stored = _hash_field(after, _metrics_key(queue, which), COUNT)
+            if int(stored or 0) != count:
+                return False
+    return True
+
+
+def _members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:
+    """A zset's members (none for any other entry: the placement check reads zsets only)."""
+    if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict):
+        return entry.value.keys()
+    return frozenset()
+
+
+@lru_cache(maxsize=4096)
+def _set_owner(key: bytes) -> bytes | None:
+    """The queue of one of a queue's sets' keys; None for any other key."""
+    name = parse_key(key)
+    if name is None or name.set_name is None:
+        return None
+    return name.queue
+
+
 # the ids of the last few sets sorted, compared by identity: a ledger's sets change only when an id
 # is enqueued or done, and the full check goes through them in order at every step that changes
 # the keyspace
-_sorted_ids: list[tuple[frozenset[tuple[bytes, bytes]], tuple[tuple[bytes, bytes], ...]]] = []
+_sorted_ids: list[tuple[IdSet, tuple[tuple[bytes, bytes], ...]]] = []
 _SORTED_KEPT = 4
 
 
-def _sorted(ids: frozenset[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+def _sorted(ids: IdSet) -> tuple[tuple[bytes, bytes], ...]:
     if not ids:
         return ()
     for known, in_order in _sorted_ids:

@@ -482,14 +482,14 @@ def _checked(state: JudgeState, observation: Observation, ledger: Ledger,
     if found:
         broken += (f"native: {v}" for v in found)
     elif not held:
-        ledger = ledger.checked()
+        ledger = ledger.checked(native_after)
     if lua_after is not native_after and not _lua_stopped_half_way(before, observation):
         held = lua_after is before and lua_ledger.settled
         found = violations(lua_ledger, resolved, before, observation.lua_reply, lua_after, held)
         if found:
             broken += (f"lua: {v}" for v in found)
         elif not held:
-            lua_ledger = lua_ledger.checked()
+            lua_ledger = lua_ledger.checked(lua_after)
     if resolved.sends_transition or resolved.is_raw:
         ledger, lua_ledger, owed = _accounted(state, observation, ledger, lua_ledger)
         broken += owed

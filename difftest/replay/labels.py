@@ -44,7 +44,7 @@ from difftest.spec.commands import reply_kind as _moved_kind
 from difftest.spec.errors import error_code
 from difftest.spec.model import hash_fields, zset
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Snapshot
+from difftest.spec.snapshot import Snapshot, same_keys
 
 REPLY_KINDS: dict[str, tuple[str, ...]] = {verb: t.reply_kinds for verb, t in TRANSITIONS.items()}
 
@@ -251,7 +251,7 @@ def _writing_steps(result: ReplayResult) -> set[int]:
     previous: Snapshot = {}
     for observation in result.observations:
         after = observation.native_after
-        if after is not previous and after != previous:
+        if not same_keys(after, previous):
             wrote.add(observation.resolved.index)
         previous = after
     return wrote

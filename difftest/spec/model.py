@@ -44,7 +44,7 @@ from difftest.spec.commands import (
 )
 from difftest.spec.guards import GuardError, parse_integer
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Entry, Epochs, Snapshot, diff
+from difftest.spec.snapshot import Entry, Epochs, Keyspace, Snapshot, diff, volatile_keys
 
 I64_MAX = 2**63 - 1
 NOTINT, OVERFLOW, WRONGTYPE, LANE = "NOTINT", "OVERFLOW", "WRONGTYPE", "LANE"
@@ -263,12 +263,13 @@ class _Run:
     """One executor's walk through a transition: the keyspace as it writes (copied at its first
     write), the caller's permissions, whether the first write has been reached, and the facts."""
 
-    __slots__ = ("before", "data", "denied", "gated", "gates", "native", "now", "scripted", "wrote")
+    __slots__ = ("before", "data", "denied", "gated", "gates", "native", "now", "scripted", "written", "wrote")
 
     def __init__(self, before: Snapshot, denied: Denied, gates: Gates, native: bool, now: int,
                  scripted: bool = True) -> None:  # fmt: skip
         self.before = before
         self.data: dict[bytes, Entry] | None = None
+        self.written: set[bytes] = set()  # the keys the walk set or deleted
         self.denied = denied
         self.gates = gates
         self.gated = False
@@ -284,7 +285,11 @@ class _Run:
         return (self.before if self.data is None else self.data).get(key)
 
     def snapshot(self) -> Snapshot:
-        return self.before if self.data is None else self.data
+        """The keyspace the walk leaves: `before` itself when it wrote nothing, else one made from it
+        that names the keys written (so that it is compared with the walk's by those keys alone)."""
+        if self.data is None:
+            return self.before
+        return Keyspace(self.data, self.before, frozenset(self.written))
 
     def allowed(self, key: bytes, access: str) -> bool:
         denied = self.denied
@@ -332,6 +337,7 @@ class _Run:
         return self.data
 
     def zadd(self, key: bytes, member: bytes, score: bytes) -> None:
+        self.written.add(key)
         entry = self.get(key)
         if entry is None:
             self._data()[key] = Entry("zset", {member: score}, -1)
@@ -345,6 +351,7 @@ class _Run:
             return
         members = {m: s for m, s in entry.value.items() if m != member}
         data = self._data()
+        self.written.add(key)
         if members:
             data[key] = Entry("zset", members, entry.pttl)
         else:
@@ -355,6 +362,7 @@ class _Run:
         entry = self.get(key)
         current: dict[bytes, bytes] = entry.value if entry is not None and isinstance(entry.value, dict) else {}
         added = sum(1 for name in fields if name not in current)
+        self.written.add(key)
         self._data()[key] = Entry("hash", {**current, **fields}, entry.pttl if entry is not None else -1)
         return added
 
@@ -365,6 +373,7 @@ class _Run:
             return 0
         fields = {f: v for f, v in entry.value.items() if f != name}
         data = self._data()
+        self.written.add(key)
         if fields:
             data[key] = Entry("hash", fields, entry.pttl)
         else:
@@ -710,15 +719,17 @@ def unchanged(before: Snapshot) -> Prediction:
 def advanced(before: Snapshot, ms: int) -> Prediction:
     """The clock moved on by `ms`: every TTL is that much shorter, and a key past its expiry is
     gone (the walk after the step reads every key: lazy expiry; a key at its very millisecond stays)."""
-    if ms == 0 or not any(entry.pttl >= 0 for entry in before.values()):
+    volatile = volatile_keys(before)
+    if ms == 0 or not volatile:
         return unchanged(before)
-    after: dict[bytes, Entry] = {}
-    for key, entry in before.items():
-        if entry.pttl < 0:
-            after[key] = entry
-        elif entry.pttl - ms >= 0:
+    after: dict[bytes, Entry] = dict(before)
+    for key in volatile:
+        entry = before[key]
+        if entry.pttl - ms >= 0:
             after[key] = Entry(entry.kind, entry.value, entry.pttl - ms)
-    same = Expected(after=after, reply_judged=False)
+        else:
+            del after[key]
+    same = Expected(after=Keyspace(after, before, volatile), reply_judged=False)
     return Prediction(same, same)
 
 

@@ -40,13 +40,14 @@ class Keyspace(dict[bytes, Entry]):
     step's snapshot from the last one, so the judge's checks can look at what a step wrote instead
     of the whole keyspace (`written_since`). Equal to a plain dict of the same entries; pickled as one."""
 
-    __slots__ = ("__weakref__", "_base", "written")
+    __slots__ = ("__weakref__", "_base", "volatile", "written")
 
     def __init__(self, entries: Snapshot | None = None, base: Snapshot | None = None,
                  written: frozenset[bytes] | None = None) -> None:  # fmt: skip
         super().__init__(entries or {})
         self._base = weakref.ref(base) if isinstance(base, Keyspace) and written is not None else None
         self.written = written if self._base is not None else None
+        self.volatile: frozenset[bytes] | None = None  # its keys with a TTL, once asked (volatile_keys)
 
     @property
     def base(self) -> Snapshot | None:
@@ -112,12 +113,67 @@ def take_snapshot(client: valkey.Valkey) -> Snapshot:
 
 
 def diff(left: Snapshot, right: Snapshot) -> dict[bytes, tuple[Entry | None, Entry | None]]:
-    """Keys whose entries differ, with both sides (None where a side lacks the key)."""
-    return {
-        key: (left.get(key), right.get(key))
-        for key in sorted(left.keys() | right.keys())
-        if left.get(key) != right.get(key)
-    }
+    """Keys whose entries differ, with both sides (None where a side lacks the key); only the keys
+    written between the two are looked at where their snapshots say which (`written_between`)."""
+    written = written_between(left, right)
+    keys = left.keys() | right.keys() if written is None else written
+    return {key: (left.get(key), right.get(key)) for key in sorted(keys) if left.get(key) != right.get(key)}
+
+
+def same_keys(left: Snapshot, right: Snapshot) -> bool:
+    """Whether two snapshots are equal: an object with itself at once, and only the keys written
+    between them compared where their snapshots say which (`==` walks every key)."""
+    if left is right:
+        return True
+    written = written_between(left, right)
+    if written is None:
+        return left == right
+    get_left, get_right = left.get, right.get
+    return all(get_left(key) == get_right(key) for key in written)
+
+
+def written_between(left: Snapshot, right: Snapshot) -> frozenset[bytes] | None:
+    """The keys whose entries may differ between two snapshots where one was made from the other, or
+    both from a third (a prediction made from the keyspace before a step, and the walk after it);
+    None: not known."""
+    found = written_since(left, right)
+    if found is None:
+        found = written_since(right, left)
+    if found is None:
+        for one, other in ((left, right), (right, left)):
+            if isinstance(other, Keyspace) and other.written is not None:
+                base = other.base
+                since = written_since(one, base) if base is not None else None
+                if since is not None:
+                    return since | other.written
+    return found
+
+
+def volatile_keys(snapshot: Snapshot) -> frozenset[bytes]:
+    """The keys of `snapshot` that have a TTL: from those of a snapshot it was made from and the keys
+    written since, where known; else every key looked at."""
+    if isinstance(snapshot, Keyspace):
+        if snapshot.volatile is not None:
+            return snapshot.volatile
+        node: Snapshot | None = snapshot.base
+        for _ in range(WRITTEN_SINCE_STEPS):
+            if not isinstance(node, Keyspace):
+                break
+            ancestor = node.volatile
+            if ancestor is not None:
+                written = written_since(snapshot, node)
+                if written is None:
+                    break
+                found = (ancestor - written) | {
+                    key for key in written if (entry := snapshot.get(key)) is not None and entry.pttl >= 0
+                }
+                snapshot.volatile = frozenset(found)
+                return snapshot.volatile
+            node = node.base
+    found_all = frozenset(key for key, entry in snapshot.items() if entry.pttl >= 0)
+    if isinstance(snapshot, Keyspace):
+        snapshot.volatile = found_all
+    return found_all
 
 
 # The replay loop's walker: keys sorted, hash fields sorted, `lease_epoch` fields lifted out into a
