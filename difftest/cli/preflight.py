@@ -18,7 +18,6 @@ SWITCHES = {
     "DIFFTEST_INIT": "runs containers without the project's init",
     "DIFFTEST_ENGINE_HOOKS": "draws histories through Hypothesis's public API alone (strategies/engine.py)",
 }
-WALKER_CHOICES = ("module", "lua")
 CAMPAIGN_EXAMPLES = "DIFFTEST_CAMPAIGN_EXAMPLES"
 CAMPAIGN_EXAMPLES_DEFAULT = 40
 
@@ -35,7 +34,7 @@ def check_environment(environ: Mapping[str, str], *, servers: bool = True) -> No
     machine, so DIFFTEST_VALKEY_SERVER must be a valkey-server."""
     from difftest.campaign.progress import plain_interval
     from difftest.servers.valkeys import ENVIRONMENT, check_version
-    from difftest.servers.walker import CHOICE_VARIABLE
+    from difftest.servers.walker import CHOICE_VARIABLE, TRACK_FROM_VARIABLE, WALKER_CHOICES
 
     for name, meaning in SWITCHES.items():
         value = _set(environ, name)
@@ -44,8 +43,12 @@ def check_environment(environ: Mapping[str, str], *, servers: bool = True) -> No
                                f"set it to 0 or 1, or unset it for the default")  # fmt: skip
     walker = _set(environ, CHOICE_VARIABLE)
     if walker is not None and walker not in WALKER_CHOICES:
-        raise SetupProblem(f"{CHOICE_VARIABLE}={walker!r} is not a walker: use 'module' (the default) or 'lua', "
-                           "or unset it")  # fmt: skip
+        raise SetupProblem(f"{CHOICE_VARIABLE}={walker!r} is not a walker: use 'module' (the default: tracked walks), "
+                           "'whole' or 'lua', or unset it")  # fmt: skip
+    track_from = _set(environ, TRACK_FROM_VARIABLE)
+    if track_from is not None and not track_from.isdigit():
+        raise SetupProblem(f"{TRACK_FROM_VARIABLE}={track_from!r} is not a number of keys: give a whole number "
+                           "(0: every walk tracked), or unset it for the default")  # fmt: skip
     plain_interval(environ)
     version = _set(environ, ENVIRONMENT)
     if version is not None:

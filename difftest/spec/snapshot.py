@@ -83,7 +83,9 @@ def written_since(after: Snapshot, before: Snapshot | None) -> frozenset[bytes] 
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
-    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+    """[k1, v1, k2, v2, ...] as {k1: v1, ...} (zip over one iterator: in C, a zset of thousands a step)."""
+    pairs = iter(flat)
+    return dict(zip(pairs, pairs, strict=False))
 
 
 def _logical(kind: str, raw: list[Any]) -> Value:

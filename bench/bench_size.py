@@ -1,0 +1,148 @@
+"""Benchmark: what a compared step costs as the queue grows (10 to 100,000 jobs), and the memory a replay holds.
+
+Each size N is one history: N ENQUEUEs fill one queue, then a tail of mixed steps runs on it (an
+ENQUEUE, a CLAIM, the COMPLETE of the job it claimed, PAUSE, RESUME, PROMOTE, SWEEP and a clock
+advance, round after round). The tail's cost a step is the difference between replaying the whole
+history and replaying the fill alone, in one process, over the tail's steps: the figure the issue
+asks to stay flat (a step at 100,000 jobs within 2x of a step at 10). Each size runs in a process of
+its own, so that its peak memory is its own.
+
+`--tree PATH` runs the children from another checkout (its difftest, the same bench): the figures of
+an older commit in the same sitting, as ratios (this machine is noisy). `--walker whole` compares
+with a whole walk after every step (DIFFTEST_WALKER).
+
+Usage: python bench/bench_size.py [--sizes 10 1000 10000] [--tail 400] [--tree PATH] [--walker module|whole]
+                                  [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+ROUND = 8  # steps a round of the tail
+REPEATS = 2  # each history replayed this many times (after a warm-up): the fastest counts
+
+
+def _history(size: int, tail: int) -> tuple[object, object]:
+    """(the fill alone, the fill and the tail) as histories."""
+    from difftest.history import format as hist
+
+    fill = [hist.call_step("ENQUEUE", "q", f"j{i:06d}", "payload", 0) for i in range(size)]
+    pending = [f"j{i:06d}" for i in range(size)]  # the order CLAIM pops them: by score, then by id
+    steps: list[hist.Step] = []
+    for i in range(max(1, tail // ROUND)):
+        added = f"t{i:06d}"
+        pending.append(added)
+        claimed = pending.pop(0)
+        steps += [
+            hist.call_step("ENQUEUE", "q", added, "payload", 0),
+            hist.call_step("CLAIM", "q", 1000),
+            hist.call_step("COMPLETE", "q", claimed, 1),
+            hist.call_step("PAUSE", "q"),
+            hist.call_step("RESUME", "q"),
+            hist.call_step("PROMOTE", "q", 10),
+            hist.call_step("SWEEP", "q", 3, 10),
+            hist.Advance(5),
+        ]
+    return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
+
+
+def _servers_cpu_s(replayer: object) -> float:
+    total = 0.0
+    for server in (replayer.lua_server, replayer.native_server):  # type: ignore[attr-defined]
+        pid = getattr(server, "pid", None)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def one(size: int, tail: int) -> dict[str, object]:
+    """One size's figures (run in a child process)."""
+    from difftest.replay.replayer import Replayer
+    from executors.native.adapter import DEFAULT_MODULE
+
+    fill, whole = _history(size, tail)
+    tail_steps = len(whole.steps) - len(fill.steps)  # type: ignore[attr-defined]
+    with Replayer(DEFAULT_MODULE) as replayer:
+        replayer.replay(fill)  # type: ignore[arg-type]  # (warm: scripts loaded, connections made)
+        figures: dict[str, list[tuple[float, float, float]]] = {"fill": [], "whole": []}
+        for _ in range(REPEATS):
+            for name, history in (("fill", fill), ("whole", whole)):
+                started, cpu, servers = time.perf_counter(), time.process_time(), _servers_cpu_s(replayer)
+                result = replayer.replay(history)  # type: ignore[arg-type]
+                figures[name].append((time.perf_counter() - started, time.process_time() - cpu,
+                                      _servers_cpu_s(replayer) - servers))  # fmt: skip
+                assert result.ok, result.divergence
+                assert len(result.records) == len(history.steps), "every step compared"  # type: ignore[attr-defined]
+        walks = getattr(result, "walks", "whole")
+    # the fastest of the repeats of each (the least disturbed by the rest of the machine)
+    fill_s, fill_cpu, fill_servers = min(figures["fill"])
+    total_s, total_cpu, total_servers = min(figures["whole"])
+    per_step = (total_s - fill_s) / tail_steps
+    return {
+        "jobs": size,
+        "tail_steps": tail_steps,
+        "fill_s": round(fill_s, 2),
+        "total_s": round(total_s, 2),
+        "step_ms": round(per_step * 1000, 3),
+        "steps_per_s": round(1 / per_step, 1) if per_step > 0 else None,
+        "harness_ms": round((total_cpu - fill_cpu) / tail_steps * 1000, 3),
+        "servers_ms": round((total_servers - fill_servers) / tail_steps * 1000, 3),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "walks": walks,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 1_000, 10_000])
+    parser.add_argument("--tail", type=int, default=400, help="steps of the mixed tail (rounds of 8)")
+    parser.add_argument("--tree", type=Path, default=HERE.parent.parent, help="the checkout the children run")
+    parser.add_argument("--walker", choices=("module", "whole"), default=None, help="DIFFTEST_WALKER for the children")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # (a child: one size)
+    args = parser.parse_args()
+    if args.one is not None:
+        sys.path.insert(0, str(args.tree))
+        print(json.dumps(one(args.one, args.tail)))
+        return 0
+    env = dict(os.environ, PYTHONPATH=str(args.tree))
+    if args.walker:
+        env["DIFFTEST_WALKER"] = args.walker
+    rows = []
+    print(f"tree {args.tree}  walker {args.walker or 'default'}  tail {args.tail} steps")
+    header = ("jobs", "fill s", "step ms", "steps/s", "harness", "servers", "peak MB")
+    print(" ".join(f"{name:>8}" for name in header) + "  walks")
+    for size in args.sizes:
+        command = [sys.executable, str(HERE), "--one", str(size), "--tail", str(args.tail), "--tree", str(args.tree)]
+        child = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if child.returncode != 0:
+            why = child.stderr.strip().splitlines()[-1] if child.stderr.strip() else child.returncode
+            print(f"{size:>8,} failed: {why}")
+            continue
+        row = json.loads(child.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{size:>8,} {row['fill_s']:>8.2f} {row['step_ms']:>8.3f} {row['steps_per_s'] or 0:>8,.0f} "
+              f"{row['harness_ms']:>8.3f} {row['servers_ms']:>8.3f} {row['peak_mb']:>8}  {row['walks']}",
+              flush=True)  # fmt: skip
+    if len(rows) > 1 and rows[0]["step_ms"]:
+        ratio = float(rows[-1]["step_ms"]) / float(rows[0]["step_ms"])
+        print(f"a step at {rows[-1]['jobs']:,} jobs costs {ratio:.1f}x one at {rows[0]['jobs']:,}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
