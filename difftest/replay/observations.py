@@ -176,7 +176,7 @@ def snapshot_to_json(snapshot: Snapshot) -> list[Any]:
 
 
 def snapshot_from_json(rows: list[Any]) -> Snapshot:
-    snapshot: Snapshot = {}
+    snapshot: dict[bytes, Entry] = {}
     for key, kind, value, pttl in rows:
         logical: Any
         if kind == "string":

@@ -46,6 +46,7 @@ from difftest.spec.commands import TRANSITIONS
 from difftest.spec.replies import Died, NotSent, Reply, Simple
 from difftest.spec.snapshot import (
     Epochs,
+    Keyspace,
     Snapshot,
     WalkReader,
     apply_tracked,
@@ -205,7 +206,7 @@ class _SideWalks:
 
     def __init__(self) -> None:
         self.raw: Any = None
-        self.snapshot: Snapshot = {}
+        self.snapshot: Snapshot = Keyspace()
         self.epochs: Epochs = {}
         # keeps the Entry of every key a whole walk left unchanged: a step's cost is then in the keys
         # it changed, not in all it walks (a long history's keyspace grows)

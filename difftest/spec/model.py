@@ -44,7 +44,7 @@ from difftest.spec.commands import (
 )
 from difftest.spec.guards import GuardError, parse_integer
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Entry, Epochs, Keyspace, Snapshot, diff, volatile_keys
+from difftest.spec.snapshot import Entry, Epochs, Snapshot, as_keyspace, diff, volatile_keys
 
 I64_MAX = 2**63 - 1
 NOTINT, OVERFLOW, WRONGTYPE, LANE = "NOTINT", "OVERFLOW", "WRONGTYPE", "LANE"
@@ -268,7 +268,8 @@ class _Run:
     def __init__(self, before: Snapshot, denied: Denied, gates: Gates, native: bool, now: int,
                  scripted: bool = True) -> None:  # fmt: skip
         self.before = before
-        self.data: dict[bytes, Entry] | None = None
+        # the walk's writes over `before` (None: a key it deleted), not a copy of the keyspace
+        self.data: dict[bytes, Entry | None] | None = None
         self.written: set[bytes] = set()  # the keys the walk set or deleted
         self.denied = denied
         self.gates = gates
@@ -282,14 +283,19 @@ class _Run:
 
     # reading
     def get(self, key: bytes) -> Entry | None:
-        return (self.before if self.data is None else self.data).get(key)
+        data = self.data
+        if data is not None and key in data:
+            return data[key]
+        return self.before.get(key)
 
     def snapshot(self) -> Snapshot:
         """The keyspace the walk leaves: `before` itself when it wrote nothing, else one made from it
         that names the keys written (so that it is compared with the walk's by those keys alone)."""
         if self.data is None:
             return self.before
-        return Keyspace(self.data, self.before, frozenset(self.written))
+        changed = {key: entry for key, entry in self.data.items() if entry is not None}
+        gone = [key for key, entry in self.data.items() if entry is None]
+        return as_keyspace(self.before).then(changed, gone)
 
     def allowed(self, key: bytes, access: str) -> bool:
         denied = self.denied
@@ -330,9 +336,9 @@ class _Run:
         return entry
 
     # writing (each after its check)
-    def _data(self) -> dict[bytes, Entry]:
+    def _data(self) -> dict[bytes, Entry | None]:
         if self.data is None:
-            self.data = dict(self.before)
+            self.data = {}
         self.wrote = True
         return self.data
 
@@ -355,7 +361,7 @@ class _Run:
         if members:
             data[key] = Entry("zset", members, entry.pttl)
         else:
-            del data[key]  # a set's last member leaves: the key goes (and its TTL with it)
+            data[key] = None  # a set's last member leaves: the key goes (and its TTL with it)
 
     def hset(self, key: bytes, fields: dict[bytes, bytes]) -> int:
         """HSET; its reply (the fields that were new)."""
@@ -377,7 +383,7 @@ class _Run:
         if fields:
             data[key] = Entry("hash", fields, entry.pttl)
         else:
-            del data[key]  # a hash's last field goes: the key goes
+            data[key] = None  # a hash's last field goes: the key goes
         return 1
 
     def incr(self, key: bytes, name: bytes) -> int:
@@ -722,14 +728,15 @@ def advanced(before: Snapshot, ms: int) -> Prediction:
     volatile = volatile_keys(before)
     if ms == 0 or not volatile:
         return unchanged(before)
-    after: dict[bytes, Entry] = dict(before)
+    changed: dict[bytes, Entry] = {}
+    gone = []
     for key in volatile:
         entry = before[key]
         if entry.pttl - ms >= 0:
-            after[key] = Entry(entry.kind, entry.value, entry.pttl - ms)
+            changed[key] = Entry(entry.kind, entry.value, entry.pttl - ms)
         else:
-            del after[key]
-    same = Expected(after=Keyspace(after, before, volatile), reply_judged=False)
+            gone.append(key)
+    same = Expected(after=as_keyspace(before).then(changed, gone), reply_judged=False)
     return Prediction(same, same)
 
 
@@ -769,7 +776,7 @@ def raw_write(
         return "raw-command"
     key, rest = command[1], command[2:]
     entry = before.get(key)
-    after = dict(before)
+    after = dict(before.items())
     if verb == b"SET":
         if len(rest) != 1:
             return "raw-command"

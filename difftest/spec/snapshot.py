@@ -10,10 +10,11 @@ expiry times.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import immutables
 import msgpack
 
 if TYPE_CHECKING:  # the judge reads snapshots and must not need a client library
@@ -31,20 +32,30 @@ class Entry:
     pttl: int
 
 
-Snapshot: TypeAlias = dict[bytes, Entry]
+# A keyspace as the judge reads it: a plain dict (tests, the model's raw writes) or a Keyspace
+Snapshot: TypeAlias = Mapping[bytes, Entry]
+_ABSENT = object()
 
 
-class Keyspace(dict[bytes, Entry]):
-    """A snapshot that knows where it came from: the snapshot before it (held weakly) and the keys
-    whose entries may differ from it (`written`, a superset of those that do). A walk makes each
-    step's snapshot from the last one, so the judge's checks can look at what a step wrote instead
-    of the whole keyspace (`written_since`). Equal to a plain dict of the same entries; pickled as one."""
+class Keyspace(Mapping[bytes, Entry]):
+    """A snapshot as the replay makes it, step after step: a persistent map (immutables.Map, a HAMT:
+    the next step's snapshot shares every entry it did not write, so a history of thousands of steps
+    over thousands of keys holds each key's versions once, not a copy of the keyspace a step), that
+    knows where it came from: the snapshot before it (held weakly) and the keys whose entries may
+    differ from it (`written`, a superset of those that do), so that the judge's checks look at what
+    a step wrote instead of the whole keyspace (`written_since`). Equal to a dict of the same
+    entries; pickled as one."""
 
-    __slots__ = ("__weakref__", "_base", "volatile", "written")
+    __slots__ = ("__weakref__", "_base", "_map", "get", "volatile", "written")
 
-    def __init__(self, entries: Snapshot | None = None, base: Snapshot | None = None,
-                 written: frozenset[bytes] | None = None) -> None:  # fmt: skip
-        super().__init__(entries or {})
+    def __init__(self, entries: Mapping[bytes, Entry] | immutables.Map[bytes, Entry] | None = None,
+                 base: Snapshot | None = None, written: frozenset[bytes] | None = None) -> None:  # fmt: skip
+        if isinstance(entries, immutables.Map):
+            self._map: immutables.Map[bytes, Entry] = entries
+        else:
+            self._map = immutables.Map(entries.items() if entries else ())
+        # the map's own get, bound: the judge's lookups cost what a dict's do, not a method's call
+        self.get: Callable[..., Any] = self._map.get
         self._base = weakref.ref(base) if isinstance(base, Keyspace) and written is not None else None
         self.written = written if self._base is not None else None
         self.volatile: frozenset[bytes] | None = None  # its keys with a TTL, once asked (volatile_keys)
@@ -54,8 +65,60 @@ class Keyspace(dict[bytes, Entry]):
         """The snapshot this one was made from (None: not known, or no longer held anywhere)."""
         return self._base() if self._base is not None else None
 
+    def then(self, changed: Mapping[bytes, Entry], gone: Iterable[bytes] = ()) -> Keyspace:
+        """The keyspace after `changed` entries were set and the keys `gone` deleted, made from this
+        one (its base: this, its written keys: those)."""
+        mutation = self._map.mutate()
+        written = set(changed)
+        for key, entry in changed.items():
+            mutation[key] = entry
+        for key in gone:
+            written.add(key)
+            mutation.pop(key, None)
+        return Keyspace(mutation.finish(), self, frozenset(written))
+
+    def __getitem__(self, key: bytes) -> Entry:
+        return self._map[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def items(self) -> Any:
+        return self._map.items()
+
+    def keys(self) -> Any:
+        return self._map.keys()
+
+    def values(self) -> Any:
+        return self._map.values()
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if isinstance(other, Keyspace):
+            return self._map == other._map
+        if isinstance(other, Mapping):
+            return len(self._map) == len(other) and all(other.get(k, _ABSENT) == v for k, v in self._map.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Keyspace({dict(sorted(self._map.items()))!r})"
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self),))
+        return (dict, (dict(self._map.items()),))
+
+
+def as_keyspace(snapshot: Snapshot) -> Keyspace:
+    """`snapshot` as a Keyspace (itself when it is one)."""
+    return snapshot if isinstance(snapshot, Keyspace) else Keyspace(snapshot)
 
 
 # how many walks back `written_since` follows a snapshot's bases before it gives up (a check that
@@ -100,9 +163,9 @@ def _logical(kind: str, raw: list[Any]) -> Value:
     return None  # a type the walker does not read (stream, module types): compared by type only
 
 
-def parse_walk(rows: list[list[Any]]) -> Snapshot:
+def parse_walk(rows: list[list[Any]]) -> dict[bytes, Entry]:
     """The walker script's reply as a Snapshot (pure)."""
-    snapshot: Snapshot = {}
+    snapshot: dict[bytes, Entry] = {}
     for key, kind, raw, pttl in rows:
         kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
         snapshot[bytes(key)] = Entry(kind_text, _logical(kind_text, raw), int(pttl))
@@ -118,7 +181,7 @@ def diff(left: Snapshot, right: Snapshot) -> dict[bytes, tuple[Entry | None, Ent
     """Keys whose entries differ, with both sides (None where a side lacks the key); only the keys
     written between the two are looked at where their snapshots say which (`written_between`)."""
     written = written_between(left, right)
-    keys = left.keys() | right.keys() if written is None else written
+    keys = set(left) | set(right) if written is None else written
     return {key: (left.get(key), right.get(key)) for key in sorted(keys) if left.get(key) != right.get(key)}
 
 
@@ -312,7 +375,7 @@ class WalkReader:
         packed_entries, packed_epochs = raw[0], raw[1]
         rows = msgpack.unpackb(packed_entries, raw=True, use_list=False) or ()
         last, now = self._rows, {}
-        snapshot: Snapshot = {}
+        snapshot: dict[bytes, Entry] = {}
         written = []
         for row in rows:
             key = row[0]
@@ -335,8 +398,11 @@ class WalkReader:
                 kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
                 snapshot[qualified(int(db), bytes(other))] = Entry(kind_text, _logical(kind_text, value), int(pttl))
         if base is not None:
-            written.extend(key for key in last.keys() - now.keys())  # gone
-        made = Keyspace(snapshot, base, frozenset(written) if base is not None else None)
+            gone = last.keys() - now.keys()
+            # (made from the last read's: the entries it did not write shared, not copied)
+            made = base.then({key: snapshot[key] for key in written}, gone)
+        else:
+            made = Keyspace(snapshot)
         self._last = made if len(raw) == 2 else None
         flat_epochs = _unpack(packed_epochs)
         epochs = {bytes(flat_epochs[i]): bytes(flat_epochs[i + 1]) for i in range(0, len(flat_epochs), 2)}
@@ -363,32 +429,28 @@ def apply_tracked(snapshot: Snapshot, epochs: Epochs, raw: list[Any]) -> tuple[S
     before it reported) with the written keys' entries and epochs in place of their old ones, and
     the keys gone dropped. New dicts; the unwritten keys keep their Entry objects."""
     packed_entries, packed_epochs, packed_others, packed_gone = raw
-    after = dict(snapshot)
+    changed: dict[bytes, Entry] = {}
+    gone: list[bytes] = []
     after_epochs = dict(epochs)
-    written = []
     for key, kind, value, pttl in _unpack(packed_entries):
         key = bytes(key)
-        after[key] = _entry(kind, value, pttl)
+        changed[key] = _entry(kind, value, pttl)
         after_epochs.pop(key, None)  # (its epoch, if it still has one, is among the epochs below)
-        written.append(key)
     for db, key, kind, value, pttl in _unpack(packed_others):
-        name = qualified(int(db), bytes(key))
-        after[name] = _entry(kind, value, pttl)
-        written.append(name)
+        changed[qualified(int(db), bytes(key))] = _entry(kind, value, pttl)
     for db, key in _unpack(packed_gone):
         name = bytes(key) if int(db) < 0 else qualified(int(db), bytes(key))
-        after.pop(name, None)
+        gone.append(name)
         after_epochs.pop(name, None)
-        written.append(name)
     flat_epochs = _unpack(packed_epochs)
     for i in range(0, len(flat_epochs), 2):
         after_epochs[bytes(flat_epochs[i])] = bytes(flat_epochs[i + 1])
-    return Keyspace(after, snapshot, frozenset(written)), after_epochs
+    return as_keyspace(snapshot).then(changed, gone), after_epochs
 
 
 def with_epochs(snapshot: Snapshot, epochs: Epochs) -> Snapshot:
     """The snapshot with `lease_epoch` fields put back (what a re-sync writes)."""
-    merged = dict(snapshot)
+    merged = dict(snapshot.items())
     for key, epoch in epochs.items():
         entry = merged.get(key)
         if entry is not None and isinstance(entry.value, dict):
