@@ -8,6 +8,7 @@ import pytest
 
 from difftest.campaign.driver import CampaignConfig, run_campaign
 from difftest.history import format as hist
+from difftest.judge import accounting, invariants
 from difftest.replay.replayer import TRACKED, UNANNOUNCED, WHOLE, WHOLE_AGAIN, Replayer
 from difftest.servers import walker
 from difftest.servers.wire import Wire
@@ -79,12 +80,15 @@ def test_a_write_no_event_announced_is_caught_and_judged_over_whole_walks(monkey
 def test_a_campaign_over_tracked_walks_reaches_what_one_over_whole_walks_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    """Every walk tracked (from 0 keys): the same histories, the same steps compared, the same
-    coverage labels and no divergence, as with a whole walk after every step."""
+    """Every walk tracked (from 0 keys) and every check of the invariants and the accounting a short
+    one (from 0 jobs): the same histories, the same steps compared, the same coverage labels and no
+    divergence, as with a whole walk after every step and full checks."""
     reached = {}
-    for choice in ("whole", "module"):
+    for choice, short_from in (("whole", 10**9), ("module", 0)):
         monkeypatch.setenv(walker.CHOICE_VARIABLE, choice)
         monkeypatch.setenv(walker.TRACK_FROM_VARIABLE, "0")
+        monkeypatch.setattr(invariants, "FULL_CHECK_BELOW", short_from)
+        monkeypatch.setattr(accounting, "FULL_CHECK_BELOW", short_from)
         config = CampaignConfig(seed, module=DEFAULT_MODULE, reports=tmp_path / choice, examples=150, workers=1)
         result = run_campaign(config)
         assert not result.failures

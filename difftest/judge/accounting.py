@@ -36,6 +36,7 @@ FINDINGS = {
     "pause": "a claim succeeds while its queue is paused",
     "stalled": "a sweep recovers or dead-letters a counted expired lease without stalled + 1",
 }
+FULL_CHECK_BELOW = 32  # below this many lives every one is held to the keyspace at each step
 LIFE_KEPT = 12  # the last events of a job's life kept as evidence
 UNKNOWN = -1  # a live lease whose token another writer's `attempts` made unknown: any token may hold it
 
@@ -322,6 +323,8 @@ def _moved_since(step: _Step, layout: Layout, after: Snapshot,
     """The lives of the queue that may not be in place in `after` though they were in `checked_on`:
     those this step changed, and the jobs whose membership of one of the queue's sets changed since
     (None: the keys written since are not known)."""
+    if len(step.lives) <= FULL_CHECK_BELOW:
+        return None  # (a few lives: each looked at costs less than working out which to look at)
     written = written_since(after, checked_on) if checked_on is not None else None
     if written is None or checked_on is None:
         return None

@@ -330,6 +330,10 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     return broken
 
 
+# below this many enqueued ids the full check runs (cheaper than finding what to look at)
+FULL_CHECK_BELOW = 32
+
+
 def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
     """Whether a full check of `after` would find nothing broken, decided from what changed since the
     last check that found nothing (`ledger.checked_on`): the ids and rows the ledger recorded since,
@@ -337,6 +341,8 @@ def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
     checked whole (a few keys). False: not known (no such check, or the keys written not known), or
     something may be broken: the full check then decides, and words what it finds."""
     before = ledger.checked_on
+    if len(ledger.enqueued) <= FULL_CHECK_BELOW:
+        return False  # (a few ids: the full check costs less than working out which to look at)
     written = written_since(after, before) if before is not None else None
     if written is None or before is None:
         return False
