@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from servercpu import servers_cpu_s  # (bench/, beside this file)
 
 from difftest.history import format as hist
 from difftest.replay.replayer import Replayer
@@ -50,19 +51,6 @@ def as_file(history: hist.History) -> str:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def servers_cpu_s(replayer: Replayer) -> float:
-    """The CPU seconds (user and system) of both servers' processes so far (/proc)."""
-    total = 0.0
-    for server in (replayer.lua_server, replayer.native_server):
-        pid = getattr(server, "pid", None)
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, TypeError):
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def replay(replayer: Replayer, history: hist.History) -> dict[str, float]:

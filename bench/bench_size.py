@@ -55,20 +55,10 @@ def _history(size: int, tail: int) -> tuple[object, object]:
     return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
 
 
-def _servers_cpu_s(replayer: object) -> float:
-    total = 0.0
-    for server in (replayer.lua_server, replayer.native_server):  # type: ignore[attr-defined]
-        pid = getattr(server, "pid", None)
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, TypeError):
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def one(size: int, tail: int) -> dict[str, object]:
     """One size's figures (run in a child process)."""
+    from servercpu import servers_cpu_s  # (bench/, beside this file)
+
     from difftest.replay.replayer import Replayer
     from executors.native.adapter import DEFAULT_MODULE
 
@@ -79,10 +69,10 @@ def one(size: int, tail: int) -> dict[str, object]:
         figures: dict[str, list[tuple[float, float, float]]] = {"fill": [], "whole": []}
         for _ in range(REPEATS):
             for name, history in (("fill", fill), ("whole", whole)):
-                started, cpu, servers = time.perf_counter(), time.process_time(), _servers_cpu_s(replayer)
+                started, cpu, servers = time.perf_counter(), time.process_time(), servers_cpu_s(replayer)
                 result = replayer.replay(history)  # type: ignore[arg-type]
                 figures[name].append((time.perf_counter() - started, time.process_time() - cpu,
-                                      _servers_cpu_s(replayer) - servers))  # fmt: skip
+                                      servers_cpu_s(replayer) - servers))  # fmt: skip
                 assert result.ok, result.divergence
                 assert len(result.records) == len(history.steps), "every step compared"  # type: ignore[attr-defined]
         walks = getattr(result, "walks", "whole")

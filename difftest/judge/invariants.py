@@ -289,25 +289,14 @@ def violations(ledger: Ledger, resolved: Resolved, before: Snapshot, reply: Repl
     if not held and _nothing_broken_where_written(ledger, after):
         held = True  # (what a full check would find: nothing, as the last check found)
     if not held:
-        # (the lookups of _in_zset and _hash_field and Ledger.held written out: this loop runs for
-        # every enqueued id at every step that changes the keyspace)
-        tainted_queues, tainted_ids, get = ledger.tainted_queues, ledger.tainted_ids, after.get
+        tainted_queues, tainted_ids = ledger.tainted_queues, ledger.tainted_ids
         for item in _sorted(ledger.enqueued):
-            queue, job = item
-            if queue in tainted_queues or item in tainted_ids:
+            if item[0] in tainted_queues or item in tainted_ids:
                 continue
-            sets, row_prefix, _ = _queue_keys(queue)
-            homes = []
-            for s, key in sets:
-                entry = get(key)
-                if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
-                    homes.append(s)
-            row = get(row_prefix + job)
-            state = None
-            if row is not None and row.kind == "hash" and isinstance(row.value, dict):
-                state = row.value.get(b"state")
-            if len(homes) != 1 or state != homes[0].encode():
-                broken.append(f"placement: {job!r} of {queue!r} is in {homes or 'no set'} with state {state!r}")
+            misplaced = _misplaced(item, after)
+            if misplaced is not None:
+                homes, state = misplaced
+                broken.append(f"placement: {item[1]!r} of {item[0]!r} is in {homes or 'no set'} with state {state!r}")
         for queue, job in _sorted(ledger.done):
             if ledger.held(queue, job) and not _in_zset(after, _queue_keys(queue)[2], job):
                 broken.append(f"done-final: {job!r} of {queue!r} left done")
@@ -357,25 +346,14 @@ def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
         member_of = _set_owner(key)
         if member_of is not None:
             ids.update((member_of, job) for job in _members(before.get(key)) ^ _members(after.get(key)))
-    tainted_queues, tainted_ids, get = ledger.tainted_queues, ledger.tainted_ids, after.get
+    tainted_queues, tainted_ids = ledger.tainted_queues, ledger.tainted_ids
     for item in ids:
         queue, job = item
         if queue in tainted_queues or item in tainted_ids:
             continue
-        sets, row_prefix, done_key = _queue_keys(queue)
-        if item in ledger.enqueued:
-            homes = []
-            for s, key in sets:
-                entry = get(key)
-                if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
-                    homes.append(s)
-            row = get(row_prefix + job)
-            state = None
-            if row is not None and row.kind == "hash" and isinstance(row.value, dict):
-                state = row.value.get(b"state")
-            if len(homes) != 1 or state != homes[0].encode():
-                return False
-        if item in ledger.done and ledger.held(queue, job) and not _in_zset(after, done_key, job):
+        if item in ledger.enqueued and _misplaced(item, after) is not None:
+            return False
+        if item in ledger.done and ledger.held(queue, job) and not _in_zset(after, _queue_keys(queue)[2], job):
             return False
     for key in rows:
         highest = ledger.attempts.get(key)
@@ -393,6 +371,27 @@ def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
             if int(stored or 0) != count:
                 return False
     return True
+
+
+def _misplaced(item: tuple[bytes, bytes], after: Snapshot) -> tuple[list[str], bytes | None] | None:
+    """Where an enqueued id is (the sets that hold it, its row's state) when that breaks placement:
+    not in exactly one set, or its row's state not that set's name; None when it is in place. (The
+    lookups of _in_zset and _hash_field written out: the full check runs it for every id.)"""
+    queue, job = item
+    sets, row_prefix, _ = _queue_keys(queue)
+    get = after.get
+    homes = []
+    for s, key in sets:
+        entry = get(key)
+        if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
+            homes.append(s)
+    row = get(row_prefix + job)
+    state = None
+    if row is not None and row.kind == "hash" and isinstance(row.value, dict):
+        state = row.value.get(b"state")
+    if len(homes) != 1 or state != homes[0].encode():
+        return homes, state
+    return None
 
 
 def _members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:

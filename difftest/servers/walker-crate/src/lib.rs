@@ -865,7 +865,9 @@ unsafe fn walk_since(
         }
         let string = create(ptr::null_mut(), name.as_ptr() as *const c_char, name.len());
         if string.is_null() {
-            result = Err(ValkeyError::Str("ERR difftest walker: a key name could not be made"));
+            result = Err(ValkeyError::Str(
+                "ERR difftest walker: a key name could not be made",
+            ));
             break;
         }
         let bytes = bytes_of(string);
@@ -877,7 +879,11 @@ unsafe fn walk_since(
         let Some(held_name) = names.names.last() else {
             break;
         };
-        let other = if *db == home { None } else { Some(i64::from(*db)) };
+        let other = if *db == home {
+            None
+        } else {
+            Some(i64::from(*db))
+        };
         match pack_entry(ctx, &cursor, held_name, other, elements, items, output) {
             Ok(found) => {
                 let key = (*db, name.clone());
@@ -917,7 +923,8 @@ unsafe fn verify(ctx: *mut raw::RedisModuleCtx, buffers: &mut Buffers) -> Valkey
     let mut count: usize = 0;
     if let Some(reports) = held.as_ref().filter(|reports| reports.valid) {
         let mut seen: usize = 0;
-        let mut found_keys: std::collections::HashSet<track::Key> = std::collections::HashSet::new();
+        let mut found_keys: std::collections::HashSet<track::Key> =
+            std::collections::HashSet::new();
         pack_whole(ctx, buffers, &mut |db, name, (hash, _)| {
             let key = (db, name.to_vec());
             match reports.rows.get(&key) {

@@ -40,7 +40,9 @@ static WRITTEN: Mutex<Option<Written>> = Mutex::new(None);
 
 /// The record, locked (a poisoned lock's record is whole: its writers do not panic midway).
 fn written() -> MutexGuard<'static, Option<Written>> {
-    WRITTEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    WRITTEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The record taken, an empty one left in its place.
@@ -70,9 +72,10 @@ unsafe extern "C" fn on_key_event(
     _event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    let (Some(selected), Some(ptr_len)) =
-        (raw::RedisModule_GetSelectedDb, raw::RedisModule_StringPtrLen)
-    else {
+    let (Some(selected), Some(ptr_len)) = (
+        raw::RedisModule_GetSelectedDb,
+        raw::RedisModule_StringPtrLen,
+    ) else {
         forget();
         return raw::REDISMODULE_OK as c_int;
     };
@@ -202,7 +205,11 @@ unsafe extern "C" fn plant(
         return raw::REDISMODULE_OK as c_int;
     }
     let args = std::slice::from_raw_parts(argv, 4);
-    let key = open(ctx, args[1], (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int);
+    let key = open(
+        ctx,
+        args[1],
+        (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int,
+    );
     let set = hash_set(
         key,
         raw::REDISMODULE_HASH_NONE as c_int,
