@@ -126,6 +126,11 @@ def test_sides_walk_with_the_module_and_the_variable_chooses_the_script(
     monkeypatch.setenv(walker.TRACK_FROM_VARIABLE, "0")
     side = NativeSide(native_server, {})
     assert side.walk_command == (*MODULE_WALK, b"SINCE", b"0")
+    side.track(False)  # (a history replayed again over whole walks: kept past a reconnection)
+    side.reconnect()
+    assert side.walk_command == MODULE_WALK
+    side.track(True)
+    assert side.walk_command == (*MODULE_WALK, b"SINCE", b"0")
     side.close()
     monkeypatch.setenv(walker.CHOICE_VARIABLE, "whole")
     side = NativeSide(native_server, {})

@@ -450,6 +450,8 @@ class Replayer:
             for side in (self.lua, self.native):
                 if side.server.running:
                     side.track(True)
+                else:  # (its next start walks tracked again, from a whole walk)
+                    side.whole_walks = False
         result.walks = f"{WHOLE_AGAIN}: {why}"
         return result
 

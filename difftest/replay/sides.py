@@ -127,6 +127,9 @@ class Side:
         # keyspace notifications (a history's `notify` step): the flags set ("": off), and the one
         # subscriber connection that hears every event and the markers between steps
         self.notify_flags = ""
+        # a whole walk after every step even where the module tracks (Replayer: a history replayed
+        # again over whole walks); kept across reconnections, which set the walk again
+        self.whole_walks = False
         self.subscriber: Wire | None = None
         self.markers = 0  # the last marker published
         # the server conditions a history switched on (`memory`, `replicas` steps: CONDITIONS)
@@ -167,7 +170,7 @@ class Side:
         self.walk_command: WalkCommand = MODULE_WALK if has_walker and module_walk_wanted() else SCRIPT_WALK
         # the tracked walk where the module walks (the keys written since the last walk: tracked_walk)
         self.tracked_walk = tracked_walk() if self.walk_command == MODULE_WALK else None
-        if self.tracked_walk is not None:
+        if self.tracked_walk is not None and not self.whole_walks:
             self.walk_command = self.tracked_walk
         if self.walk_command == SCRIPT_WALK:
             if self.db:  # the script's ARGV[1]: the database its caller selected
@@ -399,6 +402,7 @@ class Side:
     def track(self, on: bool) -> None:
         """Tracked walks on (where the module walks) or off (a whole walk after every step); the
         next tracked walk is a whole one either way (the pipe must be synced)."""
+        self.whole_walks = not on
         if self.tracked_walk is None:
             return
         self.walk_command = self.tracked_walk if on else MODULE_WALK
