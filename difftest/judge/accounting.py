@@ -14,7 +14,7 @@ its row or one of its queue's sets (corruption, other writers, TTLs), a script s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, KeysView
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -24,7 +24,7 @@ import immutables
 from difftest.history.resolve import Guarded, Resolved
 from difftest.spec.commands import ATTEMPTS, SETS, STALLED, Layout, Verb, parse_key
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Entry, Epochs, Snapshot, written_since
+from difftest.spec.snapshot import Epochs, Snapshot, written_since, zset_members
 
 FINDINGS = {
     "lost": "a job is in no set, though no transition removes it",
@@ -331,7 +331,7 @@ def _moved_since(step: _Step, layout: Layout, after: Snapshot,
     jobs = {job for queue, job in step.changed if queue == step.queue}
     for _, key in _set_keys(layout.queue):
         if key in written:
-            jobs.update(_zset_members(checked_on.get(key)) ^ _zset_members(after.get(key)))
+            jobs.update(zset_members(checked_on.get(key)) ^ zset_members(after.get(key)))
     found = []
     for job in jobs:
         item = (step.queue, job)
@@ -339,12 +339,6 @@ def _moved_since(step: _Step, layout: Layout, after: Snapshot,
         if known is not None:
             found.append((item, known))
     return found
-
-
-def _zset_members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:
-    if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict):
-        return entry.value.keys()
-    return frozenset()
 
 
 def _lives_in_place(step: _Step, verb: Verb, layout: Layout, before: Snapshot, after: Snapshot, now_ms: int,
@@ -434,7 +428,7 @@ def _strangers(lives: Lives, changed: dict[tuple[bytes, bytes], Life], held: Hel
             continue  # (unchanged: a fresh walk's equal entry)
         # only a member new to the set can be a stranger (one it held before is skipped below): the
         # whole set is gone through, in its order, only when one of those is
-        new = entry.value.keys() - _zset_members(was)
+        new = entry.value.keys() - zset_members(was)
         if not any((queue, job) not in lives and (queue, job) not in changed for job in new):
             continue
         for job in entry.value:

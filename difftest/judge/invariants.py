@@ -7,7 +7,7 @@ ledger, so the judge's fold carries it in its state. `violations` is pure over i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, KeysView
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -17,7 +17,7 @@ from difftest.history.resolve import Resolved
 from difftest.judge.accounting import EMPTY, Accounts
 from difftest.spec.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Entry, Snapshot, written_since
+from difftest.spec.snapshot import Snapshot, written_since, zset_members
 
 IdSet = immutables.Map[tuple[bytes, bytes], bool]  # a persistent set of (queue, id): each value True
 Attempts = immutables.Map[bytes, int]
@@ -345,7 +345,7 @@ def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
             continue
         member_of = _set_owner(key)
         if member_of is not None:
-            ids.update((member_of, job) for job in _members(before.get(key)) ^ _members(after.get(key)))
+            ids.update((member_of, job) for job in zset_members(before.get(key)) ^ zset_members(after.get(key)))
     tainted_queues, tainted_ids = ledger.tainted_queues, ledger.tainted_ids
     for item in ids:
         queue, job = item
@@ -392,13 +392,6 @@ def _misplaced(item: tuple[bytes, bytes], after: Snapshot) -> tuple[list[str], b
     if len(homes) != 1 or state != homes[0].encode():
         return homes, state
     return None
-
-
-def _members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:
-    """A zset's members (none for any other entry: the placement check reads zsets only)."""
-    if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict):
-        return entry.value.keys()
-    return frozenset()
 
 
 @lru_cache(maxsize=4096)

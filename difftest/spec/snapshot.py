@@ -10,7 +10,7 @@ expiry times.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -143,6 +143,14 @@ def written_since(after: Snapshot, before: Snapshot | None) -> frozenset[bytes] 
         if node is before:
             return frozenset(keys)
     return None
+
+
+def zset_members(entry: Entry | None) -> KeysView[bytes] | frozenset[bytes]:
+    """A zset entry's members (none for any other entry, or none at all): what the judge's checks
+    of a step compare set by set."""
+    if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict):
+        return entry.value.keys()
+    return frozenset()
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
