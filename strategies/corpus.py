@@ -22,6 +22,7 @@ from difftest.history.format import (
     SCRIPTS,
     Advance,
     BeginClaim,
+    Bulk,
     CallStep,
     EndClaim,
     Exec,
@@ -396,8 +397,27 @@ def _time() -> Iterator[History]:
                    CallStep(plain(Verb.SWEEP, 1, 3)), CallStep(plain(Verb.PROMOTE)))  # fmt: skip
 
 
-def class_corpus(replica_calls: bool = True) -> list[History]:
-    """Every directed history, in a fixed order (`replica_calls`: with those that call a replica)."""
+# production's size (issue 37): the fill of the size history, and how many of it each later bulk takes
+SIZE_FILL, SIZE_BATCH, SIZE_CLAIMS, SIZE_DONE, SIZE_FAILED = 10_000, 2_000, 1_500, 100, 300
+
+
+def _sizes() -> Iterator[History]:
+    """Production's size, once whatever the seed (difftest/replay/labels.py, SIZE_LABELS): a producer's
+    bulk of 10,000 delayed jobs due together, a PROMOTE of 2,000 of them, a fleet's 1,500 CLAIMs, bulk
+    COMPLETEs and FAILs of the fill's first ids (those not claimed: fenced), then a SWEEP of the
+    leases that expired together."""
+    fill = Bulk(Call.of(Verb.ENQUEUE, QUEUE, b"f0.", b"p", 5), SIZE_FILL)
+    yield _history("size:queue:10000", *fill.steps(), Advance(5), CallStep(plain(Verb.PROMOTE, SIZE_BATCH)),
+                   *Bulk(plain(Verb.CLAIM, 10), SIZE_CLAIMS).steps(),
+                   *Bulk(plain(Verb.COMPLETE, b"f0.", 1), SIZE_DONE).steps(),
+                   *Bulk(plain(Verb.FAIL, b"f0.", 1, b"e", 1, 0), SIZE_FAILED).steps(),
+                   Advance(10), CallStep(plain(Verb.SWEEP, 1, SIZE_BATCH)))  # fmt: skip
+
+
+def class_corpus(replica_calls: bool = True, sizes: bool = True) -> list[History]:
+    """Every directed history, in a fixed order (`replica_calls`: with those that call a replica;
+    `sizes`: with production's size)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(), *_memory_and_replica(replica_calls),
-            *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults()]  # fmt: skip
+            *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults(),
+            *(_sizes() if sizes else ())]  # fmt: skip

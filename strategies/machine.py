@@ -35,12 +35,14 @@ from hypothesis.stateful import (
 )
 
 from difftest.history.format import (
+    MAX_BULK,
     MAX_MS,
     REPLICA,
     REPLICA_IGNORES,
     REPLICA_OBEYS,
     Advance,
     BeginClaim,
+    Bulk,
     CallStep,
     EndClaim,
     Exec,
@@ -153,10 +155,21 @@ RULE_ORDER = {name: n for n, name in enumerate((
     "wrong_typed_key", "long_lived_job", "restricted_call", "malformed_call", "upgrade", "scripts_worker_call",
     "restart", "crash", "resp3_call", "transaction", "notify", "another_database", "other_writers_ttl",
     "other_writers_fields", "server_condition", "replica_call", "long_advance", "clock_origin",
+    "production_size", "bulk",
 ))}  # fmt: skip
 
 
 VERBS = tuple(TRANSITIONS)
+# Production's size (issue 37): how many calls a bulk step holds and how far a PROMOTE's or a SWEEP's
+# limit reaches in a history of that size, by class (low, high, weight; uniform within a class, so
+# about log-uniform over all), the plainest first: queues of thousands, batches of hundreds, a bulk
+# past the largest a default campaign's class corpus holds now and then. A history draws them only
+# where its size dimension is on (`production_size`, its first rule: about one history in sixty).
+SIZE_CLASSES = ((2, 31, 24), (32, 255, 8), (256, 2_047, 3), (2_048, 9_999, 1), (10_000, MAX_BULK, 1))
+SIZE_WEIGHTS = tuple((str(n), weight) for n, (_, _, weight) in enumerate(SIZE_CLASSES))
+# what a bulk step does: a producer's fill (pending, or delayed and due together), a fleet of workers
+# claiming at once (leases that expire together), completing or failing what a fill brought
+BULK_KINDS = (("enqueue", 3), ("claim", 3), ("complete", 2), ("fail", 2))
 CLOCK_STEPS_BACK = (1, 1_000, 60_000, 3_600_000)  # how far a restart's clock may step back (ms)
 # a replica's own limit where replicas run and the memory limit is on: ignored (production's
 # default) twice as often as obeyed or none
@@ -302,6 +315,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.start_ms = START_MS  # where the history's clock starts (`clock_origin`)
         # keys another writer gave a TTL, with their expiry on the machine's clock (`other_writers_ttl`)
         self.ttls: dict[tuple[bytes, bytes], int] = {}
+        self.sized = False  # the history's size dimension is on (`production_size`): bulk steps, large limits
+        self.fills: list[tuple[bytes, bytes, int]] = []  # each bulk ENQUEUE: its queue, ids' prefix, count
 
     # -- what the machine hands on ---------------------------------------------------------------
 
@@ -478,6 +493,8 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         limit = draws.integer(1, 3)
+        if self.sized and draws.chance(2):
+            limit = self._size(draws)  # a batch of hundreds or thousands
         self.hints[queue].promote(self.now, limit)
         self._call(Call.of("PROMOTE", queue, limit), draws)
 
@@ -488,6 +505,8 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         hints = self.hints[queue]
         max_stalled, limit = draws.integer(1, 3), draws.integer(1, 3)
+        if self.sized and draws.chance(2):
+            limit = self._size(draws)  # a batch of hundreds or thousands
         expired = sum(1 for deadline in hints.active.values() if deadline <= self.now)
         if expired >= 2 and draws.chance(2):
             limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
@@ -552,6 +571,68 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         self._call(transition_call(draws, "ENQUEUE", queue, self.hints[queue], self.now), draws)
+
+    # -- production's size -----------------------------------------------------------------------
+
+    def _size(self, draws: QueueDraws, most: int = MAX_BULK) -> int:
+        """A bulk's count or a batch's limit: a size class (SIZE_CLASSES), then a number in it."""
+        low, high, _ = SIZE_CLASSES[int(draws.weighted(SIZE_WEIGHTS))]
+        return min(draws.integer(low, high), most)
+
+    def _fill(self, draws: QueueDraws, queue: bytes) -> None:
+        """A producer's bulk ENQUEUE of fresh ids (`f<n>.<i>`): pending, or delayed and due together."""
+        count = self._size(draws)
+        prefix = b"f%d." % len(self.fills)
+        delay = draws.pick(DELAYS)
+        hints = self.hints[queue]
+        for part in range(count):
+            hints.enqueue(prefix + str(part).encode(), self.now, delay)
+        self.fills.append((queue, prefix, count))
+        self.steps += Bulk(Call.of("ENQUEUE", queue, prefix, edged(draws, PAYLOADS), delay), count).steps()
+
+    @weight(4)
+    @precondition(lambda self: not self.steps and not self.sized)
+    @precondition(on_shape("sizes"))
+    @rule()
+    def production_size(self) -> None:
+        """The history is one at production's size: it opens with a producer's bulk ENQUEUE of up to
+        thousands of jobs, and draws bulk steps and batches of hundreds to thousands from here on."""
+        self.sized = True
+        draws = self.draws()
+        self._fill(draws, draws.queue())
+
+    @weight(12)
+    @precondition(lambda self: self.sized)
+    @rule()
+    def bulk(self) -> None:
+        """A bulk step: a fill, a fleet's CLAIMs (leases expiring together), or COMPLETEs or FAILs of
+        a fill's ids with the token a first claim gave them (those it did not claim: fenced)."""
+        draws = self.draws()
+        queue = draws.queue()
+        hints = self.hints[queue]
+        kind = draws.weighted(BULK_KINDS)
+        fills = [fill for fill in self.fills if fill[0] == queue]
+        if kind == "enqueue" or (kind in ("complete", "fail") and not fills):
+            self._fill(draws, queue)
+            return
+        if kind == "claim":
+            count, lease_ms = self._size(draws), draws.pick(DURATIONS)
+            hints.claim_many(self.now, lease_ms, count)
+            self.steps += Bulk(Call.of("CLAIM", queue, lease_ms), count).steps()
+            return
+        _, prefix, filled = draws.pick(fills)
+        count = self._size(draws, filled)
+        ids = [prefix + str(part).encode() for part in range(count)]
+        if kind == "complete":
+            for job in ids:
+                hints.complete(job, 1)
+            template = Call.of("COMPLETE", queue, prefix, 1)
+        else:
+            max_attempts, backoff = draws.integer(1, 2), draws.pick(BACKOFFS)
+            for job in ids:
+                hints.fail(job, 1, max_attempts, self.now, backoff)
+            template = Call.of("FAIL", queue, prefix, 1, edged(draws, ERRORS), max_attempts, backoff)
+        self.steps += Bulk(template, count).steps()
 
     @weight(25)
     @precondition(deadline_ahead)  # the function itself: one call a step, not two

@@ -22,3 +22,4 @@ class HistoryShape:
     notifications: bool = True  # notify steps: keyspace events compared
     memory: bool = True  # memory limit steps
     replica_calls: bool = True  # calls to each server's read-only replica (not on an attached pair)
+    sizes: bool = True  # production's size: bulk steps of up to thousands of calls, batches of as many

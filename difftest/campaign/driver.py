@@ -283,7 +283,7 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
             # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
             from strategies.corpus import class_corpus
 
-            for directed in class_corpus(shape.replica_calls):
+            for directed in class_corpus(shape.replica_calls, shape.sizes):
                 replays(directed, in_test=False)
         run_machine(shape, replays, machine_settings, seed=batch_seed(config.seed, batch))
     except _HarnessLost as lost:

@@ -34,6 +34,11 @@ VERSION = 1
 # on a quiet 2-core machine, 48 s on one loaded 8 times over (bench/bench_long_history.py;
 # docs/design-notes.md, "How long a history may be"). Generated histories have at most a few hundred.
 MAX_STEPS = 2_000
+# A bulk step's calls each count as a step of the replay, walked once, after the last (its keyspace
+# between them the spec's model's): at most MAX_BULK in one, MAX_CALLS in a history, a step of
+# its own each (docs/history-format.md, "Bulk steps")
+MAX_BULK = 20_000
+MAX_CALLS = 100_000
 MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
 DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
 
@@ -103,6 +108,38 @@ REPLICA_LIMITS = (REPLICA_IGNORES, REPLICA_OBEYS)
 
 
 @dataclass(frozen=True)
+class Bulk:
+    """A bulk step: `count` calls of one transition sent back to back as the admin, as a producer
+    fills a queue or a fleet of workers claims at once ('op': 'bulk'). Each call is `template` with
+    its id argument (a verb whose first argument is an id) followed by the call's number, 0 first:
+    ids `b0`, `b1`, ... for the id `b`. The keyspaces are walked once, after the last call; each
+    call's replies are compared, and what the keyspace holds between the calls is what the spec's
+    model says (docs/design-notes.md, "Bulk steps")."""
+
+    template: Call
+    count: int
+
+    def call(self, part: int) -> Call:
+        """The bulk's call number `part` (from 0)."""
+        return bulk_call(self.template, part)
+
+    def steps(self, executor: str | None = None) -> tuple[CallStep, ...]:
+        """The bulk as its calls, each a step of the history (`CallStep.bulk`); `executor` SCRIPTS:
+        each runs through the Lua scripts on the native server too (a Lua-era prefix)."""
+        return tuple(CallStep(self.call(part), executor=executor, bulk=self, part=part) for part in range(self.count))
+
+
+def bulk_call(template: Call, part: int) -> Call:
+    """`template` with the call's number after its id argument (a verb whose first argument is an id)."""
+    transition = TRANSITIONS[template.verb]
+    if not transition.args or transition.args[0].name != "id":
+        return template
+    at = transition.numkeys
+    rest = template.rest
+    return Call(template.verb, template.numkeys, (*rest[:at], rest[at] + str(part).encode(), *rest[at + 1 :]))
+
+
+@dataclass(frozen=True)
 class CallStep:
     """One transition call, sent whole (the Lua CLAIM's two round trips back to back)."""
 
@@ -112,6 +149,10 @@ class CallStep:
     executor: str | None = None  # SCRIPTS: the native server runs the scripts for it too
     protocol: int = 2  # 3: the worker's connection speaks RESP3 (replies compared with their RESP3 types)
     target: str | None = None  # REPLICA: sent to each server's read-only replica, as the admin
+    # a call of a bulk step (`Bulk`), its number in it: no walk follows it unless the next step is
+    # not the bulk's next call
+    bulk: Bulk | None = None
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -366,9 +407,40 @@ def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[s
     return header
 
 
+def steps_to_json(steps: Sequence[Step]) -> Iterator[dict[str, Any]]:
+    """Each step as its line's object, a bulk's calls as one line again (those of it the steps
+    hold: a history cut inside a bulk holds its first calls); a bulk's call without its first, alone."""
+    at = 0
+    while at < len(steps):
+        step = steps[at]
+        if isinstance(step, CallStep) and step.bulk is not None and step.part == 0 and _bulk_call(step):
+            count = 1
+            while (at + count < len(steps) and isinstance(following := steps[at + count], CallStep)
+                   and following.bulk == step.bulk and following.part == count
+                   and following.executor == step.executor and _bulk_call(following)):  # fmt: skip
+                count += 1
+            yield bulk_to_json(Bulk(step.bulk.template, count), step.executor)
+            at += count
+            continue
+        yield step_to_json(step)
+        at += 1
+
+
+def _bulk_call(step: CallStep) -> bool:
+    """Whether a bulk's call is as its line says (the admin's, on RESP2, to the server itself)."""
+    return step.user is None and step.worker is None and step.protocol == 2 and step.target is None
+
+
+def bulk_to_json(bulk: Bulk, executor: str | None = None) -> dict[str, Any]:
+    out = {"op": "bulk", "count": bulk.count, **_call_fields(bulk.template)}
+    if executor is not None:
+        out["executor"] = executor
+    return out
+
+
 def dumps(history: History, extra_header: dict[str, Any] | None = None) -> str:
     lines = [json.dumps(header_json(history, extra_header), ensure_ascii=False)]
-    lines += [json.dumps(step_to_json(step), ensure_ascii=False) for step in history.steps]
+    lines += [json.dumps(line, ensure_ascii=False) for line in steps_to_json(history.steps)]
     return "\n".join(lines) + "\n"
 
 
@@ -486,7 +558,7 @@ def _parse_call(obj: dict[str, Any], where: str) -> Call:
     raise HistoryError(f"{where}: a call needs 'queue' and 'args', or 'numkeys' and 'rest'")
 
 
-def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step:
+def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step | Bulk:
     if not isinstance(obj, dict):
         raise HistoryError(f"{where}: expected a JSON object, got {obj!r}")
     op = _require(obj, "op", where)
@@ -494,14 +566,16 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
     if user is not None and user not in users:
         raise HistoryError(f"{where} field 'user': {user!r} is not declared in the header's 'users'")
     executor = _executor_field(obj, where)
-    if executor is not None and op not in ("call", "begin"):
-        raise HistoryError(f"{where} field 'executor': only a 'call' or a 'begin' names its executor "
+    if executor is not None and op not in ("call", "begin", "bulk"):
+        raise HistoryError(f"{where} field 'executor': only a 'call', a 'bulk' or a 'begin' names its executor "
                            "(an 'end' runs where its 'begin' did)")  # fmt: skip
     protocol = _protocol_field(obj, where)
     if protocol != 2 and op not in ("call", "begin", "multi"):
         raise HistoryError(f"{where} field 'resp': only a 'call', a 'begin' or a 'multi' names its protocol "
                            "(an 'end' runs on its 'begin's connection)")  # fmt: skip
     target = _target_field(obj, op, where)
+    if op == "bulk":
+        return _parse_bulk(obj, where, user, protocol, target)
     if op == "call":
         worker = _name_field(obj, "worker", where, required=False)
         return CallStep(_parse_call(obj, where), user, worker, executor, protocol, target)
@@ -528,8 +602,24 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
         return _parse_notify(obj, where)
     if op == "raw":
         return _parse_raw(obj, where)
-    raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, begin, end, advance, restart, "
+    raise HistoryError(f"{where} field 'op': {op!r} is not a step (call, bulk, begin, end, advance, restart, "
                        "crash, raw, notify, multi, exec, memory, replicas)")  # fmt: skip
+
+
+def _parse_bulk(obj: dict[str, Any], where: str, user: str | None, protocol: int,
+                target: str | None) -> Bulk:  # fmt: skip
+    """A bulk step's line (its calls made by the loader, `Bulk.steps`)."""
+    if user is not None or protocol != 2 or target is not None or "worker" in obj:
+        raise HistoryError(f"{where}: a 'bulk' runs as the admin on RESP2 on each server itself (no 'user', "
+                           "'worker', 'resp' or 'target'); write such calls as 'call' steps")  # fmt: skip
+    if "queue" not in obj:
+        raise HistoryError(f"{where}: a 'bulk' names its 'queue' and 'args' (the first call's, its id without "
+                           "the call's number)")  # fmt: skip
+    count = _int_field(obj, "count", where, minimum=1)
+    if count > MAX_BULK:
+        raise HistoryError(f"{where} field 'count': {count:,} calls, past the {MAX_BULK:,} one bulk step holds; "
+                           "split it into several")  # fmt: skip
+    return Bulk(_parse_call(obj, where), count)
 
 
 def _switched(obj: dict[str, object], name: str, where: str, meaning: str) -> bool:
@@ -624,6 +714,8 @@ def _in_transaction(step: Step) -> str | None:
         return None  # a condition switched between MULTI and EXEC: from another connection, before EXEC
     if not isinstance(step, CallStep):
         return f"the step {step_to_json(step)['op']!r}"
+    if step.bulk is not None:
+        return "a 'bulk' (its calls are walked once, after the last: one by one outside a transaction)"
     if TRANSITIONS[step.call.verb].reads_meta:
         return f"{step.call.verb} (the Lua host reads 'paused?' before it sends the script)"
     if step.user is not None or step.protocol != 2 or step.worker is not None:
@@ -631,6 +723,15 @@ def _in_transaction(step: Step) -> str | None:
     if step.target is not None:
         return "a call to a replica (a transaction runs on the server itself)"
     return None
+
+
+def unwalked_at(steps: Sequence[Step], index: int) -> bool:
+    """Whether the step at `index` is a bulk's call before its last one (no walk follows it)."""
+    step = steps[index]
+    if not isinstance(step, CallStep) or step.bulk is None or index + 1 >= len(steps):
+        return False
+    following = steps[index + 1]
+    return isinstance(following, CallStep) and following.bulk == step.bulk and following.part == step.part + 1
 
 
 def cut_after(steps: Sequence[Step], index: int) -> tuple[Step, ...]:
@@ -719,7 +820,17 @@ def loads(text: str, name: str = "<history>") -> History:
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < DATABASES:
         raise HistoryError(f"{where} field 'db': expected a database number from 0 to {DATABASES - 1} "
                            f"(the servers' 'databases' is {DATABASES}), got {db!r}")  # fmt: skip
-    parsed = [(n, _parse_step(parse_json(n, ln), f"{name}:{n}", users)) for n, ln in lines[1:]]
+    parsed: list[tuple[int, Step]] = []
+    for n, ln in lines[1:]:
+        obj_of_line = parse_json(n, ln)
+        step = _parse_step(obj_of_line, f"{name}:{n}", users)
+        if isinstance(step, Bulk):
+            if len(parsed) + step.count > MAX_CALLS:
+                raise HistoryError(f"{name}:{n}: past the {MAX_CALLS:,} steps a replay takes (a bulk's calls "
+                                   "count one by one): split the history")  # fmt: skip
+            parsed += ((n, call) for call in step.steps(_executor_field(obj_of_line, f"{name}:{n}")))
+        else:
+            parsed.append((n, step))
     _check_workers(parsed, name)
     _check_clock(parsed, start_ms, name)
     return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")), db)

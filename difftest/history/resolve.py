@@ -21,6 +21,7 @@ from difftest.history.format import (
     ReplicasRequired,
     Restart,
     Step,
+    unwalked_at,
 )
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, Layout, Transition
@@ -67,6 +68,8 @@ class Resolved:
     # a call in a transaction that switches a condition: the conditions on when its EXEC runs
     # (memory limit, writes denied), which its first write meets; None: those at its own step
     at_exec: tuple[bool, bool] | None = None
+    # a bulk's call before its last: no walk follows it (the keyspace then is the spec's model's)
+    unwalked: bool = False
     transition: Transition | None = field(init=False, repr=False, compare=False)
     # the call runs through the Lua scripts (the host adapter) on the native server too
     via_scripts: bool = field(init=False, repr=False, compare=False)
@@ -189,6 +192,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
             continue
         if isinstance(step, CallStep | BeginClaim):
             outcome = guard(step.call)
+            unwalked = isinstance(step, CallStep) and step.bulk is not None and unwalked_at(steps, index)
             resolved = Resolved(
                 index,
                 step,
@@ -200,6 +204,7 @@ def resolve(steps: Sequence[Step]) -> tuple[Resolved, ...]:
                 protocol=multi_protocol if in_multi else step.protocol,
                 in_multi=in_multi,
                 on_replica=(isinstance(step, CallStep) and step.target is not None) or (in_multi and multi_on_replica),
+                unwalked=unwalked,
             )
             if isinstance(step, BeginClaim):
                 begun[step.worker] = resolved

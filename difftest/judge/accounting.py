@@ -14,7 +14,7 @@ its row or one of its queue's sets (corruption, other writers, TTLs), a script s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -24,7 +24,7 @@ import immutables
 from difftest.history.resolve import Guarded, Resolved
 from difftest.spec.commands import ATTEMPTS, SETS, STALLED, Layout, Verb, parse_key
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Epochs, Snapshot, written_since, zset_members
+from difftest.spec.snapshot import Epochs, Snapshot, moved_members, written_since
 
 FINDINGS = {
     "lost": "a job is in no set, though no transition removes it",
@@ -113,14 +113,14 @@ def stages_of(snapshot: Snapshot, layout: Layout, job: bytes) -> list[str]:
     get = snapshot.get
     for name, key in _set_keys(layout.queue):
         entry = get(key)
-        if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
+        if entry is not None and entry.kind == "zset" and isinstance(entry.value, Mapping) and job in entry.value:
             found.append(name)
     return found
 
 
 def _score(snapshot: Snapshot, key: bytes, job: bytes) -> float | None:
     entry = snapshot.get(key)
-    if entry is None or entry.kind != "zset" or not isinstance(entry.value, dict) or job not in entry.value:
+    if entry is None or entry.kind != "zset" or not isinstance(entry.value, Mapping) or job not in entry.value:
         return None
     try:
         return float(entry.value[job])
@@ -331,7 +331,7 @@ def _moved_since(step: _Step, layout: Layout, after: Snapshot,
     jobs = {job for queue, job in step.changed if queue == step.queue}
     for _, key in _set_keys(layout.queue):
         if key in written:
-            jobs.update(zset_members(checked_on.get(key)) ^ zset_members(after.get(key)))
+            jobs.update(moved_members(checked_on.get(key), after.get(key)))
     found = []
     for job in jobs:
         item = (step.queue, job)
@@ -422,20 +422,19 @@ def _strangers(lives: Lives, changed: dict[tuple[bytes, bytes], Life], held: Hel
     keys = _set_keys(queue)
     for name, key in keys:
         entry, was = after.get(key), before.get(key)
-        if entry is None or entry is was or entry.kind != "zset" or not isinstance(entry.value, dict):
+        if entry is None or entry is was or entry.kind != "zset" or not isinstance(entry.value, Mapping):
             continue
-        if was is not None and was.value == entry.value:
-            continue  # (unchanged: a fresh walk's equal entry)
         # only a member new to the set can be a stranger (one it held before is skipped below): the
         # whole set is gone through, in its order, only when one of those is
-        new = entry.value.keys() - zset_members(was)
+        members = entry.value
+        new = [job for job in moved_members(was, entry) if job in members]
         if not any((queue, job) not in lives and (queue, job) not in changed for job in new):
             continue
         for job in entry.value:
             item = (queue, job)
             if item in lives or item in changed or not held(queue, job):
                 continue
-            if any(job in (e.value if e is not None and isinstance(e.value, dict) else ()) for e in
+            if any(job in (e.value if e is not None and isinstance(e.value, Mapping) else ()) for e in
                    (before.get(k) for _, k in keys)):  # fmt: skip
                 continue
             found.append(f"accounting:unexpected: {job!r} of {queue!r} appeared in {name} without an enqueue "

@@ -7,7 +7,7 @@ met. The fold in `difftest/judge/verdicts.py` applies them; nothing here reads a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -26,7 +26,7 @@ from difftest.spec.model import (
     zset,
 )
 from difftest.spec.replies import Died, ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Epochs, Snapshot, diff, same_keys
+from difftest.spec.snapshot import Epochs, Members, Snapshot, diff, same_keys
 
 LUA_COUNTER_ERRORS = {
     "NOTINT": "ERR hash value is not an integer",
@@ -176,6 +176,8 @@ def pending_head(before: Snapshot, layout: Layout) -> bytes | None:
     pending = zset(before, layout.pending)
     if not pending:
         return None
+    if isinstance(pending, Members):
+        return pending.ordered()[0][1]
     return min(pending.items(), key=lambda item: (float(item[1]), item[0]))[0]
 
 
@@ -266,7 +268,7 @@ def _rows_in(before: Snapshot, layout: Layout) -> tuple[bytes, ...]:
     found = [k for k in before if k.startswith(layout.row_prefix)]
     for name in SETS:
         entry = before.get(layout.key(name))
-        if entry is not None and isinstance(entry.value, dict):
+        if entry is not None and isinstance(entry.value, Mapping):
             found += [layout.row(member) for member in entry.value]
     rows = tuple(found)
     _rows_of = (before, layout.queue, rows)

@@ -7,7 +7,7 @@ ledger, so the judge's fold carries it in its state. `violations` is pure over i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -17,7 +17,7 @@ from difftest.history.resolve import Resolved
 from difftest.judge.accounting import EMPTY, Accounts
 from difftest.spec.commands import ATTEMPTS, COMPLETED, COUNT, FAILED, SETS, Layout, Moves, parse_key, reply_kind
 from difftest.spec.replies import ErrorReply, Refused, Reply
-from difftest.spec.snapshot import Snapshot, written_since, zset_members
+from difftest.spec.snapshot import Snapshot, moved_members, written_since
 
 IdSet = immutables.Map[tuple[bytes, bytes], bool]  # a persistent set of (queue, id): each value True
 Attempts = immutables.Map[bytes, int]
@@ -345,7 +345,7 @@ def _nothing_broken_where_written(ledger: Ledger, after: Snapshot) -> bool:
             continue
         member_of = _set_owner(key)
         if member_of is not None:
-            ids.update((member_of, job) for job in zset_members(before.get(key)) ^ zset_members(after.get(key)))
+            ids.update((member_of, job) for job in moved_members(before.get(key), after.get(key)))
     tainted_queues, tainted_ids = ledger.tainted_queues, ledger.tainted_ids
     for item in ids:
         queue, job = item
@@ -383,7 +383,7 @@ def _misplaced(item: tuple[bytes, bytes], after: Snapshot) -> tuple[list[str], b
     homes = []
     for s, key in sets:
         entry = get(key)
-        if entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and job in entry.value:
+        if entry is not None and entry.kind == "zset" and isinstance(entry.value, Mapping) and job in entry.value:
             homes.append(s)
     row = get(row_prefix + job)
     state = None
@@ -427,7 +427,7 @@ def _sorted(ids: IdSet) -> tuple[tuple[bytes, bytes], ...]:
 # make for every absent key: objects made per step are what sets off the collector
 def _in_zset(snapshot: Snapshot, key: bytes, member: bytes) -> bool:
     entry = snapshot.get(key)
-    return entry is not None and entry.kind == "zset" and isinstance(entry.value, dict) and member in entry.value
+    return entry is not None and entry.kind == "zset" and isinstance(entry.value, Mapping) and member in entry.value
 
 
 def _hash_field(snapshot: Snapshot, key: bytes, name: bytes) -> bytes | None:

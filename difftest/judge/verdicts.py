@@ -35,7 +35,7 @@ from difftest.judge.invariants import INVARIANTS, Ledger, violations
 from difftest.spec import model
 from difftest.spec.commands import Rows, Stamp
 from difftest.spec.replies import Died, ErrorReply, NotSent, Reply
-from difftest.spec.snapshot import Epochs, Snapshot, diff
+from difftest.spec.snapshot import Epochs, Snapshot, Stamps, diff, written_since
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class Observation:
     native_after: Snapshot
     native_epochs: Epochs
     denied: Denied = field(default_factory=frozenset)  # (key, read|write) the step's user may not touch
+    # the spec's model's prediction, where it was worked out before the judge (`assumed`)
+    prediction: model.Prediction | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -121,11 +123,14 @@ def expected_epochs(state: JudgeState, observation: Observation) -> Epochs:
     expected = state.expected_epochs
     stamped = _stamped_row(resolved, observation.native_reply)
     if stamped is not None:
-        expected = {**expected, stamped: observation.run_id}  # in place when already there, as an update
+        held = expected if isinstance(expected, Stamps) else Stamps(expected)
+        expected = held.with_stamp(stamped, observation.run_id)  # (one more stamp, not a copy of every one)
     if not expected:
         return expected  # (most steps: no lease held)
     after = observation.native_after
-    for key in expected:
+    written = written_since(after, state.before)
+    # (only a key written since can have stopped holding an epoch: where known, those alone looked at)
+    for key in expected if written is None or len(written) > len(expected) else (k for k in written if k in expected):
         entry = after.get(key)
         if entry is None or entry.kind != "hash":
             return {k: v for k, v in expected.items() if k in after and after[k].kind == "hash"}
@@ -259,6 +264,24 @@ def spec_prediction(state: JudgeState, observation: Observation, paused_read: Re
     return model.predict(facts, before, state.before_epochs, observation.now_ms, observation.run_id)
 
 
+def assumed(state: JudgeState, observation: Observation) -> Observation | None:
+    """A bulk's call before its last, which no walk follows: the observation with each side's
+    keyspace after it the spec's model's (the walk after the bulk's last call holds every write
+    to the model's). None where the model does not say what a side's keyspace is (the scripts
+    stopped half-way, a step it does not predict): that call must be walked."""
+    _, _, paused_read, limited, writes_denied, replica_limited = _carried(state, observation)
+    prediction = spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
+    if isinstance(prediction, str):
+        return None
+    lua_after, native_after = prediction.lua.after, prediction.native.after
+    if lua_after is None or native_after is None:
+        return None
+    if lua_after is not native_after and lua_after == native_after:
+        lua_after = native_after  # (one snapshot: each side's checks then look at it once)
+    observation = replace(observation, lua_after=lua_after, native_after=native_after, prediction=prediction)
+    return replace(observation, native_epochs=expected_epochs(state, observation))
+
+
 def spec_departures(prediction: model.Prediction, observation: Observation) -> tuple[str | None, str | None]:
     """How each executor departs from the spec's prediction (lua, native): None where it does not."""
     lua = model.departure(prediction.lua, observation.lua_reply, observation.lua_after)
@@ -321,8 +344,13 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     epochs = _epochs_after(state, observation)
     verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
     # the spec's model, held to each side (a step it does not predict is the pair's alone)
-    prediction = (spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
-                  if MODEL_ON else "off")  # fmt: skip
+    prediction: model.Prediction | str
+    if not MODEL_ON:
+        prediction = "off"
+    elif observation.prediction is not None:
+        prediction = observation.prediction  # (a bulk's call: worked out for its keyspace, `assumed`)
+    else:
+        prediction = spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
     if isinstance(prediction, str):
         lua_off = native_off = None
         verdict = replace(verdict, unjudged=prediction)

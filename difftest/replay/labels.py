@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from difftest.history.format import (
     DEFAULT_START_MS,
     MAX_MS,
     REPLICA_OBEYS,
     Advance,
+    CallStep,
     MemoryLimit,
     Notify,
     RawWrite,
@@ -29,6 +30,7 @@ from difftest.replay.upgrades import UPGRADE_LABELS, upgrade_labels
 from difftest.spec import domains
 from difftest.spec.commands import (
     ATTEMPTS,
+    SETS,
     STALLED,
     SWEEP_VERDICTS,
     TRANSITIONS,
@@ -137,6 +139,18 @@ TIME_LABELS: tuple[str, ...] = (
 # a module transition judged with keyspace notifications on (its events compared with the scripts')
 NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for verb in TRANSITIONS)
 
+# Production's size (issue 37): a bulk step of each verb the generator bulks and of each size, a
+# queue's set holding thousands after one, and a PROMOTE or a SWEEP moving hundreds or thousands at once
+SIZES = (100, 1_000, 10_000)
+BATCHES = (100, 1_000)
+BULK_VERBS = ("ENQUEUE", "CLAIM", "COMPLETE", "FAIL")
+SIZE_LABELS: tuple[str, ...] = (
+    *(f"size:bulk:{verb.lower()}" for verb in BULK_VERBS),
+    *(f"size:bulk:{n}" for n in SIZES),
+    *(f"size:queue:{n}" for n in SIZES),
+    *(f"size:batch:{verb}:{n}" for verb in ("promote", "sweep") for n in BATCHES),
+)
+
 REQUIRED: tuple[str, ...] = (
     *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
     *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
@@ -148,6 +162,7 @@ REQUIRED: tuple[str, ...] = (
     *NOTIFY_LABELS,
     *PAIR_LABELS,
     *TIME_LABELS,
+    *SIZE_LABELS,
 )
 
 
@@ -219,6 +234,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(notify_labels(result))
     reached.update(condition_labels(result))
     reached.update(time_labels(result))
+    reached.update(size_labels(result))
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     reached.update(model_labels(result))
     return reached
@@ -456,6 +472,36 @@ def _queues_with(snapshot: Snapshot) -> tuple[frozenset[bytes], frozenset[bytes]
         if odd and isinstance(value, dict) and ((in_meta and not value.keys() <= meta) or name.job is not None):
             fields.add(base)
     return frozenset(ttl), frozenset(fields)
+
+
+def size_labels(result: ReplayResult) -> Counter[str]:
+    """Production's size reached (SIZE_LABELS): each bulk step by its verb and count, the largest
+    set of its queue after it (the walk that follows its last call), and each PROMOTE or SWEEP by
+    how many members it moved (pure, over the records and observations)."""
+    reached: Counter[str] = Counter()
+    observations = {observation.resolved.index: observation for observation in result.observations}
+    for record in result.records:
+        step, resolved = record.step, record.resolved
+        if isinstance(step, CallStep) and step.bulk is not None:
+            if step.part == 0:
+                reached[f"size:bulk:{step.call.verb.lower()}"] += 1
+                reached.update(f"size:bulk:{n}" for n in SIZES if step.bulk.count >= n)
+            observation = observations.get(resolved.index)
+            if resolved.unwalked or resolved.guarded is None or observation is None:
+                continue
+            layout = resolved.guarded.layout
+            largest = max((len(entry.value) for entry in (observation.native_after.get(layout.key(name))
+                                                           for name in SETS)
+                           if entry is not None and entry.kind == "zset" and isinstance(entry.value, Mapping)),
+                          default=0)  # fmt: skip
+            reached.update(f"size:queue:{n}" for n in SIZES if largest >= n)
+            continue
+        verb, reply = resolved.call.verb if resolved.call is not None else None, record.native_reply
+        moved = (reply if verb == "PROMOTE" and isinstance(reply, int)
+                 else sum(n for n in reply[:3] if isinstance(n, int)) if verb == "SWEEP" and isinstance(reply, list)
+                 else 0)  # fmt: skip
+        reached.update(f"size:batch:{str(verb).lower()}:{n}" for n in BATCHES if moved >= n)
+    return reached
 
 
 def advance_class(ms: int) -> str:

@@ -9,6 +9,7 @@ each other. `tests/observations/` holds one file per contract row and per tricky
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +165,7 @@ def snapshot_to_json(snapshot: Snapshot) -> list[Any]:
         value: Any
         if isinstance(entry.value, bytes):
             value = encode_bytes(entry.value)
-        elif isinstance(entry.value, dict):
+        elif isinstance(entry.value, Mapping):  # (a hash, or a zset: a dict, or the model's Members)
             value = [[encode_bytes(k), encode_bytes(v)] for k, v in sorted(entry.value.items())]
         elif isinstance(entry.value, frozenset | tuple):
             items = sorted(entry.value) if isinstance(entry.value, frozenset) else list(entry.value)

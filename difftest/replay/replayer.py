@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,14 @@ from difftest.history.format import (
     ReplicasRequired,
     Restart,
     Step,
+    cut_after,
+    unwalked_at,
 )
 from difftest.history.resolve import Resolved, resolve
 from difftest.instrument import lua as lua_coverage
 from difftest.judge.contract import RULES, Verdict, acl_probe_keys
 from difftest.judge.events import Events, events_problem
-from difftest.judge.verdicts import JudgeState, Observation, judge
+from difftest.judge.verdicts import JudgeState, Observation, assumed, judge
 from difftest.replay.replicas import KIND as PROPAGATION
 from difftest.replay.replicas import Propagation, Replicas, primary_options
 from difftest.replay.sides import LuaSide, NativeSide, Side, StepOutcome
@@ -87,6 +89,16 @@ VERIFY_KEYS_PER_STEP = 64
 
 class _Unannounced(Exception):
     """A server's keyspace is not what its tracked walks reported (found before a restart)."""
+
+
+class _Unpredicted(Exception):
+    """A bulk's call, walked only after the bulk's last, whose keyspace the spec's model does not
+    give (a script stopped half-way): the history is replayed again with every bulk call from it on
+    walked."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 class ReferenceLost(RuntimeError):
@@ -240,6 +252,10 @@ class _Walks:
     def __init__(self) -> None:
         self.native, self.lua = _SideWalks(), _SideWalks()
         self.steps_since_verified = 0
+
+    def reset(self) -> None:
+        """As new: the servers were reset for a history replayed again."""
+        self.__init__()  # type: ignore[misc]
 
     def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
         self.steps_since_verified += 1
@@ -424,6 +440,13 @@ class Replayer:
             result = self._replay(history, alone_from, walks)
         except _Unannounced as unannounced:
             return self._replayed_whole(history, alone_from, str(unannounced))
+        if result.divergence is not None and unwalked_at(history.steps, result.divergence.index):
+            # found on a bulk's call whose keyspace was the model's: the history up to it (an artifact
+            # of it), where a walk follows it, says what the call left
+            again = self.replay(replace(history, steps=cut_after(history.steps, result.divergence.index)), alone_from)
+            if again.divergence is not None:
+                again.history = history
+                return again
         if not walks.ever_tracked:
             return result
         if result.divergence is not None:
@@ -476,7 +499,17 @@ class Replayer:
         return missed
 
     def _replay(self, history: History, alone_from: int | None, walks: _Walks) -> ReplayResult:
-        """`replay` with the walks `walks` reads (tracked or whole, as the sides walk)."""
+        """`replay` with the walks `walks` reads (tracked or whole, as the sides walk); again with
+        every bulk call from one the model gives no keyspace for on walked."""
+        try:
+            return self._replay_steps(history, alone_from, walks, None)
+        except _Unpredicted as unpredicted:
+            walks.reset()
+            return self._replay_steps(history, alone_from, walks, unpredicted.index)
+
+    def _replay_steps(self, history: History, alone_from: int | None, walks: _Walks,
+                      walked_from: int | None) -> ReplayResult:  # fmt: skip
+        """`_replay`, each bulk call from `walked_from` on walked."""
         started = time.perf_counter()
         stages = self.stages
         replicas = self._start(history)
@@ -486,7 +519,11 @@ class Replayer:
         stages["reset"] += mark - started
         state = JudgeState()
         self._walks = walks
-        runs = segments(resolve(history.steps), alone_from)
+        resolved = resolve(history.steps)
+        if walked_from is not None:
+            resolved = tuple(replace(r, unwalked=False) if r.unwalked and r.index >= walked_from else r
+                             for r in resolved)  # fmt: skip
+        runs = segments(resolved, alone_from)
         # --replicas compares from the first step on; a history's own replicas (it calls one) from its
         # first call to a replica on, so that a verdict at a step depends on no later step: an
         # artifact, the history up to its divergence, replays to the same verdict alone
@@ -571,10 +608,19 @@ class Replayer:
         for position, resolved in enumerate(segment):
             lua_reply, lua_walk = sent.lua_results[position]
             native_reply, native_walk = sent.native_results[position]
-            lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
-            mark = _lap(stages, "walk", mark)
-            observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
-                                      epochs, self._denied(resolved, state.before))  # fmt: skip
+            if resolved.unwalked:  # a bulk's call before its last: the keyspace the spec's model says
+                made = assumed(state, Observation(resolved, now_ms, run_id, lua_reply, native_reply, state.before,
+                                                  state.before, state.before_epochs,
+                                                  self._denied(resolved, state.before)))  # fmt: skip
+                if made is None:
+                    raise _Unpredicted(resolved.index)
+                observation = made
+                lua_after, native_after, epochs = made.lua_after, made.native_after, made.native_epochs
+            else:
+                lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+                mark = _lap(stages, "walk", mark)
+                observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
+                                          epochs, self._denied(resolved, state.before))  # fmt: skip
             after_state, verdict = judge(state, observation)
             result.observations.append(observation)
             result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,

@@ -426,7 +426,7 @@ class Side:
                 outcomes.append(self._transaction_step(step, walk))
                 continue
             reply = self.step(step)
-            outcome = StepOutcome(reply, self.walk() if walk else None, self.capture_workers())
+            outcome = StepOutcome(reply, self.walk() if walk and not step.unwalked else None, self.capture_workers())
             if self.subscriber is not None:  # (notifications off: nothing more a step)
                 outcome.marker = self.mark()
             outcomes.append(outcome)

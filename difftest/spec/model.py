@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from difftest.spec.commands import (
@@ -44,7 +44,7 @@ from difftest.spec.commands import (
 )
 from difftest.spec.guards import GuardError, parse_integer
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import Entry, Epochs, Snapshot, as_keyspace, diff, volatile_keys
+from difftest.spec.snapshot import Entry, Epochs, Members, Snapshot, as_keyspace, diff, volatile_keys
 
 I64_MAX = 2**63 - 1
 NOTINT, OVERFLOW, WRONGTYPE, LANE = "NOTINT", "OVERFLOW", "WRONGTYPE", "LANE"
@@ -65,12 +65,12 @@ def kind_of(snapshot: Snapshot, key: bytes) -> str:
     return "none" if entry is None else entry.kind
 
 
-def zset(snapshot: Snapshot, key: bytes) -> dict[bytes, bytes] | None:
+def zset(snapshot: Snapshot, key: bytes) -> Mapping[bytes, bytes] | None:
     """A zset's members (empty if absent), or None when the key holds another type."""
     entry = snapshot.get(key)
     if entry is None:
         return {}
-    if entry.kind != "zset" or not isinstance(entry.value, dict):
+    if entry.kind != "zset" or not isinstance(entry.value, Mapping):
         return None
     return entry.value
 
@@ -82,16 +82,30 @@ def hash_fields(snapshot: Snapshot, key: bytes) -> dict[bytes, bytes] | None:
     return entry.value
 
 
-def ordered(members: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
-    """Members in zset order: by score, then by member bytes."""
-    return sorted(members.items(), key=lambda item: (float(item[1]), item[0]))
+def ordered(members: Mapping[bytes, bytes]) -> list[tuple[float, bytes, bytes]]:
+    """Members in zset order, by score, then by member bytes: (score as a number, member, score)."""
+    if isinstance(members, Members):
+        return members.ordered()
+    return sorted((float(score), member, score) for member, score in members.items())
 
 
-def select(members: dict[bytes, bytes], now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
+def select(members: Mapping[bytes, bytes], now_ms: int, limit: int) -> list[tuple[bytes, bytes]]:
     """ZRANGEBYSCORE -inf now LIMIT 0 limit."""
     if not members:
         return []
-    return [item for item in ordered(members) if float(item[1]) <= now_ms][:limit]
+    out: list[tuple[bytes, bytes]] = []
+    for number, member, score in ordered(members):
+        if number > now_ms or len(out) >= limit:
+            break
+        out.append((member, score))
+    return out
+
+
+def _members(value: object) -> Members:
+    """A zset's members as the model writes them (a walk's dict made a `Members` once)."""
+    if isinstance(value, Members):
+        return value
+    return Members(value if isinstance(value, Mapping) else {})
 
 
 def next_counter(stored: bytes | None) -> int | str:
@@ -346,16 +360,16 @@ class _Run:
         self.written.add(key)
         entry = self.get(key)
         if entry is None:
-            self._data()[key] = Entry("zset", {member: score}, -1)
+            self._data()[key] = Entry("zset", Members({member: score}), -1)
         else:
-            self._data()[key] = Entry("zset", {**entry.value, member: score}, entry.pttl)  # type: ignore[dict-item]
+            self._data()[key] = Entry("zset", _members(entry.value).with_score(member, score), entry.pttl)
 
     def zrem(self, key: bytes, member: bytes) -> None:
         entry = self.get(key)
-        if entry is None or not isinstance(entry.value, dict) or member not in entry.value:
+        if entry is None or not isinstance(entry.value, Mapping) or member not in entry.value:
             self.wrote = True
             return
-        members = {m: s for m, s in entry.value.items() if m != member}
+        members = _members(entry.value).without(member)
         data = self._data()
         self.written.add(key)
         if members:
@@ -396,10 +410,10 @@ class _Run:
         self.hset(key, {name: str(value).encode()})
         return value
 
-    def members(self, key: bytes) -> dict[bytes, bytes]:
+    def members(self, key: bytes) -> Mapping[bytes, bytes]:
         """A declared zset read (ZSCORE, ZRANGEBYSCORE): its members, WRONGTYPE when not a zset."""
         entry = self.check(key, None, "zset")
-        return entry.value if entry is not None and isinstance(entry.value, dict) else {}
+        return entry.value if entry is not None and isinstance(entry.value, Mapping) else {}
 
 
 # -- each transition, as the spec's effect column says, on one executor ---------------------------
@@ -438,10 +452,13 @@ def _claim_script(r: _Run, layout: Layout, args: tuple[int | bytes, ...], run_id
     (lease,) = args
     assert isinstance(lease, int)
     pending = r.check(layout.pending, None, "zset", write=True)  # ZPOPMIN: the first write, on an empty pending too
-    members = pending.value if pending is not None and isinstance(pending.value, dict) else {}
+    members = pending.value if pending is not None and isinstance(pending.value, Mapping) else {}
     if not members:
         return []
-    head = min(members.items(), key=lambda item: (float(item[1]), item[0]))[0]
+    if isinstance(members, Members):
+        head = members.ordered()[0][1]  # (its order handed on from the zset it was made from)
+    else:
+        head = min(members.items(), key=lambda item: (float(item[1]), item[0]))[0]
     r.zrem(layout.pending, head)
     row = layout.row(head)
     if r.check(row, EXISTS) is None:
