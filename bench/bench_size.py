@@ -11,8 +11,12 @@ its own, so that its peak memory is its own.
 an older commit in the same sitting, as ratios (this machine is noisy). `--walker whole` compares
 with a whole walk after every step (DIFFTEST_WALKER).
 
+`--bulk` fills the queue with bulk steps and makes the tail's ENQUEUEs and CLAIMs bulks of 50 (each
+call a step, walked once after its bulk's last: docs/history-format.md, "Bulk steps"): what a step
+costs where production's size is drawn, and sizes of 100,000 a single-call fill cannot reach.
+
 Usage: python bench/bench_size.py [--sizes 10 1000 10000] [--tail 400] [--tree PATH] [--walker module|whole]
-                                  [--json PATH]
+                                  [--bulk] [--json PATH]
 """
 
 from __future__ import annotations
@@ -31,6 +35,33 @@ from typing import Any
 HERE = Path(__file__).resolve()
 ROUND = 8  # steps a round of the tail
 REPEATS = 2  # each history replayed this many times (after a warm-up): the fastest counts
+
+
+BULK_ROUND = 50  # `--bulk`: the calls of each of a tail round's two bulks
+
+
+def _bulk_history(size: int, tail: int) -> tuple[object, object]:
+    """`_history` with bulk steps: the fill in bulks of MAX_BULK, the tail's rounds a bulk ENQUEUE and a
+    bulk CLAIM of BULK_ROUND calls each, then PAUSE, RESUME, PROMOTE, SWEEP and an advance."""
+    from difftest.history import format as hist
+    from difftest.spec.calls import Call
+
+    fill: list[hist.Step] = []
+    for chunk in range(0, size, hist.MAX_BULK):
+        count = min(hist.MAX_BULK, size - chunk)
+        fill += hist.Bulk(Call.of("ENQUEUE", "q", f"j{chunk // hist.MAX_BULK}.", "payload", 0), count).steps()
+    steps: list[hist.Step] = []
+    for i in range(max(1, tail // (2 * BULK_ROUND + 5))):
+        steps += [
+            *hist.Bulk(Call.of("ENQUEUE", "q", f"t{i}.", "payload", 0), BULK_ROUND).steps(),
+            *hist.Bulk(Call.of("CLAIM", "q", 1000), BULK_ROUND).steps(),
+            hist.call_step("PAUSE", "q"),
+            hist.call_step("RESUME", "q"),
+            hist.call_step("PROMOTE", "q", 10),
+            hist.call_step("SWEEP", "q", 3, 10),
+            hist.Advance(5),
+        ]
+    return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
 
 
 def _history(size: int, tail: int) -> tuple[object, object]:
@@ -57,14 +88,14 @@ def _history(size: int, tail: int) -> tuple[object, object]:
     return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
 
 
-def one(size: int, tail: int) -> dict[str, object]:
+def one(size: int, tail: int, bulk: bool = False) -> dict[str, object]:
     """One size's figures (run in a child process)."""
     from servercpu import servers_cpu_s  # (bench/, beside this file)
 
     from difftest.replay.replayer import Replayer
     from executors.native.adapter import DEFAULT_MODULE
 
-    fill, whole = _history(size, tail)
+    fill, whole = (_bulk_history if bulk else _history)(size, tail)
     with Replayer(DEFAULT_MODULE) as replayer:
         replayer.replay(fill)  # type: ignore[arg-type]  # (warm: scripts loaded, connections made)
         started = time.perf_counter()
@@ -138,21 +169,30 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, default=HERE.parent.parent, help="the checkout the children run")
     parser.add_argument("--walker", choices=("module", "whole"), default=None, help="DIFFTEST_WALKER for the children")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    parser.add_argument(
+        "--bulk",
+        action="store_true",
+        help="the fill and the tail's ENQUEUEs and CLAIMs as bulk steps (walked once, after the last)",
+    )
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # (a child: one size)
     args = parser.parse_args()
     if args.one is not None:
         sys.path.insert(0, str(args.tree))
-        print(json.dumps(one(args.one, args.tail)))
+        print(json.dumps(one(args.one, args.tail, args.bulk)))
         return 0
     env = dict(os.environ, PYTHONPATH=str(args.tree))
     if args.walker:
         env["DIFFTEST_WALKER"] = args.walker
     rows = []
-    print(f"tree {args.tree}  walker {args.walker or 'default'}  tail {args.tail} steps")
+    print(
+        f"tree {args.tree}  walker {args.walker or 'default'}  tail {args.tail} steps"
+        f"{'  bulk steps' if args.bulk else ''}"
+    )
     header = ("jobs", "fill s", "step ms", "steps/s", "harness", "servers", "peak MB")
     print(" ".join(f"{name:>8}" for name in header) + "  walks")
     for size in args.sizes:
-        command = [sys.executable, str(HERE), "--one", str(size), "--tail", str(args.tail), "--tree", str(args.tree)]
+        command = [sys.executable, str(HERE), "--one", str(size), "--tail", str(args.tail), "--tree", str(args.tree),
+                   *(["--bulk"] if args.bulk else [])]  # fmt: skip
         child = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         if child.returncode != 0:
             why = child.stderr.strip().splitlines()[-1] if child.stderr.strip() else child.returncode

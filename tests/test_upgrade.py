@@ -79,8 +79,8 @@ def test_the_executor_round_trips_and_absent_means_none() -> None:
         ('{"op": "call", "verb": "CLAIM", "queue": "q", "args": [5], "executor": 1}', "expected 'lua'"),
         ('{"op": "call", "verb": "CLAIM", "queue": "q", "args": [5], "executor": ""}', "expected 'lua'"),
         ('{"op": "call", "verb": "CLAIM", "queue": "q", "args": [5], "executor": null}', "expected 'lua'"),
-        ('{"op": "advance", "ms": 5, "executor": "lua"}', "only a 'call' or a 'begin'"),
-        ('{"op": "end", "worker": "A", "executor": "lua"}', "only a 'call' or a 'begin'"),
+        ('{"op": "advance", "ms": 5, "executor": "lua"}', "only a 'call', a 'bulk' or a 'begin'"),
+        ('{"op": "end", "worker": "A", "executor": "lua"}', "only a 'call', a 'bulk' or a 'begin'"),
     ],
 )
 def test_a_bad_executor_is_refused_with_its_line(line: str, expected: str) -> None:

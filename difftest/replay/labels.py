@@ -40,6 +40,7 @@ from difftest.spec.commands import (
     Rows,
     Stamp,
     Transition,
+    Verb,
     parse_key,
 )
 from difftest.spec.commands import reply_kind as _moved_kind
@@ -143,7 +144,7 @@ NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for ve
 # queue's set holding thousands after one, and a PROMOTE or a SWEEP moving hundreds or thousands at once
 SIZES = (100, 1_000, 10_000)
 BATCHES = (100, 1_000)
-BULK_VERBS = ("ENQUEUE", "CLAIM", "COMPLETE", "FAIL")
+BULK_VERBS = (Verb.ENQUEUE, Verb.CLAIM, Verb.COMPLETE, Verb.FAIL)  # those the generator bulks
 SIZE_LABELS: tuple[str, ...] = (
     *(f"size:bulk:{verb.lower()}" for verb in BULK_VERBS),
     *(f"size:bulk:{n}" for n in SIZES),
@@ -497,8 +498,8 @@ def size_labels(result: ReplayResult) -> Counter[str]:
             reached.update(f"size:queue:{n}" for n in SIZES if largest >= n)
             continue
         verb, reply = resolved.call.verb if resolved.call is not None else None, record.native_reply
-        moved = (reply if verb == "PROMOTE" and isinstance(reply, int)
-                 else sum(n for n in reply[:3] if isinstance(n, int)) if verb == "SWEEP" and isinstance(reply, list)
+        moved = (reply if verb == Verb.PROMOTE and isinstance(reply, int)
+                 else sum(n for n in reply[:3] if isinstance(n, int)) if verb == Verb.SWEEP and isinstance(reply, list)
                  else 0)  # fmt: skip
         reached.update(f"size:batch:{str(verb).lower()}:{n}" for n in BATCHES if moved >= n)
     return reached
