@@ -165,7 +165,7 @@ VERBS = tuple(TRANSITIONS)
 # about log-uniform over all), the plainest first: queues of thousands, batches of hundreds, a bulk
 # past the largest a default campaign's class corpus holds now and then. A history draws them only
 # where its size dimension is on (`production_size`, its first rule: about one history in sixty).
-SIZE_CLASSES = ((2, 31, 24), (32, 255, 8), (256, 2_047, 3), (2_048, 9_999, 1), (10_000, MAX_BULK, 1))
+SIZE_CLASSES = ((2, 31, 16), (32, 255, 8), (256, 2_047, 4), (2_048, 9_999, 2), (10_000, MAX_BULK, 1))
 SIZE_WEIGHTS = tuple((str(n), weight) for n, (_, _, weight) in enumerate(SIZE_CLASSES))
 # what a bulk step does: a producer's fill (pending, or delayed and due together), a fleet of workers
 # claiming at once (leases that expire together), completing or failing what a fill brought
@@ -493,8 +493,9 @@ class QueueMachine(RuleBasedStateMachine):
         draws = self.draws()
         queue = draws.queue()
         limit = draws.integer(1, 3)
-        if self.sized and draws.chance(2):
-            limit = self._size(draws)  # a batch of hundreds or thousands
+        if self.sized and draws.chance(2):  # a batch of hundreds or thousands: mostly every job due
+            due = sum(1 for deadline in self.hints[queue].delayed.values() if deadline <= self.now)
+            limit = due + draws.pick((0, 1)) if due > 3 and draws.aim(2) else self._size(draws)
         self.hints[queue].promote(self.now, limit)
         self._call(Call.of("PROMOTE", queue, limit), draws)
 
@@ -505,9 +506,9 @@ class QueueMachine(RuleBasedStateMachine):
         queue = draws.queue()
         hints = self.hints[queue]
         max_stalled, limit = draws.integer(1, 3), draws.integer(1, 3)
-        if self.sized and draws.chance(2):
-            limit = self._size(draws)  # a batch of hundreds or thousands
         expired = sum(1 for deadline in hints.active.values() if deadline <= self.now)
+        if self.sized and draws.chance(2):  # a batch of hundreds or thousands: mostly every lease expired
+            limit = expired + draws.pick((0, 1)) if expired > 3 and draws.aim(2) else self._size(draws)
         if expired >= 2 and draws.chance(2):
             limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
         # a sweeper whose permissions on the rows are restricted, now and then, where an expired lease
@@ -615,8 +616,9 @@ class QueueMachine(RuleBasedStateMachine):
         if kind == "enqueue" or (kind in ("complete", "fail") and not fills):
             self._fill(draws, queue)
             return
-        if kind == "claim":
-            count, lease_ms = self._size(draws), draws.pick(DURATIONS)
+        if kind == "claim":  # mostly as many as are pending: a fleet sized for the backlog
+            count = len(hints.pending) if hints.pending and draws.aim(2) else self._size(draws)
+            count, lease_ms = min(count, MAX_BULK), draws.pick(DURATIONS)
             hints.claim_many(self.now, lease_ms, count)
             self.steps += Bulk(Call.of("CLAIM", queue, lease_ms), count).steps()
             return

@@ -291,7 +291,7 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
     except (_Diverged, _ShrinkSpent):
         # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
         smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
-        report.failure = _save_failure(config, batch, last_pass(replayer, smallest))
+        report.failure = _save_failure(config, batch, last_pass(replayer, smallest, config.shrink_seconds))
         return False
     return True
 
@@ -407,9 +407,10 @@ def _build_of(config: CampaignConfig) -> dict[str, Any]:
                         bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
 
 
-def last_pass(replayer: Replayer, failed: ReplayResult) -> ReplayResult:
-    """Delete the steps Hypothesis's minimal history can still do without; returns its replay."""
-    from difftest.history.format import step_to_json
+def last_pass(replayer: Replayer, failed: ReplayResult, seconds: float | None = None) -> ReplayResult:
+    """Delete the steps Hypothesis's minimal history can still do without; returns its replay.
+    `seconds`: the time guard of a history with bulk steps."""
+    from difftest.history.format import CallStep, step_to_json
     from difftest.history.shrink import minimise
 
     def kind(step: Step) -> tuple[str, str]:
@@ -427,7 +428,10 @@ def last_pass(replayer: Replayer, failed: ReplayResult) -> ReplayResult:
         results[id(candidate)] = result
         return True
 
-    smaller = minimise(failed.history, still_fails)
+    # a history with bulk steps has the shrink's time guard too: each try replays thousands of calls
+    # (one without keeps every try: its minimal history depends on nothing but the history)
+    bulky = any(isinstance(step, CallStep) and step.bulk is not None for step in failed.history.steps)
+    smaller = minimise(failed.history, still_fails, seconds=seconds if bulky else None)
     return results.get(id(smaller), failed)
 
 

@@ -8,10 +8,11 @@ the pass has a budget of tries.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from difftest.history.format import BeginClaim, EndClaim, History, Step, well_paired
+from difftest.history.format import BeginClaim, Bulk, CallStep, EndClaim, History, Step, well_paired
 
 Predicate = Callable[[History], bool]
 
@@ -58,15 +59,53 @@ def _without(steps: tuple[Step, ...], start: int, stop: int) -> tuple[Step, ...]
     return kept if kept != steps and well_paired(kept) else None
 
 
-def minimise(history: History, still_fails: Predicate, max_tries: int = 200) -> History:
-    """ddmin over steps, chunks halving from the whole length down to single steps."""
-    best = history
+def _bulks(steps: tuple[Step, ...]) -> list[tuple[int, int]]:
+    """Where each bulk step stands whole: (its first call's index, its calls)."""
+    found = []
+    for at, step in enumerate(steps):
+        if isinstance(step, CallStep) and step.bulk is not None and step.part == 0:
+            count = 1
+            while (at + count < len(steps) and isinstance(following := steps[at + count], CallStep)
+                   and following.bulk == step.bulk and following.part == count):  # fmt: skip
+                count += 1
+            found.append((at, count))
+    return found
+
+
+def fewer_bulk_calls(history: History, still_fails: Predicate, max_tries: int = 40,
+                     seconds: float | None = None) -> History:  # fmt: skip
+    """Each bulk step cut to the fewest of its first calls that still fails (halving, then a binary
+    search): the deletions after it go step by step, and a bulk of thousands of calls would spend
+    every try of the pass on its calls."""
+    best, tries = history, 0
+    deadline = None if seconds is None else time.monotonic() + seconds
+    for at, count in reversed(_bulks(history.steps)):  # (the last first: the earlier ones keep their index)
+        first = best.steps[at]
+        assert isinstance(first, CallStep) and first.bulk is not None
+        low, high = 0, count  # fails with high calls; not known below
+        while high - low > 1 and tries < max_tries and (deadline is None or time.monotonic() < deadline):
+            middle = (low + high) // 2
+            calls = Bulk(first.bulk.template, middle).steps(first.executor)
+            candidate = replace(best, steps=(*best.steps[:at], *calls, *best.steps[at + high :]))
+            tries += 1
+            if still_fails(candidate):
+                best, high = candidate, middle
+            else:
+                low = middle
+    return best
+
+
+def minimise(history: History, still_fails: Predicate, max_tries: int = 200, seconds: float | None = None) -> History:
+    """Each bulk cut to its fewest calls (`fewer_bulk_calls`), then ddmin over steps, chunks halving
+    from the whole length down to single steps; within `max_tries` replays and `seconds`."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    best = fewer_bulk_calls(history, still_fails, seconds=seconds) if _bulks(history.steps) else history
     tries = 0
     chunk = max(1, len(best.steps) // 2)
-    while chunk >= 1 and tries < max_tries:
+    while chunk >= 1 and tries < max_tries and (deadline is None or time.monotonic() < deadline):
         start = 0
         progressed = False
-        while start < len(best.steps) and tries < max_tries:
+        while start < len(best.steps) and tries < max_tries and (deadline is None or time.monotonic() < deadline):
             steps = _without(best.steps, start, start + chunk)
             if steps is None or not steps:
                 start += chunk
