@@ -188,3 +188,23 @@ def test_members_keep_zset_order_and_what_was_written(writes: list[tuple[bool, b
     assert changed is not None
     assert {m for m in changed if (m in first) != (m in members)} == set(first) ^ set(plain)
     assert pickle.loads(pickle.dumps(members)) == plain and type(pickle.loads(pickle.dumps(members))) is dict
+
+
+def test_the_last_pass_cuts_a_bulk_to_its_fewest_failing_calls_first() -> None:
+    """A failure that needs a bulk of 700 calls: the bulk is cut by halving to 700 in a few tries,
+    before any step is deleted one by one (each try a replay of the whole history)."""
+    from difftest.history.shrink import fewer_bulk_calls, minimise
+
+    history = History((CallStep(Call.of("PAUSE", b"q")), *bulk("ENQUEUE", 5_000, b"f.", b"p", 0),
+                       CallStep(Call.of("RESUME", b"q"))))  # fmt: skip
+    tries: list[int] = []
+
+    def still_fails(candidate: History) -> bool:
+        tries.append(len(candidate.steps))
+        return sum(1 for s in candidate.steps if isinstance(s, CallStep) and s.call.verb == "ENQUEUE") >= 700
+
+    cut = fewer_bulk_calls(history, still_fails)
+    assert len(cut.steps) == 702 and len(tries) <= 13
+    assert hist.loads(hist.dumps(cut)) == cut  # still one bulk line: its first 700 calls
+    smallest = minimise(history, still_fails)
+    assert [s.call.verb for s in smallest.steps if isinstance(s, CallStep)] == ["ENQUEUE"] * 700

@@ -95,18 +95,32 @@ def fewer_bulk_calls(history: History, still_fails: Predicate, max_tries: int = 
     return best
 
 
+def _units(steps: tuple[Step, ...]) -> list[tuple[int, int]]:
+    """The steps as what the pass deletes, [first, stop) each: a bulk's calls one unit, any other
+    step one (a chunk through a bulk's middle would leave calls the failure needs one by one)."""
+    bulks = dict(_bulks(steps))
+    units, at = [], 0
+    while at < len(steps):
+        stop = at + bulks.get(at, 1)
+        units.append((at, stop))
+        at = stop
+    return units
+
+
 def minimise(history: History, still_fails: Predicate, max_tries: int = 200, seconds: float | None = None) -> History:
-    """Each bulk cut to its fewest calls (`fewer_bulk_calls`), then ddmin over steps, chunks halving
-    from the whole length down to single steps; within `max_tries` replays and `seconds`."""
+    """Each bulk cut to its fewest calls (`fewer_bulk_calls`), then ddmin over the steps (a bulk one
+    of them), chunks halving from the whole length down to single steps; within `max_tries` replays
+    and `seconds`."""
     deadline = None if seconds is None else time.monotonic() + seconds
     best = fewer_bulk_calls(history, still_fails, seconds=seconds) if _bulks(history.steps) else history
     tries = 0
-    chunk = max(1, len(best.steps) // 2)
+    units = _units(best.steps)
+    chunk = max(1, len(units) // 2)
     while chunk >= 1 and tries < max_tries and (deadline is None or time.monotonic() < deadline):
         start = 0
         progressed = False
-        while start < len(best.steps) and tries < max_tries and (deadline is None or time.monotonic() < deadline):
-            steps = _without(best.steps, start, start + chunk)
+        while start < len(units) and tries < max_tries and (deadline is None or time.monotonic() < deadline):
+            steps = _without(best.steps, units[start][0], units[min(start + chunk, len(units)) - 1][1])
             if steps is None or not steps:
                 start += chunk
                 continue
@@ -114,6 +128,7 @@ def minimise(history: History, still_fails: Predicate, max_tries: int = 200, sec
             tries += 1
             if still_fails(candidate):
                 best, progressed = candidate, True
+                units = _units(best.steps)
             else:
                 start += chunk
         if not progressed:
