@@ -766,7 +766,9 @@ class Replayer:
         held_conditions, replica_memory = sorted(self.lua.conditions), self.lua.replica_memory
         for condition in held_conditions:  # RESTORE is a deny-oom write: the harness's writes never meet them
             self.lua.set_condition(condition, False)
-        if is_tracked(lua_walk):  # (only the keys its last step wrote: the whole keyspace read now)
+        if lua_walk is None or is_tracked(lua_walk):
+            # (only the keys its last step wrote, or none: a segment that ends inside a bulk step, cut
+            # at SEGMENT_STEPS, walks none after its last call: the whole keyspace read now)
             lua_walk = admin.call(WALK_COMMAND)
         held = with_epochs(*parse_canonical(lua_walk))
         commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
