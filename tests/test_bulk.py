@@ -208,3 +208,17 @@ def test_the_last_pass_cuts_a_bulk_to_its_fewest_failing_calls_first() -> None:
     assert hist.loads(hist.dumps(cut)) == cut  # still one bulk line: its first 700 calls
     smallest = minimise(history, still_fails)
     assert [s.call.verb for s in smallest.steps if isinstance(s, CallStep)] == ["ENQUEUE"] * 700
+
+
+def test_a_resync_in_a_segment_cut_inside_a_bulk_reads_the_lua_keyspace() -> None:
+    """A contract row that re-syncs the pair (D3), then a bulk longer than a pipeline's 256 steps in
+    the same segment: the segment ends at a call with no walk after it."""
+    from difftest.replay.replayer import SEGMENT_STEPS
+
+    d3 = hist.load(Path(__file__).parent / "histories" / "d3_wrong_type_after_write.jsonl")
+    history = replace(
+        d3, steps=(*d3.steps, *Bulk(Call.of("ENQUEUE", b"s", b"f.", b"p", 0), SEGMENT_STEPS + 50).steps())
+    )
+    result = replayed(history)
+    assert result.ok, result.divergence
+    assert result.rules_hit["D3"] >= 1 and len(result.records) == len(history.steps)
