@@ -93,8 +93,8 @@ class _Unannounced(Exception):
 
 class _Unpredicted(Exception):
     """A bulk's call, walked only after the bulk's last, whose keyspace the spec's model does not
-    give (a script stopped half-way): the history is replayed again with every bulk call from it on
-    walked."""
+    give (a script stopped half-way): the history is replayed again with the rest of that bulk walked
+    call by call."""
 
     def __init__(self, index: int) -> None:
         super().__init__(index)
@@ -499,17 +499,22 @@ class Replayer:
         return missed
 
     def _replay(self, history: History, alone_from: int | None, walks: _Walks) -> ReplayResult:
-        """`replay` with the walks `walks` reads (tracked or whole, as the sides walk); again with
-        every bulk call from one the model gives no keyspace for on walked."""
-        try:
-            return self._replay_steps(history, alone_from, walks, None)
-        except _Unpredicted as unpredicted:
-            walks.reset()
-            return self._replay_steps(history, alone_from, walks, unpredicted.index)
+        """`replay` with the walks `walks` reads (tracked or whole, as the sides walk); again with the
+        rest of a bulk walked call by call from a call the model gives no keyspace for (once a bulk)."""
+        walked: set[int] = set()
+        while True:
+            try:
+                return self._replay_steps(history, alone_from, walks, frozenset(walked))
+            except _Unpredicted as unpredicted:
+                walks.reset()
+                index = unpredicted.index
+                while unwalked_at(history.steps, index):  # (the bulk's last call is walked anyway)
+                    walked.add(index)
+                    index += 1
 
     def _replay_steps(self, history: History, alone_from: int | None, walks: _Walks,
-                      walked_from: int | None) -> ReplayResult:  # fmt: skip
-        """`_replay`, each bulk call from `walked_from` on walked."""
+                      walked: frozenset[int]) -> ReplayResult:  # fmt: skip
+        """`_replay`, the bulk calls at the indexes `walked` walked."""
         started = time.perf_counter()
         stages = self.stages
         replicas = self._start(history)
@@ -520,8 +525,8 @@ class Replayer:
         state = JudgeState()
         self._walks = walks
         resolved = resolve(history.steps)
-        if walked_from is not None:
-            resolved = tuple(replace(r, unwalked=False) if r.unwalked and r.index >= walked_from else r
+        if walked:
+            resolved = tuple(replace(r, unwalked=False) if r.unwalked and r.index in walked else r
                              for r in resolved)  # fmt: skip
         runs = segments(resolved, alone_from)
         # --replicas compares from the first step on; a history's own replicas (it calls one) from its
