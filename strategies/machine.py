@@ -162,10 +162,12 @@ RULE_ORDER = {name: n for n, name in enumerate((
 VERBS = tuple(TRANSITIONS)
 # Production's size (issue 37): how many calls a bulk step holds and how far a PROMOTE's or a SWEEP's
 # limit reaches in a history of that size, by class (low, high, weight; uniform within a class, so
-# about log-uniform over all), the plainest first: queues of thousands, batches of hundreds, a bulk
-# past the largest a default campaign's class corpus holds now and then. A history draws them only
+# about log-uniform over all), the plainest first: queues of thousands, batches of hundreds. A history draws them only
 # where its size dimension is on (`production_size`, its first rule: about one history in sixty).
-SIZE_CLASSES = ((2, 31, 16), (32, 255, 8), (256, 2_047, 4), (2_048, 9_999, 2), (10_000, MAX_BULK, 1))
+SIZE_CLASSES = ((2, 31, 16), (32, 255, 8), (256, 2_047, 4), (2_048, 4_095, 1))
+# the bulk calls one generated history holds at most (a history's cost, whatever Hypothesis's target
+# phase makes of its choices: about 5 s); queues of 10,000 and more are the class corpus's
+BULK_BUDGET = 8_192
 SIZE_WEIGHTS = tuple((str(n), weight) for n, (_, _, weight) in enumerate(SIZE_CLASSES))
 # what a bulk step does: a producer's fill (pending, or delayed and due together), a fleet of workers
 # claiming at once (leases that expire together), completing or failing what a fill brought
@@ -317,6 +319,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.ttls: dict[tuple[bytes, bytes], int] = {}
         self.sized = False  # the history's size dimension is on (`production_size`): bulk steps, large limits
         self.fills: list[tuple[bytes, bytes, int]] = []  # each bulk ENQUEUE: its queue, ids' prefix, count
+        self.bulk_calls = 0  # the calls of its bulk steps so far (at most BULK_BUDGET)
 
     # -- what the machine hands on ---------------------------------------------------------------
 
@@ -578,18 +581,24 @@ class QueueMachine(RuleBasedStateMachine):
     def _size(self, draws: QueueDraws, most: int = MAX_BULK) -> int:
         """A bulk's count or a batch's limit: a size class (SIZE_CLASSES), then a number in it."""
         low, high, _ = SIZE_CLASSES[int(draws.weighted(SIZE_WEIGHTS))]
-        return min(draws.integer(low, high), most)
+        return max(1, min(draws.integer(low, high), most))
+
+    def _bulk(self, template: Call, count: int) -> None:
+        """A bulk step of at most the calls left of the history's BULK_BUDGET."""
+        count = min(count, BULK_BUDGET - self.bulk_calls)
+        self.bulk_calls += count
+        self.steps += Bulk(template, count).steps()
 
     def _fill(self, draws: QueueDraws, queue: bytes) -> None:
         """A producer's bulk ENQUEUE of fresh ids (`f<n>.<i>`): pending, or delayed and due together."""
-        count = self._size(draws)
+        count = self._size(draws, BULK_BUDGET - self.bulk_calls)
         prefix = b"f%d." % len(self.fills)
         delay = draws.pick(DELAYS)
         hints = self.hints[queue]
         for part in range(count):
             hints.enqueue(prefix + str(part).encode(), self.now, delay)
         self.fills.append((queue, prefix, count))
-        self.steps += Bulk(Call.of("ENQUEUE", queue, prefix, edged(draws, PAYLOADS), delay), count).steps()
+        self._bulk(Call.of("ENQUEUE", queue, prefix, edged(draws, PAYLOADS), delay), count)
 
     @weight(4)
     @precondition(lambda self: not self.steps and not self.sized)
@@ -603,7 +612,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._fill(draws, draws.queue())
 
     @weight(12)
-    @precondition(lambda self: self.sized)
+    @precondition(lambda self: self.sized and self.bulk_calls < BULK_BUDGET)
     @rule()
     def bulk(self) -> None:
         """A bulk step: a fill, a fleet's CLAIMs (leases expiring together), or COMPLETEs or FAILs of
@@ -619,11 +628,12 @@ class QueueMachine(RuleBasedStateMachine):
         if kind == "claim":  # mostly as many as are pending: a fleet sized for the backlog
             count = len(hints.pending) if hints.pending and draws.aim(2) else self._size(draws)
             count, lease_ms = min(count, MAX_BULK), draws.pick(DURATIONS)
+            count = min(count, BULK_BUDGET - self.bulk_calls)
             hints.claim_many(self.now, lease_ms, count)
-            self.steps += Bulk(Call.of("CLAIM", queue, lease_ms), count).steps()
+            self._bulk(Call.of("CLAIM", queue, lease_ms), count)
             return
         _, prefix, filled = draws.pick(fills)
-        count = self._size(draws, filled)
+        count = self._size(draws, min(filled, BULK_BUDGET - self.bulk_calls))
         ids = [prefix + str(part).encode() for part in range(count)]
         if kind == "complete":
             for job in ids:
@@ -634,7 +644,7 @@ class QueueMachine(RuleBasedStateMachine):
             for job in ids:
                 hints.fail(job, 1, max_attempts, self.now, backoff)
             template = Call.of("FAIL", queue, prefix, 1, edged(draws, ERRORS), max_attempts, backoff)
-        self.steps += Bulk(template, count).steps()
+        self._bulk(template, count)
 
     @weight(25)
     @precondition(deadline_ahead)  # the function itself: one call a step, not two
