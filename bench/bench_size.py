@@ -37,6 +37,14 @@ ROUND = 8  # steps a round of the tail
 REPEATS = 2  # each history replayed this many times (after a warm-up): the fastest counts
 
 
+def _round_end() -> list[object]:
+    """A tail round's last steps: PAUSE, RESUME, PROMOTE, SWEEP and a clock advance."""
+    from difftest.history import format as hist
+
+    return [hist.call_step("PAUSE", "q"), hist.call_step("RESUME", "q"), hist.call_step("PROMOTE", "q", 10),
+            hist.call_step("SWEEP", "q", 3, 10), hist.Advance(5)]  # fmt: skip
+
+
 BULK_ROUND = 50  # `--bulk`: the calls of each of a tail round's two bulks
 
 
@@ -55,11 +63,7 @@ def _bulk_history(size: int, tail: int) -> tuple[object, object]:
         steps += [
             *hist.Bulk(Call.of("ENQUEUE", "q", f"t{i}.", "payload", 0), BULK_ROUND).steps(),
             *hist.Bulk(Call.of("CLAIM", "q", 1000), BULK_ROUND).steps(),
-            hist.call_step("PAUSE", "q"),
-            hist.call_step("RESUME", "q"),
-            hist.call_step("PROMOTE", "q", 10),
-            hist.call_step("SWEEP", "q", 3, 10),
-            hist.Advance(5),
+            *_round_end(),
         ]
     return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
 
@@ -79,11 +83,7 @@ def _history(size: int, tail: int) -> tuple[object, object]:
             hist.call_step("ENQUEUE", "q", added, "payload", 0),
             hist.call_step("CLAIM", "q", 1000),
             hist.call_step("COMPLETE", "q", claimed, 1),
-            hist.call_step("PAUSE", "q"),
-            hist.call_step("RESUME", "q"),
-            hist.call_step("PROMOTE", "q", 10),
-            hist.call_step("SWEEP", "q", 3, 10),
-            hist.Advance(5),
+            *_round_end(),
         ]
     return hist.History(tuple(fill)), hist.History(tuple(fill + steps))
 

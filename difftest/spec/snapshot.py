@@ -127,7 +127,54 @@ MEMBERS_CHAIN = 8_192
 _NO_MEMBERS: immutables.Map[bytes, bytes] = immutables.Map()
 
 
-class Members(Mapping[bytes, bytes]):
+class BytesMap(Mapping[bytes, bytes]):
+    """A persistent map of bytes to bytes (immutables.Map) read as a Mapping: equal to a dict of the
+    same items, pickled as one (the judge's values stay comparable with what a walk reads)."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self, items: Mapping[bytes, bytes] | immutables.Map[bytes, bytes] = _NO_MEMBERS) -> None:
+        self._map: immutables.Map[bytes, bytes] = (items if isinstance(items, immutables.Map)
+                                                    else items._map if isinstance(items, BytesMap)
+                                                    else immutables.Map(items))  # fmt: skip
+
+    def __getitem__(self, key: bytes) -> bytes:
+        return self._map[key]
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        return self._map.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def items(self) -> Any:
+        return self._map.items()
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if isinstance(other, BytesMap):
+            return self._map is other._map or self._map == other._map
+        if isinstance(other, Mapping):
+            return len(self._map) == len(other) and all(other.get(k, _ABSENT) == v for k, v in self._map.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(dict(sorted(self._map.items())))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self._map.items()),))
+
+
+class Members(BytesMap):
     """A zset's members (member -> score, as stored) as the spec's model writes them, call after call:
     a persistent map, so that each of a bulk step's thousands of calls makes a zset sharing every
     member it did not write with the one before (a copy a call would cost the square of the queue's
@@ -135,16 +182,11 @@ class Members(Mapping[bytes, bytes]):
     its members in zset order from the order of the one it was made from (`ordered`: a CLAIM's head
     without sorting the queue again). Equal to a dict of the same members; pickled as one."""
 
-    __slots__ = ("_change", "_depth", "_map", "_order", "_parent")
+    __slots__ = ("_change", "_depth", "_order", "_parent")
 
     def __init__(self, members: Mapping[bytes, bytes] | immutables.Map[bytes, bytes] = _NO_MEMBERS,
                  parent: Members | None = None, change: tuple[bytes, bytes | None] | None = None) -> None:  # fmt: skip
-        if isinstance(members, immutables.Map):
-            self._map: immutables.Map[bytes, bytes] = members
-        elif isinstance(members, Members):
-            self._map = members._map
-        else:
-            self._map = immutables.Map(members)
+        super().__init__(members)
         # what it was made from, held (a chain of MEMBERS_CHAIN writes at most: a new chain past it)
         depth = parent._depth + 1 if parent is not None else 0
         if depth >= MEMBERS_CHAIN:
@@ -197,46 +239,14 @@ class Members(Mapping[bytes, bytes]):
             node = node._parent
         return None
 
-    def __getitem__(self, member: bytes) -> bytes:
-        return self._map[member]
-
-    def get(self, member: bytes, default: Any = None) -> Any:
-        return self._map.get(member, default)
-
-    def __contains__(self, member: object) -> bool:
-        return member in self._map
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._map)
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def items(self) -> Any:
-        return self._map.items()
-
     def __eq__(self, other: object) -> bool:
-        if other is self:
-            return True
-        if isinstance(other, Members):
-            if other._map is self._map:
-                return True
+        if isinstance(other, Members) and other is not self and other._map is not self._map:
             change = self._change
             if (change is not None and self._parent is not None and other._parent is self._parent
                     and other._change == change and self._map.get(change[0]) == other._map.get(change[0])):  # fmt: skip
                 return True  # one write made each from the same members, to the same score
             return self._map == other._map
-        if isinstance(other, Mapping):
-            return len(self._map) == len(other) and all(other.get(k, _ABSENT) == v for k, v in self._map.items())
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(dict(sorted(self._map.items())))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self._map.items()),))
+        return super().__eq__(other)
 
 
 def moved_members(before: Entry | None, after: Entry | None) -> set[bytes] | frozenset[bytes] | KeysView[bytes]:
@@ -461,55 +471,15 @@ return {cmsgpack.pack(out), cmsgpack.pack(epochs), cmsgpack.pack(others)}
 Epochs: TypeAlias = Mapping[bytes, bytes]
 
 
-class Stamps(Mapping[bytes, bytes]):
+class Stamps(BytesMap):
     """`lease_epoch` values by row as the judge expects them step after step: a persistent map, so
     that a bulk of thousands of CLAIMs stamps one more row a call, not a copy of every stamp before
     it. Equal to a dict of the same stamps; pickled as one."""
 
-    __slots__ = ("_map",)
-
-    def __init__(self, stamps: Mapping[bytes, bytes] | immutables.Map[bytes, bytes] = _NO_MEMBERS) -> None:
-        self._map: immutables.Map[bytes, bytes] = (stamps if isinstance(stamps, immutables.Map)
-                                                    else stamps._map if isinstance(stamps, Stamps)
-                                                    else immutables.Map(stamps))  # fmt: skip
+    __slots__ = ()
 
     def with_stamp(self, row: bytes, epoch: bytes) -> Stamps:
         return Stamps(self._map.set(row, epoch))
-
-    def __getitem__(self, row: bytes) -> bytes:
-        return self._map[row]
-
-    def get(self, row: bytes, default: Any = None) -> Any:
-        return self._map.get(row, default)
-
-    def __contains__(self, row: object) -> bool:
-        return row in self._map
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._map)
-
-    def __len__(self) -> int:
-        return len(self._map)
-
-    def items(self) -> Any:
-        return self._map.items()
-
-    def __eq__(self, other: object) -> bool:
-        if other is self:
-            return True
-        if isinstance(other, Stamps):
-            return self._map == other._map
-        if isinstance(other, Mapping):
-            return len(self._map) == len(other) and all(other.get(k, _ABSENT) == v for k, v in self._map.items())
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(dict(sorted(self._map.items())))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self._map.items()),))
 
 
 def _unpack(packed: bytes) -> list[Any]:
