@@ -250,12 +250,12 @@ class _Walks:
     snapshot (a tracked one only when the two keyspaces it was applied to were one snapshot too)."""
 
     def __init__(self) -> None:
-        self.native, self.lua = _SideWalks(), _SideWalks()
-        self.steps_since_verified = 0
+        self.reset()
 
     def reset(self) -> None:
-        """As new: the servers were reset for a history replayed again."""
-        self.__init__()  # type: ignore[misc]
+        """As new (the servers were reset for a history replayed again): nothing parsed yet."""
+        self.native, self.lua = _SideWalks(), _SideWalks()
+        self.steps_since_verified = 0
 
     def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
         self.steps_since_verified += 1
@@ -843,10 +843,10 @@ class Replayer:
         assert self.native is not None
         rules = tuple(self.native.users[user])
         known = self._acl
+        if len(known) > ACL_ANSWERS_KEPT:  # forgotten before this step's keys are looked up, not between
+            known.clear()
         unknown = [(key, perm) for key in keys for perm in ("read", "write") if (rules, key, perm) not in known]
         if unknown:
-            if len(known) > ACL_ANSWERS_KEPT:
-                known.clear()
             self.native.ensure_user(user)  # a step the native did not send (a split claim's begin) made none
             pipe = self.native_server.client.pipeline(transaction=False)
             for key, perm in unknown:
