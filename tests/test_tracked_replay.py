@@ -99,3 +99,39 @@ def test_a_campaign_over_tracked_walks_reaches_what_one_over_whole_walks_does(
         assert not result.failures
         reached[choice] = (result.histories, result.steps, dict(result.labels))
     assert reached["module"] == reached["whole"]
+
+
+# a producer's bulk stuck on a wrong-typed pending set: each ENQUEUE's script writes the row, then meets
+# the set (D3, the Lua side re-synced at every call), the last at the segment's last step
+STUCK = hist.loads(
+    """{"format": "difftest-history", "version": 1, "start_ms": 1000}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}
+{"op": "raw", "command": ["SET", "emq:{q}:pending", "junk"]}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j2", "p", 0]}
+{"op": "bulk", "count": 40, "verb": "ENQUEUE", "queue": "q", "args": ["f", "p", 0]}
+{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j5", "p", 0]}
+"""
+)
+
+
+def test_re_syncs_at_every_step_keep_the_walks_tracked_and_the_verdicts_of_whole_walks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A re-sync's own writes are reported by a Lua walk right after it, so the walks stay tracked
+    (VERIFY at the segment's end once named the last re-sync's row as a write no event announced,
+    and the history was judged again whole); the later steps run again in windows, not all at once."""
+    results = {}
+    for choice in ("whole", "module"):
+        monkeypatch.setenv(walker.CHOICE_VARIABLE, choice)
+        monkeypatch.setenv(walker.TRACK_FROM_VARIABLE, "0")
+        with Replayer(DEFAULT_MODULE) as replayer:
+            results[choice] = replayer.replay(STUCK)
+            assert not replayer.whole_again
+    whole, tracked = results["whole"], results["module"]
+    assert whole.ok and tracked.ok
+    assert (whole.walks, tracked.walks) == (WHOLE, TRACKED)
+    assert [r.verdict.rule for r in tracked.records] == [None, None] + ["D3"] * 42
+    assert [(r.index, r.verdict, r.lua_reply, r.native_reply) for r in tracked.records] == [
+        (r.index, r.verdict, r.lua_reply, r.native_reply) for r in whole.records
+    ]
+    assert [o.lua_after for o in tracked.observations] == [o.lua_after for o in whole.observations]
