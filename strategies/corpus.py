@@ -38,7 +38,7 @@ from difftest.history.format import (
 from difftest.replay.labels import ADVANCE_CLASSES, CLOCK_ORIGINS, CROSSINGS, DRAWN_PAIRS
 from difftest.spec import domains
 from difftest.spec.calls import Call
-from difftest.spec.commands import TRANSITIONS, Layout, Rows, Transition, Verb
+from difftest.spec.commands import COMPLETED, FAILED, TRANSITIONS, Layout, Rows, Transition, Verb
 from strategies.pools import QUEUES, USERS
 from strategies.upgrade import lua_era
 
@@ -414,10 +414,28 @@ def _sizes() -> Iterator[History]:
                    Advance(10), CallStep(plain(Verb.SWEEP, 1, SIZE_BATCH)))  # fmt: skip
 
 
+def _counters() -> Iterator[History]:
+    """Counters another writer left one below an edge production's counters cross, crossed by the
+    history's own increments (difftest/replay/labels.py, COUNTER_LABELS): metrics:completed past 2^31
+    by a COMPLETE, a row's attempts past 2^32 by its CLAIM, metrics:failed past 2^53 by that job
+    dead-lettered with the token the CLAIM gave, and metrics:completed to i64's end."""
+    completed, failed = LAYOUT.metrics(COMPLETED), LAYOUT.metrics(FAILED)
+    token = domains.COUNTER_EDGES["2^32"]
+    yield _history("counter:crosses:2^31", RawWrite((b"HSET", completed, b"count", domains.below_edge("2^31", 1))),
+                   CallStep(plain(Verb.COMPLETE, HELD, 1)),
+                   RawWrite((b"HSET", LAYOUT.row(SPARE), b"attempts", domains.below_edge("2^32", 1))),
+                   CallStep(plain(Verb.CLAIM)),
+                   RawWrite((b"HSET", failed, b"count", domains.below_edge("2^53", 1))),
+                   CallStep(plain(Verb.FAIL, SPARE, token, b"e", 1, 0)),
+                   CallStep(plain(Verb.ENQUEUE, b"j5", b"p", 0)), CallStep(plain(Verb.CLAIM)),
+                   RawWrite((b"HSET", completed, b"count", domains.below_edge("i64", 1))),
+                   CallStep(plain(Verb.COMPLETE, b"j5", 1)))  # fmt: skip
+
+
 def class_corpus(replica_calls: bool = True, sizes: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica;
     `sizes`: with production's size)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(), *_memory_and_replica(replica_calls),
-            *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults(),
+            *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults(), *_counters(),
             *(_sizes() if sizes else ())]  # fmt: skip

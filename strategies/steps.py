@@ -204,6 +204,12 @@ AIMS = {"row-counter": ("pending", "active"), "group": ("active", "pending"), "f
         "drop-row": ("active", "pending", "delayed"), "set-wrong-type": ("active", "delayed", "pending")}  # fmt: skip
 
 
+def near_edge(draw: Choices, field: bytes) -> bytes:
+    """A counter another writer left a few below an edge production's counters cross (2^31, 2^32,
+    2^53, i64: `domains.COUNTER_EDGES_OF`), for the history's own increments to cross."""
+    return domains.below_edge(draw.pick(domains.COUNTER_EDGES_OF[field]), draw.pick(domains.COUNTER_EDGE_GAPS))
+
+
 def corruption(draw: Choices, queue: bytes, hints: QueueHints) -> RawWrite:
     base = base_key(queue)
     kind = draw.pick(CORRUPTIONS)
@@ -226,10 +232,12 @@ def corruption(draw: Choices, queue: bytes, hints: QueueHints) -> RawWrite:
             # the row the next CLAIM pops, its attempts not a counter CLAIM can increment (D4)
             return RawWrite((b"HSET", base + b"job:" + hints.head(), b"attempts", draw.pick((b"abc", I64_MAX))))
         field = draw.pick((b"attempts", b"stalled"))
-        return RawWrite((b"HSET", row, field, draw.pick((b"abc", I64_MAX, b"7"))))
+        value = near_edge(draw, field) if draw.chance(3) else draw.pick((b"abc", I64_MAX, b"7"))
+        return RawWrite((b"HSET", row, field, value))
     if kind == "metrics-counter":
         which = draw.pick((b"metrics:failed", b"metrics:completed"))
-        return RawWrite((b"HSET", base + which, b"count", draw.pick((b"x", I64_MAX))))
+        value = near_edge(draw, b"count") if draw.chance(2) else draw.pick((b"x", I64_MAX))
+        return RawWrite((b"HSET", base + which, b"count", value))
     if kind == "group":
         return RawWrite((b"HSET", row, b"group", b"g"))
     if kind == "ghost":

@@ -203,9 +203,11 @@ def test_the_hooks_make_the_histories_a_seed_drew_before_the_split() -> None:
     # second malformation change what a seed draws (the lengths of the first two stayed); the third
     # again when transactions could switch a condition inside and restarts step the clock back; the
     # last two when replicas, another database and RESP3 met the other conditions (first steps that
-    # call a replica or pick a database twice as often: the third no longer starts at another origin)
-    assert [len(h.steps) for h in made] == [39, 47, 47]
-    assert (digest(made[:2]), digest(made[2:])) == ("819b507c36ac8c31", "d4ae75e18bc89365")
+    # call a replica or pick a database twice as often: the third no longer starts at another origin);
+    # the third again when production's size became about one history in twenty (issue 37: the first
+    # rule's weights)
+    assert [len(h.steps) for h in made] == [39, 47, 46]
+    assert (digest(made[:2]), digest(made[2:])) == ("819b507c36ac8c31", "c8f7e5fcc3051174")
 
 
 def test_a_machine_without_a_source_of_draws_says_how_to_run_it() -> None:

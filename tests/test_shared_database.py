@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,10 @@ def database_server() -> Iterator[EmbeddedServer]:
     """A plain valkey-server on a TCP port, as a shared database would be (no module loaded)."""
     with ServerGroup() as group:
         yield group.add("examples", tcp_port=0)
+
+
+def _any_queue(reason: str) -> str:
+    return re.sub(r"emq:\{[a-z]\}", "emq:{queue}", reason)
 
 
 @pytest.fixture
@@ -64,7 +70,9 @@ def test_a_failure_found_by_one_campaign_is_replayed_first_by_the_next(
         again = run_campaign(campaign(tmp_path, "again", 12345, planted, url))
         assert len(again.failures) == 1
         assert again.failures[0].batch == 0 and again.histories == 1
-        assert again.failures[0].reason == first.failures[0].reason
+        # the same defect at the same key of its queue (which of the two queues a shrink ends on
+        # depends on how far it got: the stored example is shrunk again from where the first stopped)
+        assert _any_queue(again.failures[0].reason) == _any_queue(first.failures[0].reason)
     finally:
         store.close()
 

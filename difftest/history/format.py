@@ -412,18 +412,27 @@ def steps_to_json(steps: Sequence[Step]) -> Iterator[dict[str, Any]]:
     hold: a history cut inside a bulk holds its first calls); a bulk's call without its first, alone."""
     at = 0
     while at < len(steps):
-        step = steps[at]
-        if isinstance(step, CallStep) and step.bulk is not None and step.part == 0 and _bulk_call(step):
-            count = 1
-            while (at + count < len(steps) and isinstance(following := steps[at + count], CallStep)
-                   and following.bulk == step.bulk and following.part == count
-                   and following.executor == step.executor and _bulk_call(following)):  # fmt: skip
-                count += 1
+        step, count = steps[at], bulk_run(steps, at)
+        if count and isinstance(step, CallStep) and step.bulk is not None:
             yield bulk_to_json(Bulk(step.bulk.template, count), step.executor)
             at += count
             continue
         yield step_to_json(step)
         at += 1
+
+
+def bulk_run(steps: Sequence[Step], at: int) -> int:
+    """How many calls of one bulk line start at `at`: its first call and those after it of the same
+    bulk, in order, as the line says them; 0 where no bulk's first call stands."""
+    step = steps[at]
+    if not (isinstance(step, CallStep) and step.bulk is not None and step.part == 0 and _bulk_call(step)):
+        return 0
+    count = 1
+    while (at + count < len(steps) and isinstance(following := steps[at + count], CallStep)
+           and following.bulk == step.bulk and following.part == count
+           and following.executor == step.executor and _bulk_call(following)):  # fmt: skip
+        count += 1
+    return count
 
 
 def _bulk_call(step: CallStep) -> bool:

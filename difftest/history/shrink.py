@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from difftest.history.format import BeginClaim, Bulk, CallStep, EndClaim, History, Step, well_paired
+from difftest.history.format import BeginClaim, Bulk, CallStep, EndClaim, History, Step, bulk_run, well_paired
 
 Predicate = Callable[[History], bool]
 
@@ -61,15 +61,7 @@ def _without(steps: tuple[Step, ...], start: int, stop: int) -> tuple[Step, ...]
 
 def _bulks(steps: tuple[Step, ...]) -> list[tuple[int, int]]:
     """Where each bulk step stands whole: (its first call's index, its calls)."""
-    found = []
-    for at, step in enumerate(steps):
-        if isinstance(step, CallStep) and step.bulk is not None and step.part == 0:
-            count = 1
-            while (at + count < len(steps) and isinstance(following := steps[at + count], CallStep)
-                   and following.bulk == step.bulk and following.part == count):  # fmt: skip
-                count += 1
-            found.append((at, count))
-    return found
+    return [(at, count) for at in range(len(steps)) if (count := bulk_run(steps, at))]
 
 
 def fewer_bulk_calls(history: History, still_fails: Predicate, max_tries: int = 40,

@@ -152,6 +152,11 @@ SIZE_LABELS: tuple[str, ...] = (
     *(f"size:batch:{verb}:{n}" for verb in ("promote", "sweep") for n in BATCHES),
 )
 
+# Counters crossing the edges production's counters cross (issue 37): a metrics count, or the
+# attempts a CLAIM's increment left, below an edge before a call and at or past it after
+# (`domains.COUNTER_EDGES`: 2^31, 2^32, 2^53, i64's end); each also by its field, reported
+COUNTER_LABELS: tuple[str, ...] = tuple(f"counter:crosses:{edge}" for edge in domains.COUNTER_EDGES)
+
 REQUIRED: tuple[str, ...] = (
     *(f"reply:{verb}:{kind}" for verb, kinds in REPLY_KINDS.items() for kind in kinds),
     *(f"sweep:{verdict}" for verdict in SWEEP_VERDICTS),
@@ -164,6 +169,7 @@ REQUIRED: tuple[str, ...] = (
     *PAIR_LABELS,
     *TIME_LABELS,
     *SIZE_LABELS,
+    *COUNTER_LABELS,
 )
 
 
@@ -236,6 +242,7 @@ def labels(result: ReplayResult) -> Counter[str]:
     reached.update(condition_labels(result))
     reached.update(time_labels(result))
     reached.update(size_labels(result))
+    reached.update(counter_labels(result))
     reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
     reached.update(model_labels(result))
     return reached
@@ -502,6 +509,39 @@ def size_labels(result: ReplayResult) -> Counter[str]:
                  else sum(n for n in reply[:3] if isinstance(n, int)) if verb == Verb.SWEEP and isinstance(reply, list)
                  else 0)  # fmt: skip
         reached.update(f"size:batch:{str(verb).lower()}:{n}" for n in BATCHES if moved >= n)
+    return reached
+
+
+def _counter(snapshot: Snapshot, key: bytes, field: bytes) -> int | None:
+    fields = hash_fields(snapshot, key)
+    raw = fields.get(field) if fields is not None else None
+    return _int_at(raw) if raw is not None else None
+
+
+def counter_labels(result: ReplayResult) -> Counter[str]:
+    """The counter edges crossed (COUNTER_LABELS): each metrics count a call increments, and the
+    attempts of the row a CLAIM answered, read before the call (the keyspace the step before left)
+    and after it (pure, over the records and observations)."""
+    reached: Counter[str] = Counter()
+    previous: Snapshot = {}
+    for observation in result.observations:
+        before, previous = previous, observation.native_after
+        resolved = observation.resolved
+        transition, guarded = resolved.transition, resolved.guarded
+        if transition is None or guarded is None or not transition.increments or resolved.via_scripts:
+            continue
+        layout, reply = guarded.layout, observation.native_reply
+        counters: list[tuple[bytes, bytes]] = [(layout.metrics(i.metrics), i.field) for i in transition.increments
+                                               if i.metrics is not None]  # fmt: skip
+        if transition.verb == Verb.CLAIM and isinstance(reply, list) and reply and isinstance(reply[0], bytes):
+            counters.append((layout.row(reply[0]), ATTEMPTS))
+        for key, field in counters:
+            was, now = _counter(before, key, field), _counter(observation.native_after, key, field)
+            if was is None or now is None:
+                continue
+            for edge in domains.crossed_edges(was, now):
+                reached[f"counter:crosses:{edge}"] += 1
+                reached[f"counter:{field.decode()}:crosses:{edge}"] += 1
     return reached
 
 

@@ -39,6 +39,31 @@ from difftest.spec.commands import (
 # The largest counter both executors still read exactly: a Lua number is a double (docs/contract-decisions.md,
 # "Lua number precision"); a counter of 2^53 - 1 incremented is 2^53, still exact.
 EXACT_EDGE = 2**53 - 1
+# The edges production's counters cross (issue 37): a signed and an unsigned 32-bit integer, a double's
+# last exact integer and one past it, i64's end. A counter another writer left a few below an edge (a
+# queue migrated from an older system, a count kept for years) is crossed by the history's own
+# increments. Which counters each edge is drawn for: the metrics counts at every edge; `attempts` up to
+# 2^53 (past it the retired CLAIM's reply is the nearest double, which N5 allows); `stalled` at the 32-bit
+# edges only (the retired SWEEP compares it with max_stalled through doubles, outside the contract past
+# 2^53: docs/contract-decisions.md, "Lua number precision").
+COUNTER_EDGES: dict[str, int] = {"2^31": 2**31, "2^32": 2**32, "2^53": 2**53, "i64": I64_MAX}
+COUNTER_EDGES_OF: dict[bytes, tuple[str, ...]] = {
+    b"count": ("2^31", "2^32", "2^53", "i64"),
+    b"attempts": ("2^31", "2^32", "2^53"),
+    b"stalled": ("2^31", "2^32"),
+}
+COUNTER_EDGE_GAPS = (1, 2, 3)  # how far below an edge another writer leaves a counter
+
+
+def below_edge(edge: str, gap: int) -> bytes:
+    """A counter `gap` below an edge (COUNTER_EDGES): the next `gap` increments reach it."""
+    return str(COUNTER_EDGES[edge] - gap).encode()
+
+
+def crossed_edges(before: int, after: int) -> list[str]:
+    """The edges (COUNTER_EDGES) a counter crossed from `before` to `after`: below before, reached after."""
+    return [name for name, edge in COUNTER_EDGES.items() if before < edge <= after]
+
 
 # -- argument bounds ------------------------------------------------------------------------------
 
