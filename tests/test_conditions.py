@@ -20,6 +20,7 @@ from difftest.history import format as hist
 from difftest.history.format import REPLICA as TO_REPLICA
 from difftest.history.format import CallStep
 from difftest.replay.artifacts import save_divergence
+from difftest.replay.build import record
 from difftest.replay.replayer import Replayer, ReplayResult
 from difftest.replay.replicas import KIND, Replicas, primary_options
 from difftest.replay.sides import LuaSide, NativeSide, Side
@@ -29,6 +30,7 @@ from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply, NotSent, Simple
 from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
 from executors.native.adapter import DEFAULT_MODULE
+from tests.helpers import planted_scripts
 
 Q = "q"
 OOM, READONLY = "OOM", "READONLY"
@@ -322,13 +324,22 @@ def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_keeps_onl
     assert not any(server.running for server in servers)
 
 
-# a raw write neither server's replica gets (the script keeps its effects off the replication stream;
-# a raw step goes to both servers): each replica then misses a key its primary holds, the Lua one
-# compared first. A propagation divergence without a defect in either executor.
-UNPROPAGATED = json.dumps(
-    {"op": "raw", "command": ["EVAL", "server.set_repl(server.REPL_NONE) server.call('SET', 'x', 'y')", "0"]}
-)
-X_MISSING = f"{KIND}: the lua server's replica differs from its primary: x (missing on the replica)"
+# a defect planted in the scripts (a history may not run code: docs/security.md): the ENQUEUE of the id
+# `x` keeps its writes off the replication stream, so the Lua server's replica misses the row and the
+# member its primary holds, while both primaries agree. A propagation divergence with the pair's
+# replies and keyspaces alike; an artifact replays with the scripts it recorded.
+UNPROPAGATED = json.dumps({"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["x", "p", 0]})
+X_ROW_MISSING = f"{KIND}: the lua server's replica differs from its primary: emq:{{q}}:job:x (missing on the replica)"
+X_MISSING = (f"{KIND}: the lua server's replica differs from its primary: emq:{{q}}:job:x (missing on the replica); "
+             "emq:{q}:pending (members x missing on the replica)")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def unpropagating(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return planted_scripts(tmp_path_factory.mktemp("unpropagating"), "enqueue.lua", "local id = ARGV[1]\n",
+                           "local id = ARGV[1]\nif id == 'x' then server.set_repl(server.REPL_NONE) end\n")  # fmt: skip
+
+
 # the replica called only after the write it misses
 CALLED_AFTER = _history(f"""
 {{"op": "call", "verb": "ENQUEUE", "queue": "q", "args": ["j1", "p", 0]}}
@@ -365,27 +376,27 @@ def _replays_alone(artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_a_replica_behind_before_the_historys_first_call_to_it_is_that_calls_divergence(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    unpropagating: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # a history's own replicas are compared from its first call to one on: a verdict at a step then
     # depends on no later step, so the artifact (the history up to its divergence) keeps the call that
     # brought the replicas, and replays alone to the same verdict (compared at the raw write's
     # segment, the divergence was at step 2 and its artifact, with no call to a replica, passed)
-    with Replayer(DEFAULT_MODULE) as replayer:
+    with Replayer(DEFAULT_MODULE, lua_scripts=unpropagating) as replayer:
         result = replayer.replay(CALLED_AFTER)
     assert _verdict(result) == (3, KIND, X_MISSING, None)
     assert result.divergence is not None and isinstance(result.divergence.lua_reply, NotSent)  # never sent
     assert [r.index for r in result.records] == [0, 1, 2]
-    artifact = save_divergence(result, tmp_path / "behind")
+    artifact = save_divergence(result, tmp_path / "behind", record(DEFAULT_MODULE, unpropagating, False))
     assert hist.load(artifact / "history.jsonl").steps == CALLED_AFTER.steps[:4]
     _replays_alone(artifact, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("history", [CALLED_FIRST, CALLED_AFTER], ids=["called-first", "called-after"])
 def test_a_propagation_divergence_found_with_the_lua_replica_carried_over_reproduces_alone(
-    history: hist.History, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    history: hist.History, unpropagating: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with Replayer(DEFAULT_MODULE) as replayer:
+    with Replayer(DEFAULT_MODULE, lua_scripts=unpropagating) as replayer:
         assert replayer.replay(REPLICA).divergence is None  # replicas started
         assert replayer.call_replicas is not None
         lua = replayer.call_replicas.pairs[0].replica
@@ -400,12 +411,13 @@ def test_a_propagation_divergence_found_with_the_lua_replica_carried_over_reprod
         # the campaign's own last pass, on the same replayer (its replicas carried over from try to try)
         minimal = last_pass(replayer, carried)
         shrunk = _verdict(minimal)
-        assert shrunk is not None and shrunk[1:] == (KIND, X_MISSING, None)
+        # (shrunk to the planted ENQUEUE alone, the replica misses the whole set its member was in)
+        assert shrunk is not None and (shrunk[1], shrunk[3]) == (KIND, None) and shrunk[2].startswith(X_ROW_MISSING)
         assert len(minimal.history.steps) < len(history.steps)
-        artifact = save_divergence(minimal, tmp_path / "carried")
+        artifact = save_divergence(minimal, tmp_path / "carried", record(DEFAULT_MODULE, unpropagating, False))
     saved = hist.load(artifact / "history.jsonl")
     assert any(isinstance(step, CallStep) and step.target == TO_REPLICA for step in saved.steps), hist.dumps(saved)
-    with Replayer(DEFAULT_MODULE) as fresh:  # alone: fresh servers, fresh replicas
+    with Replayer(DEFAULT_MODULE, lua_scripts=unpropagating) as fresh:  # alone: fresh servers, fresh replicas
         assert _verdict(fresh.replay(saved)) == shrunk
         assert _verdict(fresh.replay(history)) == _verdict(carried)
     _replays_alone(artifact, tmp_path, capsys)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeAlias
 
+from difftest.history.rawcommands import raw_refusal
 from difftest.spec.calls import Call, as_bytes
 from difftest.spec.commands import TRANSITIONS, queue_keys, queue_of_base
 from difftest.spec.notifications import flags_problem
@@ -41,50 +42,6 @@ MAX_BULK = 20_000
 MAX_CALLS = 100_000
 MAX_FILE_BYTES = 64 * 2**20  # 64 MiB: MAX_STEPS steps of payloads far past any generated one
 DATABASES = 16  # the servers' `databases` (Valkey's default): a history's `db` is below it
-
-# Raw steps corrupt the keyspace; these commands would instead stop, block, re-point or reconfigure
-# the server or the harness's own connection, and a replay would end in a lost connection or a
-# hang rather than a verdict. Restarts and crashes have their own steps. (FLUSHALL and the like
-# stay allowed: they only write data.)
-REFUSED_RAW: dict[str, str] = {
-    "SHUTDOWN": "stops the server (use a 'restart' or 'crash' step)",
-    "DEBUG": "can crash, pause or reload the server (use a 'crash' step)",
-    "MONITOR": "turns the connection into a feed of every command",
-    "SUBSCRIBE": "turns the connection into a subscriber",
-    "PSUBSCRIBE": "turns the connection into a subscriber",
-    "SSUBSCRIBE": "turns the connection into a subscriber",
-    "REPLICAOF": "makes the server a replica of another",
-    "SLAVEOF": "makes the server a replica of another",
-    "FAILOVER": "hands the server's role to a replica",
-    "SYNC": "turns the connection into a replication stream",
-    "PSYNC": "turns the connection into a replication stream",
-    "MODULE": "loads or unloads modules (the native side's executor is one)",
-    "QUIT": "closes the harness's connection",
-    "RESET": "resets the harness's connection",
-    "HELLO": "changes the protocol or identity of the harness's connection",
-    "AUTH": "changes the identity of the harness's connection",
-    "SELECT": "moves the harness's connection off the history's database (choose it with the header's 'db')",
-    "MULTI": "would queue the harness's own commands in a transaction (use 'multi' and 'exec' steps)",
-    "EXEC": "ends a transaction (use 'multi' and 'exec' steps)",
-    "DISCARD": "ends a transaction (use 'multi' and 'exec' steps)",
-    "BLPOP": "blocks the connection",
-    "BRPOP": "blocks the connection",
-    "BRPOPLPUSH": "blocks the connection",
-    "BLMOVE": "blocks the connection",
-    "BLMPOP": "blocks the connection",
-    "BZPOPMIN": "blocks the connection",
-    "BZPOPMAX": "blocks the connection",
-    "BZMPOP": "blocks the connection",
-    "WAIT": "blocks the connection",
-    "WAITAOF": "blocks the connection",
-}
-# commands refused only with these subcommands (the rest of the family only reads)
-REFUSED_RAW_SUBCOMMANDS: dict[str, dict[str, str]] = {
-    "CLIENT": {sub: "kills, pauses or silences connections" for sub in ("KILL", "PAUSE", "REPLY", "UNPAUSE")},
-    "CONFIG": {sub: "reconfigures the server" for sub in ("SET", "REWRITE", "RESETSTAT")},
-    "ACL": {sub: "changes the users the history's calls run as (declare them in the header)"
-            for sub in ("SETUSER", "DELUSER", "LOAD", "SAVE")},
-}  # fmt: skip
 
 
 class HistoryError(ValueError):
@@ -532,20 +489,6 @@ def _queue_field(value: Any, where: str) -> bytes:
     return _decode_bytes(value, where)
 
 
-def _refusal(command: Sequence[bytes]) -> str | None:
-    """Why a raw command may not run in a history, or None when it may."""
-    name = command[0].decode("utf-8", "replace").upper()
-    if name in REFUSED_RAW:
-        return f"{name} {REFUSED_RAW[name]}"
-    sub = command[1].decode("utf-8", "replace").upper() if len(command) > 1 else ""
-    why = REFUSED_RAW_SUBCOMMANDS.get(name, {}).get(sub)
-    if why is not None:
-        return f"{name} {sub} {why}"
-    if name in ("XREAD", "XREADGROUP") and any(part.upper() == b"BLOCK" for part in command[1:]):
-        return f"{name} BLOCK blocks the connection"
-    return None
-
-
 def _parse_call(obj: dict[str, Any], where: str) -> Call:
     verb = _require(obj, "verb", where)
     if verb not in TRANSITIONS:
@@ -666,15 +609,14 @@ def _parse_notify(obj: dict[str, object], where: str) -> Notify:
 
 
 def _parse_raw(obj: dict[str, object], where: str) -> RawWrite:
-    """A raw step's command: key writes only (the harness's own commands and reads are refused)."""
+    """A raw step's command: a data command of the history's keys only (difftest/history/rawcommands.py)."""
     command = _require(obj, "command", where)
     if not isinstance(command, list) or not command:
         raise HistoryError(f"{where} field 'command': expected a non-empty list, got {command!r}")
     parts = tuple(_decode_bytes(p, f"{where} field 'command'[{i}]") for i, p in enumerate(command))
-    refused = _refusal(parts)
+    refused = raw_refusal(parts)
     if refused is not None:
-        raise HistoryError(f"{where} field 'command': {refused}; a raw step only writes keys "
-                           "(SET, HSET, ZADD, DEL, FLUSHALL, ...)")  # fmt: skip
+        raise HistoryError(f"{where} field 'command': {refused}")
     return RawWrite(parts)
 
 

@@ -125,7 +125,9 @@ class DockerServer(SocketClients):
             *self._listen(), "--logfile", "/data/valkey.log", "--appendonly", "yes",
             "--appendfsync", "always", "--auto-aof-rewrite-percentage", "0", "--hz", SERVER_HZ, "--save", "",
             "--daemonize", "no",
-            "--enable-debug-command", "yes", "--enable-module-command", "yes",
+            # as the embedded servers (docs/security.md); the harness reaches it on its Unix socket: local
+            "--enable-debug-command", "local", "--enable-module-command", "local", "--enable-protected-configs", "no",
+            "--sanitize-dump-payload", "yes",
             *self.extra_config, "--loadmodule", IN_IMAGE["walker"],
         ]  # fmt: skip
         if self.module is not None:

@@ -191,8 +191,13 @@ class EmbeddedServer(SocketClients):
             "--hz", SERVER_HZ,
             "--save", "",
             "--daemonize", "no",
-            "--enable-debug-command", "yes",
-            "--enable-module-command", "yes",
+            # what a server started for histories may be made to do (docs/security.md): DEBUG and MODULE
+            # only from this machine (the harness's DEBUG SET-ACTIVE-EXPIRE; a history's raw step cannot
+            # name either), RESTORE's payloads checked whole, no protected config changeable at all
+            "--enable-debug-command", "local",
+            "--enable-module-command", "local",
+            "--enable-protected-configs", "no",
+            "--sanitize-dump-payload", "yes",
         ]  # fmt: skip
         args += list(self.extra_config)
         args += ["--loadmodule", str(self.walker)]
