@@ -432,10 +432,19 @@ def _counters() -> Iterator[History]:
                    CallStep(plain(Verb.COMPLETE, b"j5", 1)))  # fmt: skip
 
 
+def _megabytes() -> Iterator[History]:
+    """A megabyte's payload enqueued and claimed back, and a megabyte's error text of its FAIL (a
+    retry): difftest/replay/labels.py, `size:value:*`."""
+    yield _history("size:value:payload:1MiB", CallStep(plain(Verb.ENQUEUE, b"j5", domains.MEGABYTE, 0)),
+                   CallStep(plain(Verb.CLAIM)), CallStep(plain(Verb.CLAIM)),
+                   CallStep(plain(Verb.FAIL, b"j5", 1, domains.MEGABYTE, 2, 0)))  # fmt: skip
+
+
 def class_corpus(replica_calls: bool = True, sizes: bool = True) -> list[History]:
     """Every directed history, in a fixed order (`replica_calls`: with those that call a replica;
     `sizes`: with production's size)."""
     return [*_bounds(), *_values(), *_wrong_types(), *_permissions(), *_long_lived(), *_argument_edges(), *_upgrades(),
             *_behaviours(), *_conditions(), *_notifications(), *_production(), *_memory_and_replica(replica_calls),
             *_combined(replica_calls), *_switched_in_transactions(), *_time(), *_two_faults(), *_counters(),
+            *_megabytes(),
             *(_sizes() if sizes else ())]  # fmt: skip

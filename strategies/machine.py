@@ -91,6 +91,7 @@ from strategies.steps import (
     transition_call,
     typed_step,
     value_step,
+    valued,
 )
 from strategies.upgrade import lua_era, via_scripts
 
@@ -442,7 +443,7 @@ class QueueMachine(RuleBasedStateMachine):
             job = bytes(draws.pick(EDGE_BYTES))
         delay = draws.pick(DELAYS)
         self.hints[queue].enqueue(job, self.now, delay)
-        self._call(Call.of("ENQUEUE", queue, job, edged(draws, PAYLOADS), delay), draws)
+        self._call(Call.of("ENQUEUE", queue, job, valued(draws, PAYLOADS), delay), draws)
         return job if new else NOTHING
 
     @weight(aimed("CLAIM"))
@@ -490,7 +491,7 @@ class QueueMachine(RuleBasedStateMachine):
             max_attempts = token + 1 if token >= 10 and draws.chance(2) else token
         if isinstance(token, int):
             hints.fail(job, token, max_attempts, self.now, backoff)
-        self._call(Call.of("FAIL", queue, job, token, edged(draws, ERRORS), max_attempts, backoff), draws)
+        self._call(Call.of("FAIL", queue, job, token, valued(draws, ERRORS), max_attempts, backoff), draws)
 
     @weight(aimed("PROMOTE"))
     @rule()

@@ -59,6 +59,15 @@ def edged(draw: Choices, pool: tuple[bytes, ...]) -> bytes:
     return bytes(draw.pick(pool))
 
 
+def valued(draw: Choices, pool: tuple[bytes, ...]) -> bytes:
+    """A payload or an error text of one call: as `edged`, and now and then a megabyte's
+    (`domains.MEGABYTE`: production's documents and stack traces; never a bulk's, whose every call
+    would carry it)."""
+    if draw.chance(256):  # about one history in thirty: a walk of a megabyte's row costs ~0.3 s a history
+        return domains.MEGABYTE
+    return edged(draw, pool)
+
+
 def held(draw: Choices, hints: QueueHints, job: bytes | None = None) -> tuple[bytes, int | bytes]:
     """Mostly an id a worker holds with its current token; sometimes a stale token that is close to
     it (one less, one more, its leading digits, ten times it: a fence must compare the whole
@@ -95,7 +104,7 @@ def transition_call(
     args: tuple[Any, ...]
     if verb == "ENQUEUE":
         job, delay = job if job is not None else edged(draw, IDS), draw.pick(DELAYS)
-        args = (job, edged(draw, PAYLOADS), delay)
+        args = (job, valued(draw, PAYLOADS), delay)
         hints.enqueue(job, now, delay)
     elif verb == "CLAIM":
         lease = draw.pick(DURATIONS)
@@ -118,7 +127,7 @@ def transition_call(
         if isinstance(token, int) and token >= 1 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
             # exactly exhausted (the dead-letter path and its boundary), or one short of it
             max_attempts = token + 1 if token >= 10 and draw.chance(2) else token
-        args = (job, token, edged(draw, ERRORS), max_attempts, backoff)
+        args = (job, token, valued(draw, ERRORS), max_attempts, backoff)
         if isinstance(token, int):
             hints.fail(job, token, max_attempts, now, backoff)
     elif verb == "PROMOTE":

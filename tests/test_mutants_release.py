@@ -22,12 +22,12 @@ from mutants.run import choose
 from mutants.workspace import source_files
 
 MUTANTS = {m.id: m for m in cat.load()}
-# at 20 histories of seed 9: caught / missed (the whole budget without a divergence); the default seed
+# at 20 histories of seed 13: caught / missed (the whole budget without a divergence); the default seed
 # caught the first in 10 until the generator's server condition also drew NOREPLICAS, seed 5 until
-# production's size became about one history in twenty (issue 37)
+# production's size became about one history in twenty (issue 37), seed 9 until a payload could be a megabyte
 CAUGHT_ID = "lua-fail-never-dead-letters"  # FAIL, inverted-condition, fail.lua
 MISSED_ID = "lua-sweep-limit-off-by-one"  # SWEEP, off-by-one, sweep.lua
-RUN = ["--only", CAUGHT_ID, MISSED_ID, "--examples", "20", "--seed", "9", "--jobs", "2"]
+RUN = ["--only", CAUGHT_ID, MISSED_ID, "--examples", "20", "--seed", "13", "--jobs", "2"]
 
 
 def _outcomes(directory: Path) -> dict[str, Any]:

@@ -143,6 +143,7 @@ NOTIFY_LABELS: tuple[str, ...] = tuple(f"condition:notify:{verb.lower()}" for ve
 # Production's size (issue 37): a bulk step of each verb the generator bulks and of each size, a
 # queue's set holding thousands after one, and a PROMOTE or a SWEEP moving hundreds or thousands at once
 SIZES = (100, 1_000, 10_000)
+MEGABYTE = 2**20
 BATCHES = (100, 1_000)
 BULK_VERBS = (Verb.ENQUEUE, Verb.CLAIM, Verb.COMPLETE, Verb.FAIL)  # those the generator bulks
 SIZE_LABELS: tuple[str, ...] = (
@@ -151,6 +152,8 @@ SIZE_LABELS: tuple[str, ...] = (
     *(f"size:queue:{n}" for n in SIZES),
     *(f"size:batch:{verb}:{n}" for verb in ("promote", "sweep") for n in BATCHES),
 )
+# a megabyte's payload or error text sent, and a CLAIM's reply carrying one back
+VALUE_SIZE_LABELS = ("size:value:payload:1MiB", "size:value:error:1MiB", "size:value:claimed:1MiB")
 
 # Counters crossing the edges production's counters cross (issue 37): a metrics count, or the
 # attempts a CLAIM's increment left, below an edge before a call and at or past it after
@@ -169,6 +172,7 @@ REQUIRED: tuple[str, ...] = (
     *PAIR_LABELS,
     *TIME_LABELS,
     *SIZE_LABELS,
+    *VALUE_SIZE_LABELS,
     *COUNTER_LABELS,
 )
 
@@ -505,6 +509,13 @@ def size_labels(result: ReplayResult) -> Counter[str]:
             reached.update(f"size:queue:{n}" for n in SIZES if largest >= n)
             continue
         verb, reply = resolved.call.verb if resolved.call is not None else None, record.native_reply
+        transition, call = resolved.transition, resolved.call
+        if transition is not None and call is not None and call.numkeys == str(transition.numkeys).encode():
+            for spec, raw in zip(transition.args, call.rest[transition.numkeys :], strict=False):
+                if spec.name in ("payload", "error") and len(raw) >= MEGABYTE:
+                    reached[f"size:value:{spec.name}:1MiB"] += 1
+        if verb == Verb.CLAIM and isinstance(reply, list) and len(reply) > 1 and isinstance(reply[1], bytes):
+            reached.update(["size:value:claimed:1MiB"] if len(reply[1]) >= MEGABYTE else [])
         moved = (reply if verb == Verb.PROMOTE and isinstance(reply, int)
                  else sum(n for n in reply[:3] if isinstance(n, int)) if verb == Verb.SWEEP and isinstance(reply, list)
                  else 0)  # fmt: skip

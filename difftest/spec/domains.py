@@ -227,6 +227,11 @@ def aimed_verb_weights(
 
 # -- ids, payloads and errors at their edges -------------------------------------------------------
 
+# A payload or an error text of a megabyte (issue 37: production's documents and stack traces), drawn
+# for single calls only; a CLAIM's reply carries it back. The server's own edge, `proto-max-bulk-len`
+# (512 MiB by default), is not drawn: a history at it would move gigabytes a step.
+MEGABYTE = b"m" * 2**20
+
 BYTES_EDGES: dict[str, bytes] = {
     "empty": b"",
     "leading-space": b" j1",
