@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per campaign")
     parser.add_argument("--grace", type=float, default=defaults.grace_s, help="seconds past --timeout before a kill")
     parser.add_argument("--no-restarts", action="store_true", help="histories never restart nor crash the servers")
+    parser.add_argument("--no-production-size", action="store_true",
+                        help="no history at production's size (a quick look; a release draws them)")  # fmt: skip
     parser.add_argument("--replicas", action="store_true",
                         help="a replica beside each server, compared with it after every segment")  # fmt: skip
     _thresholds(parser)
@@ -235,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SETUP
     reports = args.reports or Path("reports") / f"mutants-{time.strftime('%Y%m%dT%H%M%S')}"
     budget = Budget(seed=args.seed, examples=args.examples, timeout_s=args.timeout, grace_s=args.grace,
-                    restarts=not args.no_restarts, replicas=args.replicas)  # fmt: skip
+                    restarts=not args.no_restarts, replicas=args.replicas,
+                    sizes=not args.no_production_size)  # fmt: skip
 
     def work() -> int:
         generated, triaged = None, None

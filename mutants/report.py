@@ -152,7 +152,7 @@ def subset_text(part: dict[str, Any]) -> str:
 
 def budget_text(budget: dict[str, Any]) -> str:
     """The budget in words (the page's line; outcomes.json keeps the fields)."""
-    known = {"seed", "examples", "max_steps", "timeout_s", "grace_s", "shrink_s", "restarts", "replicas"}
+    known = {"seed", "examples", "max_steps", "timeout_s", "grace_s", "shrink_s", "restarts", "replicas", "sizes"}
     parts = []
     if "seed" in budget:
         parts.append(f"seed {budget['seed']}")
@@ -168,6 +168,8 @@ def budget_text(budget: dict[str, Any]) -> str:
         parts.append(f"restarts and crashes {'on' if budget['restarts'] else 'off'}")
     if "replicas" in budget:
         parts.append(f"replicas {'on' if budget['replicas'] else 'off'}")
+    if budget.get("sizes") is False:  # on is the default, and what a budget from before it was recorded did
+        parts.append("production's size off")
     parts += [f"{k.replace('_', ' ')} {v}" for k, v in budget.items() if k not in known]
     return "; ".join(parts)
 

@@ -28,6 +28,7 @@ class Budget:
     max_steps: int = 40
     shrink_s: float = 5.0
     restarts: bool = True  # histories may restart and crash the servers (False: neither)
+    sizes: bool = True  # histories may be at production's size (False: none; the runner's own tests)
     replicas: bool = False  # a replica beside each server, compared with it after every segment
     grace_s: float = 60.0  # past timeout_s + grace_s the campaign's process is killed: status "timeout"
 
@@ -117,7 +118,7 @@ def campaign(module: Path, lua_scripts: Path | None, reports: Path, budget: Budg
     config = CampaignConfig(
         seed=budget.seed, module=module, reports=reports, examples=budget.examples, seconds=budget.timeout_s,
         workers=1, lua_scripts=lua_scripts, max_steps=budget.max_steps, database=None, pin=False,
-        shrink_seconds=budget.shrink_s, restarts=budget.restarts, replicas=budget.replicas,
+        shrink_seconds=budget.shrink_s, restarts=budget.restarts, replicas=budget.replicas, sizes=budget.sizes,
         # without the class corpus: a mutant's histories to a kill measure what the generator finds
         # on its own (the corpus would catch each class's mutant by construction, in its first batch)
         corpus=False,

@@ -15,9 +15,10 @@ from tests.helpers import planted_scripts
 
 
 def config(tmp_path: Path, **overrides: object) -> CampaignConfig:
-    # without the class corpus unless a test asks: these tests are about what Hypothesis generates
-    settings: dict[str, object] = {"seed": 7, "module": DEFAULT_MODULE, "reports": tmp_path / "run",
-                                   "examples": 30, "workers": 1, "pin": False, "corpus": False}  # fmt: skip
+    # without the class corpus unless a test asks: these tests are about what Hypothesis generates; and
+    # without production's size (a sized history holds up to thousands of calls): about the campaign's mechanics
+    settings: dict[str, object] = {"seed": 7, "module": DEFAULT_MODULE, "reports": tmp_path / "run", "examples": 30,
+                                   "workers": 1, "pin": False, "corpus": False, "sizes": False}  # fmt: skip
     settings.update(overrides)
     return CampaignConfig(**settings)  # type: ignore[arg-type]
 

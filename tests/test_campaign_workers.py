@@ -15,7 +15,7 @@ from tests.helpers import planted_scripts
 def test_two_workers_stop_together_at_the_first_divergence(tmp_path: Path) -> None:
     planted = planted_scripts(tmp_path, "fail.lua", "if exhausted then", "if false then")  # FAIL never dead-letters
     config = CampaignConfig(seed=1, module=DEFAULT_MODULE, reports=tmp_path / "run", examples=400, workers=2,
-                            pin=False, lua_scripts=planted, shrink_tries=30)  # fmt: skip
+                            pin=False, lua_scripts=planted, shrink_tries=30, sizes=False)  # fmt: skip
     result = run_campaign(config)
     assert not result.interrupted
     assert result.failures, "the planted defect was not found"

@@ -108,7 +108,7 @@ def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
     # cheap native mutant: a one-line change, caught at the first CLAIM (N1); ~2 s to build once
     # the shared target holds the dependencies (the first build of a fresh cache takes ~2 min)
     chosen = ["lua-fail-never-dead-letters", "native-claim-no-epoch"]
-    budget = Budget(seed=20261202, examples=200, timeout_s=600.0, shrink_s=2.0)
+    budget = Budget(seed=20261202, examples=200, timeout_s=600.0, shrink_s=2.0, sizes=False)
     code, outcomes = run(tmp_path / "report", budget, only=chosen, say=lambda _: None)
     by_id = {o.id: o for o in outcomes}
     assert by_id["null-run"].status == report.CLEAN and by_id["null-run"].histories == 200  # zero divergences

@@ -27,7 +27,7 @@ def test_a_restart_mutant_is_missed_without_restarts_and_caught_with_them(tmp_pa
     assert "restarts" in {m.id: m for m in cat.load()}[MUTANT].needs
     verdicts = {}
     for restarts in (False, True):
-        budget = Budget(seed=20261202, examples=150, timeout_s=600.0, shrink_s=2.0, restarts=restarts)
+        budget = Budget(seed=20261202, examples=150, timeout_s=600.0, shrink_s=2.0, restarts=restarts, sizes=False)
         directory = tmp_path / ("on" if restarts else "off")
         code, outcomes = run(directory, budget, only=[MUTANT], say=lambda _: None, jobs=2)
         by_id = {o.id: o for o in outcomes}

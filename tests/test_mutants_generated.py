@@ -162,7 +162,7 @@ def test_one_generated_native_and_one_lua_mutant_scored_end_to_end(
                          and m.defect_class == "BinaryOperator")  # fmt: skip
     chosen = [chosen_native.id, "lua-claim-del-hset-1"]
     everything = [*crate_mutants, *generated.lua_entries()]
-    budget = Budget(seed=20261202, examples=200, timeout_s=900.0, shrink_s=2.0)
+    budget = Budget(seed=20261202, examples=200, timeout_s=900.0, shrink_s=2.0, sizes=False)
     code, outcomes = run(tmp_path / "report", budget, only=chosen, say=lambda _: None,
                          generated=everything, triaged={})  # fmt: skip
     by_id = {o.id: o for o in outcomes}

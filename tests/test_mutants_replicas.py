@@ -30,7 +30,9 @@ MISSED_IN = 150
 
 
 def _budget(replicas: bool, examples: int) -> Budget:
-    return Budget(seed=SEED, examples=examples, timeout_s=900.0, shrink_s=2.0, restarts=False, replicas=replicas)
+    return Budget(
+        seed=SEED, examples=examples, timeout_s=900.0, shrink_s=2.0, restarts=False, replicas=replicas, sizes=False
+    )
 
 
 @pytest.mark.timeout(1200)  # a fresh cache first builds the module's dependencies (~2 min)

@@ -346,7 +346,7 @@ def test_sigterm_stops_the_runner_with_143_and_ctrl_c_with_130(tmp_path: Path) -
 def test_the_merged_shards_give_the_unsharded_verdicts(tmp_path: Path) -> None:
     # two Lua mutants (no build), the canary and the null run on a small budget: ~20 s a run here
     chosen = ["lua-fail-never-dead-letters", "lua-complete-double-counts"]
-    budget = Budget(seed=20261202, examples=60, timeout_s=600.0, shrink_s=2.0)
+    budget = Budget(seed=20261202, examples=60, timeout_s=600.0, shrink_s=2.0, sizes=False)
     whole, outcomes = run(tmp_path / "whole", budget, only=chosen, say=lambda _: None, jobs=2)
     codes = [run(tmp_path / f"s{k}", budget, only=chosen, say=lambda _: None, jobs=2, shard=(k, 2))[0] for k in (1, 2)]
     assert {o.id for o in outcomes} >= set(chosen)

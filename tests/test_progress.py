@@ -15,7 +15,7 @@ from executors.native.adapter import DEFAULT_MODULE
 
 def config(tmp_path: Path, name: str, workers: int) -> CampaignConfig:
     return CampaignConfig(seed=11, module=DEFAULT_MODULE, reports=tmp_path / name, examples=80, workers=workers,
-                          pin=False)  # fmt: skip
+                          pin=False, sizes=False)  # fmt: skip
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -146,7 +146,7 @@ def run_dir(reports: Path) -> Path:
 def campaign(tmp_path: Path) -> Callable[..., Path]:
     def run(name: str, *extra: str) -> Path:
         argv = ["run", "--seed", "20261203", "--examples", "160", "--workers", "1", "--no-database",
-                "--reports", str(tmp_path / name), *extra]  # fmt: skip
+                "--no-production-size", "--reports", str(tmp_path / name), *extra]  # fmt: skip
         assert main(argv) == EXIT_OK
         return run_dir(tmp_path / name)
 

@@ -42,7 +42,7 @@ def campaign(tmp_path: Path, name: str, seed: int, scripts: Path, database: str 
     # store (the corpus replays first in every campaign anyway); this is about generated failures
     return CampaignConfig(seed=seed, module=DEFAULT_MODULE, reports=tmp_path / name, examples=200, workers=1,
                           pin=False, lua_scripts=scripts, database=database, shrink_tries=60,
-                          corpus=False)  # fmt: skip
+                          corpus=False, sizes=False)  # fmt: skip
 
 
 def test_a_failure_found_by_one_campaign_is_replayed_first_by_the_next(

@@ -66,6 +66,9 @@ class CampaignConfig:
     workers: int = 1
     lua_scripts: Path | None = None
     restarts: bool = True
+    # production's size drawn (about one history in twenty: bulk steps of up to thousands of calls,
+    # about half of a default campaign's steps); off: a quick run of the other dimensions
+    sizes: bool = True
     max_steps: int = 40
     # Hypothesis example database: a directory, or valkey://HOST:PORT[/DB] shared by many machines
     # (difftest/campaign/exampledb.py); a spec, not an open database, so each worker process opens its own
@@ -275,7 +278,7 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
 
     # calls to a replica need replicas, which run beside embedded servers and containers (not an attached pair)
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
-                         replica_calls=config.backend in ("local", "docker"))  # fmt: skip
+                         replica_calls=config.backend in ("local", "docker"), sizes=config.sizes)  # fmt: skip
     replays = _Replays(config, replayer, report)
     machine_settings = _machine_settings(config, size)
     try:

@@ -117,7 +117,7 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
-        database=database,
+        sizes=not args.no_production_size, database=database,
         backend=backend_of(args), shard=shard, replicas=args.replicas, build=build_of(args),
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
@@ -295,6 +295,9 @@ def _campaign_options(run: argparse.ArgumentParser) -> None:
                      help=f"worker processes (1 to {MAX_WORKERS}), each with its own server pair pinned to a core "
                      "(default: one per core)")  # fmt: skip
     run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    run.add_argument("--no-production-size", action="store_true",
+                     help="generate no history at production's size (bulk steps of thousands of calls, about "
+                     "one history in twenty, most of a campaign's calls): a quick run of everything else")  # fmt: skip
     run.add_argument("--native-coverage", action="store_true",
                      help="measure which lines of the module's source the histories reach: the module built "
                      "instrumented (executors/native/target/coverage), native-coverage.json and a report.html "

@@ -257,6 +257,8 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words += ["--shard", f"{shard['index']}/{shard['count']}"]
     if summary.get("restarts") is False:
         words.append("--no-restarts")
+    if summary.get("sizes") is False:
+        words.append("--no-production-size")
     if "database" in summary:  # summaries from before it was recorded say nothing of it
         words += ["--database", str(summary["database"])] if summary["database"] else ["--no-database"]
     if summary.get("module_given") and summary.get("module"):  # the build under test, when not the default
@@ -315,6 +317,8 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("workers", esc(summary.get("workers", 1))),
         ("restarts and crashes", "on" if summary.get("restarts", True) else "off"),
     ]
+    if summary.get("sizes") is False:  # on, the default, goes without saying
+        facts.append(("production's size", "off (--no-production-size)"))
     if summary.get("replicas") is not None:
         facts.append(("replicas", "on: each server's replica compared with it after every segment"
                       if summary["replicas"] else "off"))  # fmt: skip

@@ -83,6 +83,7 @@ def summary(result: CampaignResult) -> dict[str, Any]:
         "budget": {"examples": config.examples, "seconds": config.seconds},
         "shard": {"index": index, "count": count} if count > 1 else None,
         "restarts": config.restarts,
+        "sizes": config.sizes,
         "replicas": config.replicas,
         "max_steps": config.max_steps,
         "workers": config.workers,

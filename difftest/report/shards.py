@@ -73,6 +73,7 @@ def _check(parts: list[Shard]) -> None:
     _same(parts, "seed", "seed")
     _same(parts, "budget", "budget")
     _same(parts, "restarts", "restarts")
+    _same(parts, "sizes", "production's size")
     _same(parts, "replicas", "replicas")
     _same(parts, "max_steps", "max_steps")
     _same(parts, "valkey", "Valkey")  # a version matrix's legs are merged apart
@@ -128,6 +129,7 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
         "shard": None,
         "shards": [str(directory) for directory, _ in sorted(parts, key=lambda p: shard_of(p[1]))],
         "restarts": first_doc.get("restarts"),
+        "sizes": first_doc.get("sizes"),
         "replicas": first_doc.get("replicas"),
         "max_steps": first_doc.get("max_steps"),
         "workers": sum(int(d.get("workers", 1)) for _, d in parts),
