@@ -37,7 +37,7 @@ def labels_of(cwd: Path, state: Path) -> int:
 def test_a_corpus_goes_through_a_file_into_a_new_store_whole_once_and_is_replayed_there(tmp_path: Path) -> None:
     night1, night2 = tmp_path / "night1", tmp_path / "night2"
     done = difftest(tmp_path, "fuzz", "--state", str(night1), "--workers", "1", "--histories", "20", "--seed", "7",
-                    "--no-dashboard", "--reports", str(tmp_path / "r1"))  # fmt: skip
+                    "--no-dashboard", "--no-production-size", "--reports", str(tmp_path / "r1"))  # fmt: skip
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     exported = tmp_path / "out" / "corpus.jsonl"
     done = difftest(tmp_path, "fuzz", "export", str(exported), "--state", str(night1))
@@ -82,7 +82,8 @@ def test_a_corpus_goes_through_a_file_into_a_new_store_whole_once_and_is_replaye
     # a budget of the corpus's size it reaches every label the first night reached
     budget = str(len(first) + 1)
     done = difftest(tmp_path, "fuzz", "--state", str(night2), "--workers", "1", "--no-class-corpus", "--histories",
-                    budget, "--seed", "8", "--no-dashboard", "--reports", str(tmp_path / "r2"))  # fmt: skip
+                    budget, "--seed", "8", "--no-dashboard", "--no-production-size",
+                    "--reports", str(tmp_path / "r2"))  # fmt: skip
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     assert labels_of(tmp_path, night2) >= labels_of(tmp_path, night1) > 0
 

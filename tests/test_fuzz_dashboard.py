@@ -133,7 +133,11 @@ def test_the_dashboard_shows_a_planted_finding_and_updates_itself(
             assert re.search(r"live workers", text) and "native counters" in text
             # it updates itself: a record written to the store now appears without a reload
             seen = _updates(text)
-            store.beat("planted-by-the-test:1:0", {"state": "a worker the test planted", "histories": 12345})
+            store.beat(
+                "planted-by-the-test:1:0",
+                {"state": "a worker the test planted", "histories": 12345},
+                "planted-by-the-test:1:0@1",
+            )
             text = until("the page updated", lambda: showing(page, "a worker the test planted"), fuzz)
             assert _updates(text) > seen and "planted-by-the-test:1:0" in text
         fuzz.process.send_signal(signal.SIGTERM)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -55,27 +57,80 @@ def check_spec(spec: str, origin: str) -> str:
     return spec
 
 
-def client_of(spec: str) -> Redis:
+def client_of(spec: str, timeout_s: float = 30.0, retries: bool = True) -> Redis:
+    """A client of the server a spec names. `retries` off: an error is the caller's at once (redis-py
+    otherwise tries a command three more times with backoff, which a caller that buffers does itself)."""
     from redis import Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     parts = urlsplit(spec)
     url = parts._replace(scheme=_SCHEMES[parts.scheme]).geturl()
+    options: dict[str, object] = {"socket_connect_timeout": min(CONNECT_TIMEOUT_S, timeout_s),
+                                  "socket_timeout": timeout_s}  # fmt: skip
+    if not retries:
+        options["retry"] = Retry(NoBackoff(), 0)
     try:
-        return Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=30.0)
+        return Redis.from_url(url, **options)
     except ValueError as exc:  # a malformed URL: say which, and the shape that works
         raise SetupProblem(f"example database {spec!r}: {exc}; use valkey://HOST:PORT[/DB]") from None
 
 
-def open_database(spec: str | Path) -> ExampleDatabase:
+def open_database(spec: str | Path, tolerant: bool = False) -> ExampleDatabase:
     """The database a spec names. Each worker process opens its own (connections do not cross
-    processes); examples saved by any worker or machine are replayed first by every other."""
+    processes); examples saved by any worker or machine are replayed first by every other.
+    `tolerant` (the fuzzing service's workers): a server that does not answer fetches nothing and
+    saves nothing, quickly, instead of ending the Hypothesis run (the examples are a speed-up; what
+    must not be lost, the findings, the service keeps itself: difftest/fuzz/outbox.py)."""
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     if not is_server(spec):
         return DirectoryBasedExampleDatabase(str(spec))
     from hypothesis.extra.redis import RedisExampleDatabase
 
-    return RedisExampleDatabase(client_of(str(spec)))
+    if not tolerant:
+        return RedisExampleDatabase(client_of(str(spec)))
+    return _tolerant(RedisExampleDatabase(client_of(str(spec), timeout_s=TOLERANT_TIMEOUT_S, retries=False)))
+
+
+TOLERANT_TIMEOUT_S = 2.0  # a paused server costs a tolerant database's caller this long per call, at most
+
+
+def _tolerant_class() -> type:
+    from hypothesis.database import ExampleDatabase
+    from redis.exceptions import RedisError
+
+    class Tolerant(ExampleDatabase):
+        """Hypothesis's example database over a server that may be away: its errors are no examples."""
+
+        def __init__(self, inner: ExampleDatabase) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def save(self, key: bytes, value: bytes) -> None:
+            with contextlib.suppress(RedisError):
+                self.inner.save(key, value)
+
+        def fetch(self, key: bytes) -> Iterable[bytes]:
+            try:
+                return list(self.inner.fetch(key))
+            except RedisError:
+                return []
+
+        def delete(self, key: bytes, value: bytes) -> None:
+            with contextlib.suppress(RedisError):
+                self.inner.delete(key, value)
+
+        def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+            with contextlib.suppress(RedisError):
+                self.inner.move(src, dest, value)
+
+    return Tolerant
+
+
+def _tolerant(inner: ExampleDatabase) -> ExampleDatabase:
+    database: ExampleDatabase = _tolerant_class()(inner)  # the class made on first use: hypothesis loads late
+    return database
 
 
 def check_database(spec: str | Path) -> None:

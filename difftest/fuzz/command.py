@@ -162,6 +162,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         config = FuzzConfig(database=database, module=module, reports=args.reports.absolute(), build=build,
                             service=service_name(), workers=args.workers, lua_scripts=args.lua_scripts,
                             seconds=args.seconds, histories=args.histories, restarts=not args.no_restarts,
+                            sizes=not args.no_production_size,
                             native_counters=native, lua_lines=lua, guidance=args.guidance,
                             class_corpus=not args.no_class_corpus, seed=args.seed,
                             profiles=(run_dir / "profiles") if native else None)  # fmt: skip
@@ -305,6 +306,8 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
         help="the batches' seeds derive from it (default: random); findings replay by artifact",
     )
     fuzz.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    fuzz.add_argument("--no-production-size", action="store_true",
+                      help="generate no history at production's size (bulk steps of thousands of calls)")  # fmt: skip
     _coverage_arguments(fuzz)
     _dashboard_arguments(fuzz)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, "text/html; charset=utf-8", page.encode())
         elif self.path.startswith("/api/snapshot"):
             with self.server.lock:
-                document = status_document(self.server.store, self.server.reports)
+                document = self.server.snapshot()
             self._send(200, "application/json", json.dumps(document).encode())
         else:
             self._send(404, "text/plain", b"not found\n")
@@ -94,6 +95,23 @@ class _DashboardServer(ThreadingHTTPServer):
         self.store = store
         self.reports = reports
         self.lock = threading.Lock()
+        self.away_since: float | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The status document, or while the store does not answer, what the page says instead (its
+        figures stay those it last showed)."""
+        from redis.exceptions import RedisError
+
+        try:
+            document = status_document(self.store, self.reports)
+        except (RedisError, OSError) as problem:
+            self.away_since = self.away_since or time.time()
+            detail = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
+            since = time.strftime("%H:%M:%S", time.localtime(self.away_since))
+            return {"away": f"the store {self.store.spec_shown} is away since {since} ({detail}): the workers go on "
+                            "fuzzing and keep what they must record until it is back", "at": time.time()}  # fmt: skip
+        self.away_since = None
+        return document
 
 
 def start_dashboard(database: str, port: int, reports: Path | None = None) -> _DashboardServer:
@@ -118,10 +136,12 @@ code{background:#f0f0f0;padding:1px 3px}
 .finding{border-left:4px solid #c62828;padding:4px 10px;margin:8px 0;background:#fff6f6}
 svg{background:#fafafa;border:1px solid #eee}
 .chart{display:inline-block;margin-right:12px}
+.away{border-left:4px solid #ef6c00;background:#fff4e5;padding:6px 10px;margin:8px 0}
 </style></head>
 <body>
 <h1>difftest fuzz</h1>
 <div class="note" id="meta">loading…</div>
+<div class="away" id="away" style="display:none"></div>
 <div class="figures" id="figures"></div>
 <h2>Throughput (histories per minute)</h2><div id="throughput"></div>
 <h2>Reached over time</h2><div id="reached"></div>
@@ -165,6 +185,10 @@ function rates(points) {
 }
 function render(s) {
   updates += 1;
+  const away = document.getElementById("away");
+  away.textContent = s.away ? `${s.away}; the figures below are the last it gave` : "";
+  away.style.display = s.away ? "block" : "none";
+  if (s.away) return;
   const totals = s.totals || {}, cov = s.coverage || {};
   const live = Object.values(s.workers).filter((w) => w.alive).length;
   document.getElementById("meta").textContent =

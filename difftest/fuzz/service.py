@@ -23,8 +23,9 @@ from multiprocessing import get_context
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
+from difftest.fuzz.outbox import JOURNALS, send_journals
 from difftest.fuzz.store import Store
 from difftest.fuzz.worker import FuzzConfig, local_artifact, reproduce_line, run_worker, worker_id
 
@@ -35,6 +36,7 @@ STATE_DIR = Path(".hypothesis") / "difftest-fuzz"  # the local store's data, wit
 STORE_URL = "store.url"
 QUICK_DEATH_S, QUICK_DEATHS = 20.0, 3  # a worker that dies this soon after its start, this often in a row: an error
 COUNTS = ("histories", "steps", "findings", "met_again")  # a worker record's counts
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -83,17 +85,47 @@ class Service:
     retired: dict[str, int] = field(default_factory=dict)  # the counts of workers that died and were replaced
     begun: dict[int, float] = field(default_factory=dict)  # when each slot's worker was last started
     quick_deaths: dict[int, int] = field(default_factory=dict)  # its deaths in a row soon after a start
+    away_since: float | None = None  # monotonic, while the store does not answer the supervisor
 
     def __post_init__(self) -> None:
         self.shared = self.context.Value("q", 0)
+        # each slot's counts (histories, steps, findings, met_again), written by its worker at each beat:
+        # what this service reports, whether the store answers or not
+        self.counts = self.context.Array("q", len(COUNTS) * self.config.workers)
         self.store = Store(self.config.database)
+
+    def ask(self, action: Callable[[], T]) -> T | None:
+        """What reads or writes the store, run; None while it does not answer (said once, and when it
+        is back), and the service goes on: the workers keep what they must record (outbox.py)."""
+        from redis.exceptions import RedisError
+
+        try:
+            answer = action()
+        except (RedisError, OSError) as problem:
+            if self.away_since is None:
+                self.away_since = time.monotonic()
+                detail = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
+                self.say(f"fuzz: the store {self.store.spec_shown} is away ({detail}): the workers go on fuzzing "
+                         "and keep what they must record until it is back")  # fmt: skip
+            return None
+        if self.away_since is not None:
+            away_s = time.monotonic() - self.away_since
+            self.say(f"fuzz: the store {self.store.spec_shown} is back after {away_s:,.0f} s")
+            self.away_since = None
+        return answer
+
+    def journals(self) -> Path:
+        return self.config.reports / JOURNALS
+
+    def send_journals(self) -> None:
+        self.ask(lambda: send_journals(self.store, self.journals(), lambda line: self.say(f"fuzz: {line}")))
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
 
     def start(self, slot: int) -> None:
         process = self.context.Process(target=run_worker, name=f"difftest-fuzz-{slot}",
-                                       args=(self.config, slot, self.shared, os.getpid()))  # fmt: skip
+                                       args=(self.config, slot, self.shared, os.getpid(), self.counts))  # fmt: skip
         process.start()
         self.processes[slot] = process
         self.begun[slot] = time.monotonic()
@@ -122,15 +154,29 @@ class Service:
             if self.quick_deaths[slot] >= QUICK_DEATHS:
                 raise RuntimeError(f"worker {slot} ended {QUICK_DEATHS} times in a row soon after its start (last "
                                    f"exit code {process.exitcode}): see its output above")  # fmt: skip
+            self.retire(slot)
             who = worker_id(self.config, slot)
-            for key, value in (self.store.workers().get(who) or {}).items():
-                if key in COUNTS:
-                    self.retired[key] = self.retired.get(key, 0) + int(value)
-            handed = self.store.orphan(who)
+            handed = self.ask(lambda: self.store.orphan(who))  # noqa: B023 (run at once)
+            self.send_journals()  # what it kept while the store was away
             self.replaced += 1
             self.say(f"fuzz: worker {slot} ended (exit code {process.exitcode}); started again"
                      + (f", its {handed} unrecorded failure(s) handed on" if handed else ""))  # fmt: skip
             self.start(slot)
+
+    def retire(self, slot: int) -> None:
+        """A slot's worker ended: its counts kept apart, the slot's zeroed for the next one."""
+        base = len(COUNTS) * slot
+        for offset, key in enumerate(COUNTS):
+            self.retired[key] = self.retired.get(key, 0) + int(self.counts[base + offset])
+            self.counts[base + offset] = 0
+
+    def mine(self) -> dict[str, int]:
+        """What this service's workers did, from the counts they shared (the store not needed)."""
+        totals = {key: self.retired.get(key, 0) for key in COUNTS}
+        for slot in range(self.config.workers):
+            for offset, key in enumerate(COUNTS):
+                totals[key] += int(self.counts[len(COUNTS) * slot + offset])
+        return totals
 
     def announce_findings(self) -> None:
         """Each finding once: printed with its reproduce line, its artifact written here if another
@@ -157,13 +203,20 @@ class Service:
             now = time.monotonic()
             if now - last_sample >= SAMPLE_S:
                 last_sample = now
-                point = self.store.sample(self.config.service)
-                if on_sample is not None:
-                    on_sample(point)
-                self.announce_findings()
+                point = self.ask(lambda: self.store.sample(self.config.service))
+                if point is not None:
+                    if on_sample is not None:
+                        on_sample(point)
+                    self.ask(self.announce_findings)
+                    self.send_journals()
                 if now - last_print >= PRINT_S:
                     last_print = now
-                    self.say(progress_line(point, now - self.started))
+                    if point is not None:
+                        self.say(progress_line(point, now - self.started))
+                    else:
+                        mine = self.mine()
+                        self.say(f"fuzz: {now - self.started:,.0f} s, this service {mine['histories']:,} histories, "
+                                 f"{mine['findings']} finding(s); the store is away")  # fmt: skip
 
     def drain(self) -> list[int]:
         """Every worker asked to finish its history and end; those still running after DRAIN_S killed
@@ -180,7 +233,8 @@ class Service:
         killed = [slot for slot, p in self.processes.items() if p.exitcode is None]
         for slot in killed:
             self.processes[slot].kill()
-            self.store.orphan(worker_id(self.config, slot))
+            who = worker_id(self.config, slot)
+            self.ask(lambda: self.store.orphan(who))  # noqa: B023 (run at once)
         for process in self.processes.values():
             process.join()
         sweep_leftovers()  # what a killed worker left in /dev/shm
@@ -209,6 +263,7 @@ def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = 
     service = Service(config, out)
     if handed:
         service.say(f"fuzz: {handed} failure(s) a stopped service left unrecorded will be recorded first")
+    service.send_journals()  # what an earlier service's workers kept while the store was away
     server = None
     if dashboard is not None:
         from difftest.fuzz.dashboard import start_dashboard
@@ -230,19 +285,20 @@ def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = 
         killed = service.drain()
         if killed:
             service.say(f"fuzz: worker(s) {', '.join(map(str, killed))} did not drain in {DRAIN_S:.0f} s: killed")
+        service.send_journals()
         with contextlib.suppress(Exception):
             service.store.sample(config.service)
             service.announce_findings()
+        left = sorted(service.journals().glob("*.jsonl")) if service.journals().is_dir() else []
+        if left:
+            service.say(f"fuzz: the store is away: {len(left)} worker journal(s) in {service.journals()} keep what "
+                        "is not recorded yet; the next `difftest fuzz` with these --reports sends them")  # fmt: skip
         if server is not None:
             server.shutdown()
             server.server_close()
         for number, before in previous.items():
             signal.signal(number, before)
-    mine = {key: service.retired.get(key, 0) for key in COUNTS}
-    for name, record in store.workers().items():
-        if name.startswith(config.service + ":"):
-            for key in COUNTS:
-                mine[key] += int(record.get(key, 0))
+    mine = service.mine()
     mine["replaced"] = service.replaced
     store.close()
     service.store.close()

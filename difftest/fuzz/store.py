@@ -5,8 +5,8 @@ own records under `difftest-fuzz:`, with a format version that a service of anot
 
 | key | what it holds |
 | --- | --- |
-| `format` | `difftest-fuzz 1` |
-| `totals` (hash) | histories, steps, findings met (again) and shrinks, summed over every worker |
+| `format` | `difftest-fuzz 2` (1 summed its counts with increments, which a store that lost writes loses) |
+| `counts` (hash) | per worker process (its id and pid): JSON of its counts so far, written whole at each beat |
 | `workers` (hash) | per worker id (host:service pid:slot): JSON of what it does now and its counts |
 | `series` (list) | time points of the totals and the coverage (what the dashboard charts) |
 | `labels` / `labels-first` (hashes) | each behaviour label's count / when it was first reached |
@@ -30,22 +30,35 @@ from difftest.base.problems import SetupProblem
 from difftest.campaign.exampledb import client_of, describe
 
 FORMAT = "difftest-fuzz"
-VERSION = 1
+VERSION = 2
 PREFIX = "difftest-fuzz:"
 MAX_SERIES = 20_000  # time points kept (one per few seconds per service: days of them)
 STALE_S = 120.0  # a worker whose record has not moved for this long, and is not ours, is taken for dead
+# a store that does not answer within this long is away (a worker then keeps its records: outbox.py);
+# redis-py's own retries are off, the outbox backs off instead
+TIMEOUT_S = 3.0
+COUNTED = ("histories", "steps", "findings", "met_again")  # a worker's counts, summed into the totals
 
 
 def _json(raw: bytes | str | None) -> Any:
     return json.loads(raw) if raw else None
 
 
+def _text(raw: bytes | str | None) -> str | None:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 class Store:
     """The records, through one client (one per process: connections do not cross processes)."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, timeout_s: float = TIMEOUT_S) -> None:
         self.spec = spec
-        self.client: Any = client_of(spec)  # redis-py's replies are bytes; its stubs say bytes | str
+        # redis-py's replies are bytes; its stubs say bytes | str
+        self.client: Any = client_of(spec, timeout_s=timeout_s, retries=False)
+
+    @property
+    def spec_shown(self) -> str:
+        return describe(self.spec)
 
     def key(self, name: str) -> str:
         return PREFIX + name
@@ -75,18 +88,17 @@ class Store:
 
     # ---- counts and workers ----------------------------------------------------------------------------
 
-    def beat(self, worker: str, record: dict[str, Any], histories: int = 0, steps: int = 0) -> None:
-        """A worker's record now (what it does, its counts), and what it compared since its last beat."""
+    def beat(self, worker: str, record: dict[str, Any], process: str) -> dict[str, Any] | None:
+        """A worker's record now (what it does, its counts, its `seq`), its counts whole under its
+        process's name; returns the record this replaced (a worker whose last record is missing or
+        older than it wrote is talking to a store that lost writes)."""
         pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.key("workers"), worker)
         pipe.hset(self.key("workers"), worker, json.dumps({**record, "beat": time.time()}))
-        if histories:
-            pipe.hincrby(self.key("totals"), "histories", histories)
-        if steps:
-            pipe.hincrby(self.key("totals"), "steps", steps)
-        pipe.execute()
-
-    def count(self, field: str, by: int = 1) -> None:
-        self.client.hincrby(self.key("totals"), field, by)
+        pipe.hset(self.key("counts"), process, json.dumps({k: int(record.get(k, 0)) for k in COUNTED}))
+        before = pipe.execute()[0]
+        found: dict[str, Any] | None = _json(before)
+        return found
 
     def forget_worker(self, worker: str) -> None:
         self.client.hdel(self.key("workers"), worker)
@@ -96,8 +108,13 @@ class Store:
         return {k.decode(): _json(v) for k, v in sorted(raw.items())}
 
     def totals(self) -> dict[str, int]:
-        raw = self.client.hgetall(self.key("totals"))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        """Every worker process's counts summed (each written whole, so a lost or repeated write
+        leaves no gap or double)."""
+        sums = dict.fromkeys(COUNTED, 0)
+        for raw in self.client.hvals(self.key("counts")):
+            for name, value in (_json(raw) or {}).items():
+                sums[name] = sums.get(name, 0) + int(value)
+        return sums
 
     # ---- coverage ----------------------------------------------------------------------------------------
 
@@ -185,22 +202,37 @@ class Store:
     def note_raw(self, raw: str, signature: str) -> None:
         self.client.hset(self.key("raw"), raw, signature)
 
-    def claim(self, signature: str, worker: str) -> bool:
-        """True for the first worker to record this signature (it then writes the finding)."""
-        won = bool(self.client.hsetnx(self.key(f"finding:{signature}"), "claimed_by", worker))
+    def record_finding(self, signature: str, worker: str, fields: dict[str, Any]) -> bool:
+        """The finding written whole by the first worker to claim its signature (True); for any
+        other, it is met again (False). A transaction: no reader sees a claimed finding half-written."""
+        flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
+        key = self.key(f"finding:{signature}")
+        won = bool(self.client.hsetnx(key, "claimed_by", worker))
+        if not won and _text(self.client.hget(key, "claimed_by")) == worker and not self.client.hexists(key, "history"):
+            won = True  # this worker's claim of an earlier try whose answer it never had (a paused store ran it)
         if won:
-            self.client.sadd(self.key("findings"), signature)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(key, mapping=flat)
+            pipe.sadd(self.key("findings"), signature)
+            pipe.execute()
+        else:
+            self.seen_again(signature)
         return won
 
-    def record(self, signature: str, fields: dict[str, Any]) -> None:
+    def restore_finding(self, signature: str, worker: str, fields: dict[str, Any]) -> bool:
+        """A finding this worker recorded, written again if the store lost it (True), else nothing."""
+        key = self.key(f"finding:{signature}")
+        if not self.client.hsetnx(key, "claimed_by", worker):
+            return False
         flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
-        self.client.hset(self.key(f"finding:{signature}"), mapping=flat)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(key, mapping=flat)
+        pipe.sadd(self.key("findings"), signature)
+        pipe.execute()
+        return True
 
     def seen_again(self, signature: str) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hincrby(self.key(f"finding:{signature}"), "seen", 1)
-        pipe.hincrby(self.key("totals"), "met_again", 1)
-        pipe.execute()
+        self.client.hincrby(self.key(f"finding:{signature}"), "seen", 1)
 
     def finding(self, signature: str) -> dict[str, Any]:
         raw = self.client.hgetall(self.key(f"finding:{signature}"))
@@ -217,12 +249,11 @@ class Store:
 
     # ---- failures not yet recorded whole -----------------------------------------------------------------
 
-    def pend(self, worker: str, history: str, build: dict[str, Any]) -> str:
-        """A failing history, kept before its shrink starts; returns its field (to unpend when recorded)."""
-        field = f"{worker}:{time.time_ns()}"
+    def pend(self, field: str, worker: str, history: str, build: dict[str, Any]) -> None:
+        """A failing history, kept before its shrink starts under `field` (pending_field: to unpend
+        it when recorded)."""
         self.client.hset(self.key("pending"), field, json.dumps({"history": history, "build": build,
                                                                    "worker": worker, "at": time.time()}))  # fmt: skip
-        return field
 
     def unpend(self, field: str) -> None:
         self.client.hdel(self.key("pending"), field)
@@ -277,6 +308,10 @@ class Store:
                 "totals": self.totals(), "workers": self.workers(), "series": self.series(),
                 "coverage": coverage, "findings": self.findings(), "corpus": self.corpus_size(),
                 "pending": self.pending()}  # fmt: skip
+
+
+def pending_field(worker: str) -> str:
+    return f"{worker}:{time.time_ns()}"
 
 
 # a finding's fields kept as text (the others are JSON)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from difftest.fuzz import signature as signatures
-from difftest.fuzz.store import Store
+from difftest.fuzz.outbox import Outbox, journal_path
+from difftest.fuzz.store import Store, pending_field
 from difftest.replay import labels as coverage
 
 BATCH = 20  # histories per Hypothesis run: short enough that draining and budgets act soon
@@ -51,6 +52,7 @@ class FuzzConfig:
     seconds: float | None = None
     histories: int | None = None  # this service's budget of generated histories
     restarts: bool = True
+    sizes: bool = True  # histories at production's size drawn (about one in twenty)
     max_steps: int = 40
     batch: int = BATCH
     shrink_tries: int = 300
@@ -104,9 +106,10 @@ def worker_id(config: FuzzConfig, slot: int) -> str:
 class Worker:
     config: FuzzConfig
     slot: int
-    store: Store
+    store: Outbox  # the store through an outbox: what it cannot take while it is away is kept
     replayer: Any
     shared: Any  # the service's shared counter of generated histories (its budget), or None
+    counts_shared: Any = None  # the service's shared array of each slot's counts (what it reports, store or not)
     counters: Any = None  # difftest.fuzz.counters.Counters with the coverage build
     lua_log: Path | None = None
     lua_offset: int = 0
@@ -118,7 +121,8 @@ class Worker:
     state: str = "starting"
     batch_seed: int = 0
     started: float = field(default_factory=time.time)
-    unsent: list[int] = field(default_factory=lambda: [0, 0])  # histories, steps not yet in the totals
+    seq: int = 0  # the record's sequence number (a store that lost writes answers an older one)
+    raw_known: dict[str, str] = field(default_factory=dict)  # raw signatures met -> their finding's
     last_beat: float = 0.0
     failed_after: int = 0  # the worker's generated histories when the failure being shrunk was met
     total_sent: bool = False  # the module's number of counters told to the store
@@ -135,12 +139,30 @@ class Worker:
         if not force and now - self.last_beat < BEAT_S:
             return
         self.last_beat = now
+        self.seq += 1
+        self._settle()
+        state = self.state + (" (the store is away)" if self.store.away else "")
         record = {"host": socket.gethostname(), "pid": os.getpid(), "service": self.config.service,
-                  "slot": self.slot, "state": self.state, "histories": self.histories, "steps": self.steps,
+                  "slot": self.slot, "state": state, "histories": self.histories, "steps": self.steps,
                   "findings": self.findings, "met_again": self.met_again, "started": self.started,
-                  "seed": self.batch_seed}  # fmt: skip
-        self.store.beat(self.id, record, *self.unsent)
-        self.unsent = [0, 0]
+                  "seed": self.batch_seed, "seq": self.seq, "kept": self.store.kept()}  # fmt: skip
+        if self.counts_shared is not None:
+            counts = (self.histories, self.steps, self.findings, self.met_again)
+            self.counts_shared[4 * self.slot : 4 * self.slot + 4] = counts
+        self.store.beat(self.id, record, f"{self.id}@{os.getpid()}")
+        self._settle()
+
+    def _settle(self) -> None:
+        """Findings sent late that another worker had claimed meanwhile: met again, not new (their
+        artifact here goes: the first worker's is the finding's)."""
+        while self.store.outcomes:
+            name, new = self.store.outcomes.pop(0)
+            if not new:
+                self.findings -= 1
+                self.met_again += 1
+                directory = self.store.recorded.pop(name, [None, None, None, {}])[3].get("artifact")
+                if directory:
+                    shutil.rmtree(directory, ignore_errors=True)
 
     def reached(self, history: Any, result: Any, generated: bool) -> float:
         """Record one compared history; returns its guidance score (what it reached, by the mode)."""
@@ -155,7 +177,7 @@ class Worker:
         if self.counters is not None:
             moved, first = self.counters.look()
             if self.counters.total and not self.total_sent:
-                self.store.set_native_total(self.counters.total)
+                self.store.send("native_total", self.counters.total)
                 self.total_sent = True
             reach += len(moved)
             touched |= {f"native:{i}" for i in moved}
@@ -180,12 +202,10 @@ class Worker:
             self._keep(history, new)
         if generated:
             self.histories += 1
-            self.unsent[0] += 1
             if self.shared is not None:
                 with self.shared.get_lock():
                     self.shared.value += 1
         self.steps += len(history.steps)
-        self.unsent[1] += len(history.steps)
         self.beat()
         return rare if guidance_mode(self.config) == "rare" else reach
 
@@ -209,7 +229,7 @@ class Worker:
         from difftest.history.format import dumps
 
         text = dumps(history)
-        self.store.add_corpus(digest_of(text), {"history": text, "reached": new, "at": time.time(), "by": self.id})
+        self.store.send("corpus", digest_of(text), {"history": text, "reached": new, "at": time.time(), "by": self.id})
 
     def budget_left(self) -> bool:
         if self.shared is None or self.config.histories is None:
@@ -219,18 +239,24 @@ class Worker:
     # ---- failures ----------------------------------------------------------------------------------------
 
     def record_failure(self, result: Any, raw: str, pending: str | None) -> str:
-        """A shrunk failure recorded (a new finding, or one met again); returns its signature."""
+        """A shrunk failure recorded (a new finding, or one met again); returns its signature. Its
+        artifact is written here first, so a store that is away loses nothing (outbox.py)."""
         from difftest.replay.artifacts import save_divergence
         from difftest.replay.build import replay_command
 
         global _draining
         name = signatures.signature(result)
         parts = signatures.parts(result)
-        if self.store.claim(name, self.id):
+        self.raw_known[raw] = self.raw_known[name] = name
+        if name in self.store.recorded:  # recorded by this worker already (sent, or kept while the store is away)
+            self.store.send("seen_again", name)
+            self.met_again += 1
+        else:
             directory = finding_directory(self.config.reports, name)
             save_divergence(result, directory, self.config.build)
             divergence = result.divergence
-            self.store.record(name, {
+            self.findings += 1  # until the store says another worker recorded it first (_settle)
+            self.store.send("finding", name, self.id, {
                 "signature": name, "parts": parts, "described": signatures.describe(parts),
                 "reason": divergence.reason, "step": divergence.index, "steps": len(result.history.steps),
                 "found_at": time.time(), "found_by": self.id, "host": socket.gethostname(), "seen": 1,
@@ -241,17 +267,13 @@ class Worker:
                 "artifact": str(directory), "build": self.config.build,
                 "reproduce": replay_command(directory, self.config.build, result.replicas),
             })  # fmt: skip
-            self.findings += 1
-            self.store.count("findings")
+            self._settle()
             if self.config.stop_on_finding:
                 _draining = True
-        else:
-            self.store.seen_again(name)
-            self.met_again += 1
-        self.store.note_raw(raw, name)
-        self.store.note_raw(name, name)
+        self.store.send("note_raw", raw, name)
+        self.store.send("note_raw", name, name)
         if pending is not None:
-            self.store.unpend(pending)
+            self.store.send("unpend", pending)
         return name
 
     def adopt_orphans(self) -> None:
@@ -259,13 +281,14 @@ class Worker:
         from difftest.campaign.driver import last_pass
         from difftest.history.format import loads
 
-        while (orphan := self.store.take_orphan()) is not None:
+        while (orphan := self.store.read("take_orphan")) is not None:
             self.state = "recording a dead worker's failure"
             self.beat(force=True)
-            pending = self.store.pend(self.id, orphan["history"], orphan.get("build", {}))
+            pending = pending_field(self.id)
+            self.store.send("pend", pending, self.id, orphan["history"], orphan.get("build", {}))
             result = self.replayer.replay(loads(orphan["history"]))
             if result.divergence is None:
-                self.store.unpend(pending)  # it does not fail on this build: nothing to record
+                self.store.send("unpend", pending)  # it does not fail on this build: nothing to record
                 continue
             raw = signatures.signature(result)
             self.record_failure(last_pass(self.replayer, result), raw, pending)
@@ -288,7 +311,7 @@ def _machine_settings(config: FuzzConfig) -> Any:
 
     from difftest.campaign.exampledb import open_database
 
-    return settings(max_examples=config.batch, deadline=None, database=open_database(config.database),
+    return settings(max_examples=config.batch, deadline=None, database=open_database(config.database, tolerant=True),
                     stateful_step_count=config.max_steps, suppress_health_check=list(HealthCheck),
                     report_multiple_bugs=False, print_blob=False,
                     phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
@@ -301,16 +324,18 @@ def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, 
     from difftest.history.format import dumps
 
     raw = signatures.signature(result)
-    seen = worker.store.known_raw(raw)
+    seen = worker.raw_known.get(raw) or worker.store.read("known_raw", raw)
     if seen is not None:
-        worker.store.seen_again(seen)
+        worker.raw_known[raw] = seen
+        worker.store.send("seen_again", seen)
         worker.met_again += 1
         return False
     worker.failed_after = worker.histories
     worker.state = "shrinking a failure"
     worker.beat(force=True)
-    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + worker.config.shrink_seconds,
-                  pending=worker.store.pend(worker.id, dumps(history), worker.config.build))  # fmt: skip
+    pending = pending_field(worker.id)
+    worker.store.send("pend", pending, worker.id, dumps(history), worker.config.build)
+    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + worker.config.shrink_seconds, pending=pending)
     return True
 
 
@@ -325,7 +350,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
 
     config = worker.config
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
-                         replica_calls=True)  # fmt: skip
+                         replica_calls=True, sizes=config.sizes)  # fmt: skip
     known: dict[str, Any] = {}  # failing replays by the history's repr, in the order found
     shrink: dict[str, Any] = {}  # the first failure's raw signature, pending field and limits
 
@@ -364,7 +389,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
         worker.record_failure(minimal, shrink["raw"], shrink["pending"])
 
 
-def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
+def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int, counts_shared: Any = None) -> None:
     """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
     from difftest.campaign.driver import bind_to_parent, quiet_swallowed_interrupts
     from difftest.replay.replayer import Replayer
@@ -383,13 +408,16 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
         profiles.mkdir(parents=True, exist_ok=True)
         os.environ["LLVM_PROFILE_FILE"] = str(profiles / "native-%p%c.profraw")
     store = Store(config.database)
+    who = worker_id(config, slot)
+    outbox = Outbox(store, journal_path(config.reports, who),
+                    lambda line: print(f"fuzz: worker {slot}: {line}", file=sys.stderr, flush=True))  # fmt: skip
     worker: Worker | None = None
     group: Any = None
     try:
         with quiet_swallowed_interrupts():
             group = ServerGroup()
             with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
-                worker = Worker(config, slot, store, replayer, shared)
+                worker = Worker(config, slot, outbox, replayer, shared, counts_shared)
                 if profiles is not None:
                     from difftest.fuzz.counters import Counters
 
@@ -397,7 +425,7 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
                 if config.lua_lines:
                     worker.lua_log = Path(replayer.lua_server.logfile)
                 worker.adopt_orphans()
-                _batches(worker, _first_histories(config, slot, store))
+                _batches(worker, _first_histories(config, slot, outbox))
     except Exception as problem:
         if not _draining:
             raise
@@ -412,6 +440,7 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int) -> None:
             group.close()
         if profiles is not None:
             shutil.rmtree(profiles, ignore_errors=True)
+        outbox.close()
         store.close()
 
 
@@ -446,20 +475,20 @@ def _stopped(worker: Worker) -> None:
             worker.store.add_native(worker.counters.bitmap())
 
 
-def _first_histories(config: FuzzConfig, slot: int, store: Store) -> list[Any]:
+def _first_histories(config: FuzzConfig, slot: int, store: Outbox) -> list[Any]:
     """What a worker replays before generating: its share of the service's corpus, and for the
     first worker the class corpus (one short history per behaviour label)."""
     from difftest.history.format import HistoryError, loads
 
     histories = []
-    for number, entry in enumerate(store.corpus()):
+    for number, entry in enumerate(store.read("corpus", default=[])):
         if number % config.workers == slot:
             with contextlib.suppress(HistoryError, KeyError):
                 histories.append(loads(entry["history"]))
     if slot == 0 and config.class_corpus:
         from strategies.corpus import class_corpus
 
-        histories += class_corpus(True)
+        histories += class_corpus(True, config.sizes)
     return histories
 
 
