@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from difftest.base.exits import EXIT_DIVERGENCE
-from difftest.fuzz.dashboard import start_dashboard
+from difftest.fuzz.dashboard import start_dashboard, status_document
 from difftest.fuzz.outbox import Outbox, journal_path, send_journals
 from difftest.fuzz.store import Store
 from difftest.servers.group import ServerGroup
@@ -172,6 +172,9 @@ def test_a_service_fuzzing_through_an_outage_records_its_finding_and_whole_count
     assert "is back after" in text, text
     findings = store.findings()
     assert len(findings) == 1 and findings[0]["parts"]["verb"] == "COMPLETE", text
+    # and on the dashboard (its document is the store's, with the reproduce line for this machine)
+    shown = status_document(store, tmp_path / "reports")["findings"]
+    assert [f["signature"] for f in shown] == [findings[0]["signature"]] and " replay " in shown[0]["reproduce_here"]
     totals = store.totals()
     verdict = re.search(r"compared ([\d,]+) new histories \(([\d,]+) steps", text)
     assert verdict is not None, text
