@@ -19,6 +19,11 @@ step): per mix, each history replayed with the model off and at once with it on,
 (in alternating order), and the ratio of the two replay rates, with the judge stage's µs per step
 each way.
 
+`--hardening` adds the cost of the servers' hardening (difftest/servers/local.py HARDENING: above all
+`sanitize-dump-payload yes`, which checks every RDB the AOF's base holds when a server restarts): per
+mix, each history replayed on a pair started with it and at once on a pair started without it
+(local.RELAXED), and the ratio of the two replay rates.
+
 `--engines` names the ways of drawing measured side by side: `hooks` (strategies/engine.py's hooks,
 what campaigns run on the pinned Hypothesis) and `public` (Hypothesis's public API alone, as with
 DIFFTEST_ENGINE_HOOKS=0 or another Hypothesis version), each over the same mixes in the same run.
@@ -27,7 +32,7 @@ DIFFTEST_ENGINE_HOOKS=0 or another Hypothesis version), each over the same mixes
 them): one worker against two, and the docker backend against local when a Docker engine answers.
 
 Usage: python bench/bench_replay.py [--examples N] [--pin] [--engines hooks public] [--replicas]
-                                   [--model] [--campaigns N] [--json PATH]
+                                   [--model] [--hardening] [--campaigns N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -215,6 +220,54 @@ def replica_cost(mix: str, examples: int, plain: Replayer, replicated: Replayer)
                        counts["divergences"])  # fmt: skip
 
 
+@dataclass
+class HardeningCost:
+    mix: str
+    steps: int
+    hardened_steps_per_s: float
+    relaxed_steps_per_s: float
+    ratio: float  # hardened / relaxed, replays alone: 0.97 means the hardening costs 3% of the replay rate
+
+
+def relaxed_replayer() -> Replayer:
+    """A pair whose servers start without the hardening's checks (each server reads the flags once)."""
+    from difftest.servers import local
+
+    kept = local.HARDENING
+    local.HARDENING = local.RELAXED
+    try:
+        return Replayer(DEFAULT_MODULE)
+    finally:
+        local.HARDENING = kept
+
+
+def hardening_cost(mix: str, examples: int, hardened: Replayer, relaxed: Replayer) -> HardeningCost:
+    """The same histories on a hardened and a relaxed pair, alternating which goes first."""
+    spent = {"hardened": 0.0, "relaxed": 0.0}
+    counts = {"steps": 0, "histories": 0}
+
+    def body(history: History) -> None:
+        counts["steps"] += len(history.steps)
+        order = [("hardened", hardened), ("relaxed", relaxed)]
+        counts["histories"] += 1
+        for name, replayer in order if counts["histories"] % 2 else reversed(order):
+            started = time.perf_counter()
+            replayer.replay(history)
+            spent[name] += time.perf_counter() - started
+
+    each_history(MIXES[mix], examples, body)
+    steps = counts["steps"]
+    hardened_rate, relaxed_rate = steps / spent["hardened"], steps / spent["relaxed"]
+    return HardeningCost(mix, steps, round(hardened_rate, 1), round(relaxed_rate, 1),
+                         round(hardened_rate / relaxed_rate, 3))  # fmt: skip
+
+
+def print_hardening_costs(costs: list[HardeningCost]) -> None:
+    print(f"\n{'hardening':<12} {'steps':>7} {'hardened steps/s':>17} {'relaxed steps/s':>16} {'ratio':>6}")
+    for c in costs:
+        print(f"{c.mix:<12} {c.steps:>7} {c.hardened_steps_per_s:>17} {c.relaxed_steps_per_s:>16} {c.ratio:>6}")
+
+
 def model_cost(mix: str, examples: int, replayer: Replayer) -> ModelCost:
     """The same histories replayed with the spec's model off and on, on one pair, in alternating
     order (so the machine's noise and any warm-up fall on both alike)."""
@@ -347,6 +400,8 @@ def main() -> None:
                         help="also measure the cost of a replica beside each server, per mix (a ratio)")  # fmt: skip
     parser.add_argument("--model", action="store_true",
                         help="also measure the cost of the spec's model, per mix (a ratio: on / off)")  # fmt: skip
+    parser.add_argument("--hardening", action="store_true",
+                        help="also measure the cost of the servers' hardening flags, per mix (a ratio)")  # fmt: skip
     parser.add_argument("--campaigns", type=int, default=0, metavar="N",
                         help="also time `difftest run --examples N`: 1 and 2 workers, docker and local")  # fmt: skip
     parser.add_argument("--engines", nargs="*", default=["hooks"], choices=list(ENGINES),
@@ -373,6 +428,11 @@ def main() -> None:
         with Replayer(DEFAULT_MODULE) as replayer:
             model_costs = [model_cost(mix, args.examples, replayer) for mix in args.mixes]
         print_model_costs(model_costs)
+    hardening: list[HardeningCost] = []
+    if args.mixes and args.hardening:
+        with Replayer(DEFAULT_MODULE) as hardened, relaxed_replayer() as relaxed:
+            hardening = [hardening_cost(mix, args.examples, hardened, relaxed) for mix in args.mixes]
+        print_hardening_costs(hardening)
     runs: list[Campaign] = []
     if args.campaigns:
         os.sched_setaffinity(0, cores)  # else two workers would share the one pinned core
@@ -383,7 +443,8 @@ def main() -> None:
         print_campaigns(runs)
     if args.json:
         document = {"mixes": [asdict(f) for f in figures], "replicas": [asdict(c) for c in costs],
-                    "model": [asdict(c) for c in model_costs], "campaigns": [asdict(r) for r in runs]}  # fmt: skip
+                    "model": [asdict(c) for c in model_costs], "hardening": [asdict(c) for c in hardening],
+                    "campaigns": [asdict(r) for r in runs]}  # fmt: skip
         args.json.write_text(json.dumps(document, indent=2) + "\n")
 
 

@@ -61,6 +61,21 @@ def fast_temp_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
+# What a server started for histories may be made to do (docs/security.md): DEBUG and MODULE only
+# from this machine (the harness's DEBUG SET-ACTIVE-EXPIRE; a history's raw step cannot name
+# either), RESTORE's and loaded RDBs' payloads checked whole, no protected config changeable at all.
+# A module constant, so that bench/bench_replay.py --hardening can start a pair without the checks
+# it costs to measure (Valkey's defaults but the DEBUG the harness needs).
+HARDENING: tuple[str, ...] = (
+    "--enable-debug-command", "local",
+    "--enable-module-command", "local",
+    "--enable-protected-configs", "no",
+    "--sanitize-dump-payload", "yes",
+)  # fmt: skip
+RELAXED: tuple[str, ...] = ("--enable-debug-command", "local", "--enable-module-command", "local",
+                            "--sanitize-dump-payload", "no")  # fmt: skip
+
+
 def pin_to_core(core: int) -> int:
     """Pin this process (and the servers it starts from now on) to one core, as the measurements
     advise: a loopback round trip costs ~10x less when client and servers share a core."""
@@ -116,6 +131,7 @@ class EmbeddedServer(SocketClients):
         self.module_args = tuple(module_args)
         self.requested_port = tcp_port  # None: unix socket only; 0: a free port is picked
         self.extra_config = tuple(extra_config)
+        self.hardening = HARDENING  # read once: a server keeps its flags across restarts
         self.tcp_port: int | None = None
         self.binary = checked_binary()
         if module is not None and not module.is_file():
@@ -191,14 +207,8 @@ class EmbeddedServer(SocketClients):
             "--hz", SERVER_HZ,
             "--save", "",
             "--daemonize", "no",
-            # what a server started for histories may be made to do (docs/security.md): DEBUG and MODULE
-            # only from this machine (the harness's DEBUG SET-ACTIVE-EXPIRE; a history's raw step cannot
-            # name either), RESTORE's payloads checked whole, no protected config changeable at all
-            "--enable-debug-command", "local",
-            "--enable-module-command", "local",
-            "--enable-protected-configs", "no",
-            "--sanitize-dump-payload", "yes",
         ]  # fmt: skip
+        args += list(self.hardening)
         args += list(self.extra_config)
         args += ["--loadmodule", str(self.walker)]
         if self.module is not None:
