@@ -39,6 +39,10 @@ BACKOFF_MOST_S = 30.0
 JOURNALS = Path("fuzz") / "outbox"  # under the reports directory: <worker id>.jsonl
 # the writes kept in order (and journalled); the coverage figures are summed apart, the record replaced
 ORDERED = frozenset({"finding", "restore", "seen_again", "note_raw", "pend", "unpend", "corpus", "native_total"})
+# a kept write (or journal line) -> the Store method that makes it, its arguments as kept
+STORE_METHOD = {"restore": "restore_finding", "seen_again": "seen_again", "note_raw": "note_raw", "pend": "pend",
+                "unpend": "unpend", "corpus": "add_corpus", "native_total": "set_native_total", "beat": "beat",
+                "lua": "add_lua"}  # fmt: skip
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -203,28 +207,12 @@ class Outbox:
         op, args = entry[0], entry[1:]
         if op == "finding":
             self.outcomes.append((args[0], self.store.record_finding(*args)))
-        elif op == "restore":
-            self.store.restore_finding(*args)
-        elif op == "seen_again":
-            self.store.seen_again(*args)
-        elif op == "note_raw":
-            self.store.note_raw(*args)
-        elif op == "pend":
-            self.store.pend(*args)
-        elif op == "unpend":
-            self.store.unpend(*args)
-        elif op == "corpus":
-            self.store.add_corpus(*args)
-        elif op == "native_total":
-            self.store.set_native_total(*args)
-        elif op == "beat":
-            self.store.beat(*args)
         elif op == "labels":
             self.store.add_labels(Counter(args[0]))
         elif op == "native":
             self.store.add_native(bytes.fromhex(args[0]))
-        elif op == "lua":
-            self.store.add_lua(args[0])
+        elif op in STORE_METHOD:
+            getattr(self.store, STORE_METHOD[op])(*args)
         else:
             raise ValueError(f"outbox: a journal line of unknown kind {op!r}")
 
