@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -96,6 +97,7 @@ def open_database(spec: str | Path, tolerant: bool = False) -> ExampleDatabase:
 TOLERANT_TIMEOUT_S = 2.0  # a paused server costs a tolerant database's caller this long per call, at most
 
 
+@functools.cache  # one class, made on first use (hypothesis loads late), for every batch's database
 def _tolerant_class() -> type:
     from hypothesis.database import ExampleDatabase
     from redis.exceptions import RedisError
@@ -129,7 +131,7 @@ def _tolerant_class() -> type:
 
 
 def _tolerant(inner: ExampleDatabase) -> ExampleDatabase:
-    database: ExampleDatabase = _tolerant_class()(inner)  # the class made on first use: hypothesis loads late
+    database: ExampleDatabase = _tolerant_class()(inner)
     return database
 
 
