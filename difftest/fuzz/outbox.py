@@ -63,7 +63,6 @@ class Outbox:
         self.journal = journal
         self.say = say
         self.away_since: float | None = None  # monotonic, while the store does not answer
-        self.away_wall = 0.0
         self.retry_at = 0.0
         self.delay = BACKOFF_FIRST_S
         self.ordered: list[list[Any]] = []
@@ -75,7 +74,6 @@ class Outbox:
         self.outcomes: list[tuple[str, bool]] = []  # (signature, new?) of findings sent, for the worker
         self.recorded: dict[str, list[Any]] = {}  # this worker's findings: written again if the store loses them
         self.pending: dict[str, list[Any]] = {}  # its failures pending: the same
-        self.resent = 0  # findings and pending failures written again after the store lost them
         self._file: IO[str] | None = None
 
     # ---- state ------------------------------------------------------------------------------------------
@@ -94,7 +92,7 @@ class Outbox:
     def _lost(self, problem: BaseException) -> None:
         now = time.monotonic()
         if self.away_since is None:
-            self.away_since, self.away_wall, self.delay = now, time.time(), BACKOFF_FIRST_S
+            self.away_since, self.delay = now, BACKOFF_FIRST_S
             detail = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
             where = f" in {self.journal}" if self.journal else ""
             self.say(f"the store {self.store.spec_shown} does not answer ({detail}): fuzzing goes on, what must be "
@@ -226,7 +224,6 @@ class Outbox:
             again = [*self.recorded.values(), *self.pending.values()]
             for entry in again:
                 self._apply(entry)
-            self.resent += len(again)
             self.say(
                 f"the store {self.store.spec_shown} lost writes (this worker's last record was not there): "
                 f"its {len(self.recorded)} finding(s), {len(self.pending)} pending failure(s) written again"
