@@ -28,7 +28,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -134,33 +134,34 @@ class Outbox:
         if any(kept is entry for kept in self.ordered):  # not sent: journalled until it is
             self._journal(entry)
 
+    def _direct(self, write: Callable[[], Any]) -> Any:
+        """A summed write's answer when nothing is kept before it and the store answers; else None (kept)."""
+        if self.away or self.ordered:
+            return None
+        try:
+            return write()
+        except _store_errors() as problem:
+            self._lost(problem)
+            return None
+
     def add_labels(self, labels: Counter[str]) -> list[str]:
         """Count the labels; returns those no history reached before (none known while the store is away)."""
-        if not self.away and not self.ordered and self._may_try():
-            try:
-                return self.store.add_labels(labels)
-            except _store_errors() as problem:
-                self._lost(problem)
-        self.labels.update(labels)
-        return []
+        fresh: list[str] | None = self._direct(lambda: self.store.add_labels(labels))
+        if fresh is None:
+            self.labels.update(labels)
+        return fresh or []
 
     def add_native(self, bitmap: bytes) -> int:
-        if not self.away and not self.ordered and self._may_try():
-            try:
-                return self.store.add_native(bitmap)
-            except _store_errors() as problem:
-                self._lost(problem)
-        self.native = _or(self.native, bitmap)
-        return 0
+        fresh: int | None = self._direct(lambda: self.store.add_native(bitmap))
+        if fresh is None:
+            self.native = _or(self.native, bitmap)
+        return fresh or 0
 
-    def add_lua(self, lines: Iterable[str]) -> int:
-        if not self.away and not self.ordered and self._may_try():
-            try:
-                return self.store.add_lua(lines)
-            except _store_errors() as problem:
-                self._lost(problem)
-        self.lua.update(lines)
-        return 0
+    def add_lua(self, lines: set[str]) -> int:
+        fresh: int | None = self._direct(lambda: self.store.add_lua(lines))
+        if fresh is None:
+            self.lua.update(lines)
+        return fresh or 0
 
     def beat(self, worker: str, record: dict[str, Any], process: str) -> None:
         """The worker's record (with its counts and `seq`): written now, or the last one when the store is back."""
