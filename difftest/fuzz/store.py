@@ -204,17 +204,13 @@ class Store:
 
     def record_finding(self, signature: str, worker: str, fields: dict[str, Any]) -> bool:
         """The finding written whole by the first worker to claim its signature (True); for any
-        other, it is met again (False). A transaction: no reader sees a claimed finding half-written."""
-        flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
+        other, it is met again (False)."""
         key = self.key(f"finding:{signature}")
         won = bool(self.client.hsetnx(key, "claimed_by", worker))
         if not won and _text(self.client.hget(key, "claimed_by")) == worker and not self.client.hexists(key, "history"):
             won = True  # this worker's claim of an earlier try whose answer it never had (a paused store ran it)
         if won:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hset(key, mapping=flat)
-            pipe.sadd(self.key("findings"), signature)
-            pipe.execute()
+            self._write_finding(key, signature, fields)
         else:
             self.seen_again(signature)
         return won
@@ -224,12 +220,16 @@ class Store:
         key = self.key(f"finding:{signature}")
         if not self.client.hsetnx(key, "claimed_by", worker):
             return False
+        self._write_finding(key, signature, fields)
+        return True
+
+    def _write_finding(self, key: str, signature: str, fields: dict[str, Any]) -> None:
+        """A claimed finding's fields and its place in `findings`, in a transaction: no reader sees it half-written."""
         flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(key, mapping=flat)
         pipe.sadd(self.key("findings"), signature)
         pipe.execute()
-        return True
 
     def seen_again(self, signature: str) -> None:
         self.client.hincrby(self.key(f"finding:{signature}"), "seen", 1)
