@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from difftest.fuzz.outbox import JOURNALS, send_journals
-from difftest.fuzz.store import Store
+from difftest.fuzz.store import COUNTED, Store
 from difftest.fuzz.worker import FuzzConfig, local_artifact, reproduce_line, run_worker, worker_id
 
 SAMPLE_S = 5.0  # the store's totals and coverage sampled into the series this often
@@ -35,7 +35,7 @@ DRAIN_S = 120.0  # after asking the workers to drain: how long they may take bef
 STATE_DIR = Path(".hypothesis") / "difftest-fuzz"  # the local store's data, without --database
 STORE_URL = "store.url"
 QUICK_DEATH_S, QUICK_DEATHS = 20.0, 3  # a worker that dies this soon after its start, this often in a row: an error
-COUNTS = ("histories", "steps", "findings", "met_again")  # a worker record's counts
+COUNTS = COUNTED  # a worker's counts, as the store sums them
 T = TypeVar("T")
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from difftest.fuzz import signature as signatures
 from difftest.fuzz.outbox import Outbox, journal_path
-from difftest.fuzz.store import Store, pending_field
+from difftest.fuzz.store import COUNTED, Store, pending_field
 from difftest.replay import labels as coverage
 
 BATCH = 20  # histories per Hypothesis run: short enough that draining and budgets act soon
@@ -146,9 +146,9 @@ class Worker:
                   "slot": self.slot, "state": state, "histories": self.histories, "steps": self.steps,
                   "findings": self.findings, "met_again": self.met_again, "started": self.started,
                   "seed": self.batch_seed, "seq": self.seq, "kept": self.store.kept()}  # fmt: skip
-        if self.counts_shared is not None:
-            counts = (self.histories, self.steps, self.findings, self.met_again)
-            self.counts_shared[4 * self.slot : 4 * self.slot + 4] = counts
+        if self.counts_shared is not None:  # in the store's order of its counts
+            width = len(COUNTED)
+            self.counts_shared[width * self.slot : width * (self.slot + 1)] = [record[name] for name in COUNTED]
         self.store.beat(self.id, record, f"{self.id}@{os.getpid()}")
         self._settle()
 
