@@ -22,6 +22,7 @@ LAYERS = (
     "difftest.servers",
     "difftest.instrument",
     "difftest.replay",
+    "difftest.findings",
     "strategies",
     "difftest.campaign",
     "difftest.report",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from difftest.fuzz import signature as signatures
+from difftest.findings import signature as signatures
 from difftest.fuzz.outbox import Outbox, journal_path
 from difftest.fuzz.store import COUNTED, Store, pending_field
 from difftest.replay import labels as coverage

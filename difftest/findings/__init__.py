@@ -1,0 +1,1 @@
+"""Findings: what tells one divergence from another, and the reviewed list of those already known."""

@@ -1,0 +1,132 @@
+"""A run's distinct findings as plain data: each signature met, its status under the known-findings file, its count.
+
+Pure functions over what a campaign (or a merge of shards) recorded: the saved failures (one or
+more artifacts a signature), the meetings by signature, and the known-findings file. The list is
+what summary.json's `findings` holds and report.html's table shows; the run's verdict and exit
+code follow from the statuses (`counts`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from difftest.findings.known import DIVERGENCE, EXPIRED, KNOWN, NEW, NOT_MET, STALE, KnownFindings
+
+FAILING = (NEW, EXPIRED)  # statuses that make a run's verdict a divergence (exit 1)
+_MEETING = ("count", "first_at", "last_at", "first_batch", "last_batch")  # a meeting's fields
+
+
+def distinct(failures: Iterable[Mapping[str, Any]], meetings: Mapping[str, Mapping[str, Any]], known: KnownFindings,
+             today: datetime.date, stale: Iterable[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
+    """One entry per signature met (new and expired first, then known), then the file's divergence
+    entries this run did not meet (`stale`: those whose history no longer reproduces)."""
+    by_signature: dict[str, list[Mapping[str, Any]]] = {}
+    for failure in failures:
+        by_signature.setdefault(str(failure.get("signature", "")), []).append(failure)
+    entries = known.of_kind(DIVERGENCE)
+    found: list[dict[str, Any]] = []
+    for name, meeting in meetings.items():
+        saved = sorted(by_signature.get(name, []), key=lambda f: (int(f.get("batch", 0)), str(f.get("artifact", ""))))
+        entry: dict[str, Any] = {"signature": name, "status": known.status(DIVERGENCE, name, today),
+                                 **{k: meeting[k] for k in _MEETING if k in meeting}}  # fmt: skip
+        if saved:
+            first = saved[0]
+            entry.update({k: first[k] for k in ("described", "reason", "steps", "artifact", "link", "reproduce",
+                                                "batch") if k in first})  # fmt: skip
+            entry["also"] = [str(other.get("artifact", "")) for other in saved[1:]]
+        _add_entry_fields(entry, entries.get(name))
+        found.append(entry)
+    found.sort(key=lambda e: (e["status"] not in FAILING, -int(e.get("count", 0)), e["signature"]))
+    stale_names = set(stale)
+    for name, known_entry in entries.items():
+        if name not in meetings:
+            entry = {"signature": name, "status": STALE if name in stale_names else NOT_MET, "count": 0}
+            _add_entry_fields(entry, known_entry)
+            found.append(entry)
+    return found
+
+
+def _add_entry_fields(entry: dict[str, Any], known_entry: Any) -> None:
+    if known_entry is not None:
+        entry.update({"known_reason": known_entry.reason, "accepted_by": known_entry.accepted_by,
+                      "expires": known_entry.expires.isoformat()})  # fmt: skip
+
+
+def counts(findings: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many distinct findings of each status (new, known, expired, stale, not met)."""
+    found = {NEW: 0, KNOWN: 0, EXPIRED: 0, STALE: 0, NOT_MET: 0}
+    for entry in findings:
+        found[str(entry["status"])] = found.get(str(entry["status"]), 0) + 1
+    return found
+
+
+def failing(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The findings that make the run a divergence: new ones, and those whose acceptance expired."""
+    return [entry for entry in findings if entry["status"] in FAILING]
+
+
+def meetings_of(findings: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The meetings back from a summary's findings (what a merge of shards adds up)."""
+    return {str(e["signature"]): {k: e[k] for k in _MEETING if k in e} for e in findings if int(e.get("count", 0)) > 0}
+
+
+def add_meetings(into: dict[str, dict[str, Any]], more: Mapping[str, Mapping[str, Any]]) -> None:
+    """Another shard's (or night's) meetings added in: counts summed, the first first and the last last."""
+    for name, meeting in more.items():
+        if name not in into:
+            into[name] = dict(meeting)
+            continue
+        mine = into[name]
+        if float(meeting.get("first_at", 0)) < float(mine.get("first_at", 0)):
+            mine["first_at"], mine["first_batch"] = meeting.get("first_at"), meeting.get("first_batch")
+        if float(meeting.get("last_at", 0)) >= float(mine.get("last_at", 0)):
+            mine["last_at"], mine["last_batch"] = meeting.get("last_at"), meeting.get("last_batch")
+        mine["count"] = int(mine.get("count", 0)) + int(meeting.get("count", 0))
+
+
+def verdict_words(findings: Iterable[Mapping[str, Any]]) -> str:
+    """`2 distinct findings: 1 new, 1 known` (empty when none was met)."""
+    tally = counts(findings)
+    met = tally[NEW] + tally[KNOWN] + tally[EXPIRED]
+    if not met:
+        return ""
+    parts = [f"{tally[status]} {status}" for status in (NEW, EXPIRED, KNOWN) if tally[status]]
+    return f"{met} distinct finding{'s' if met != 1 else ''}: {', '.join(parts)}"
+
+
+_RANK = {NEW: 0, EXPIRED: 1, KNOWN: 2, STALE: 3, NOT_MET: 4}  # which status a merge keeps: the first
+
+
+def merged(shards: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The shards' findings as one run's: meetings added up, each signature's artifact the one of its
+    first batch (the others in `also`), its status the most urgent any shard gave it (new, expired,
+    known; an entry not met anywhere is stale if a shard found it so)."""
+    by_signature: dict[str, dict[str, Any]] = {}
+    meetings: dict[str, dict[str, Any]] = {}
+    artifacts: dict[str, list[Mapping[str, Any]]] = {}
+    for findings in shards:
+        findings = list(findings)
+        add_meetings(meetings, meetings_of(findings))
+        for entry in findings:
+            name = str(entry["signature"])
+            if "artifact" in entry:
+                artifacts.setdefault(name, []).append(entry)
+                artifacts[name].extend({"artifact": also} for also in entry.get("also", []))
+            kept = by_signature.get(name)
+            if kept is None or _RANK.get(str(entry["status"]), 9) < _RANK.get(str(kept["status"]), 9):
+                by_signature[name] = {k: v for k, v in entry.items() if k not in _MEETING}
+    found = []
+    for name, entry in by_signature.items():
+        entry.update(meetings.get(name, {"count": 0}))
+        if entry["status"] in (NEW, EXPIRED, KNOWN) and entry.get("count", 0) == 0:
+            continue  # (a status kept from a shard that did not meet it: cannot happen with counts)
+        saved = sorted(artifacts.get(name, []), key=lambda e: (int(e.get("batch", 1 << 30)), str(e["artifact"])))
+        if saved:
+            entry.update({k: saved[0][k] for k in ("artifact", "link", "batch", "steps", "reason", "described")
+                          if k in saved[0]})  # fmt: skip
+            entry["also"] = [str(other["artifact"]) for other in saved[1:]]
+        found.append(entry)
+    found.sort(key=lambda e: (_RANK.get(str(e["status"]), 9), -int(e.get("count", 0)), str(e["signature"])))
+    return found
