@@ -65,7 +65,7 @@ def diverged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     or so: the first COMPLETE diverges)."""
     reports = tmp_path_factory.mktemp("diverged")
     scripts = planted_scripts(tmp_path_factory.mktemp("planted"), "complete.lua", "'count', 1)", "'count', 2)")
-    argv = ["run", "--seed", "5", "--examples", "40", "--workers", "1", "--no-database",
+    argv = ["run", "--seed", "5", "--examples", "40", "--workers", "1", "--no-database", "--stop-at-first",
             "--lua-scripts", str(scripts), "--reports", str(reports)]  # fmt: skip
     assert main(argv) == EXIT_DIVERGENCE
     (directory,) = reports.iterdir()

@@ -12,6 +12,9 @@ EXIT_SETUP = 2  # bad set-up or input: one line on stderr says what and how to f
 EXIT_COVERAGE = 3  # --require-coverage and a behaviour label was not reached
 EXIT_VOID = 4  # nothing valid was tested: the budget compared no history (mutants: the self-checks failed)
 EXIT_NOT_REPRODUCED = 5  # replay of an artifact: its recorded divergence did not happen again (they agree now)
+# only findings the known-findings file accepts were met (known-findings.toml): never 0, since the
+# executors did diverge, and never 1, which is kept for what nobody knows yet
+EXIT_KNOWN = 6
 EXIT_INTERNAL = 70  # the tool itself failed (sysexits' EX_SOFTWARE): one line, the traceback in a log
 # the machine refused a write (a full disk, a reports directory no longer writable; sysexits' EX_IOERR):
 # one line; the verdict is on the terminal all the same, and a divergence or an interruption outranks it
@@ -46,6 +49,9 @@ MEANINGS: dict[int, Meaning] = {
                        "pair does not build"),
     EXIT_NOT_REPRODUCED: Meaning("replay of an artifact: its recorded divergence did not happen again "
                                  "(reproduced: NO)", "replay", None),
+    EXIT_KNOWN: Meaning("known: the only findings met are accepted in the known-findings file (each counted in "
+                        "the report); none new, none expired", "run, merge",
+                        "the only mutants not caught are survivors the known-findings file accepts"),
     EXIT_INTERNAL: Meaning("difftest itself failed: one line on stderr, the traceback in a log it names", "all",
                            "the runner itself failed: one line on stderr, the traceback in a log it names"),
     EXIT_IOERR: Meaning("the machine refused a write (a full disk, a directory no longer writable): one line; "

@@ -2,9 +2,13 @@
 
 The budget is a number of histories or a number of seconds. Histories come in batches; batch b
 draws from Hypothesis seeded with (seed, b), so a fixed seed and example budget reproduce a run
-exactly, however many workers share it. The first divergence stops the campaign; Hypothesis
-shrinks it first, and the minimal history is saved as an artifact (and kept in Hypothesis's
-example database, which replays it first next time).
+exactly, however many workers share it. A divergence is shrunk by Hypothesis and the minimal
+history saved as an artifact (and kept in Hypothesis's example database, which replays it first
+next time), named by its signature (difftest/findings/signature.py). With `stop_at_first` the first
+divergence stops the campaign; else the campaign goes on: a finding already met (in this run, or
+accepted in the known-findings file) is counted as a meeting and not shrunk again, and the batch a
+new finding cut short is run again from its seed, its histories already compared not counted
+twice, so that every batch compares its whole size and the budget stays exact.
 
 A shard K/N runs only batches K-1, K-1+N, K-1+2N, ... of the same sequence, so N machines can
 split one campaign and `difftest merge` joins their reports (see difftest/report/shards.py). Every
@@ -87,6 +91,12 @@ class CampaignConfig:
     # the build under test as recorded in the summary and every artifact (difftest/replay/build.py); None:
     # recorded from `module` and `lua_scripts` when an artifact is saved
     build: dict[str, Any] | None = None
+    # True: the first divergence stops the campaign (the mutant runner: one kill is enough); False: it
+    # goes on past findings, each new signature shrunk once (`difftest run`'s default)
+    stop_at_first: bool = True
+    # the divergence signatures the known-findings file accepts today (difftest/findings/known.py): met,
+    # they are counted, never shrunk or saved, and the batch goes on
+    accepted: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -101,6 +111,25 @@ class Failure:
     # which the run then prints so that the divergence is not lost with the file
     unsaved: str = ""
     history: str = ""
+    signature: str = ""  # the minimal history's (difftest/findings/signature.py): what tells findings apart
+    described: str = ""  # its parts in one line, for people
+
+
+@dataclass
+class Meeting:
+    """How often a campaign met one finding (its first meeting included), and when first and last."""
+
+    count: int = 0
+    first_at: float = 0.0  # time.time()
+    last_at: float = 0.0
+    first_batch: int = -1
+    last_batch: int = -1
+
+    def met(self, batch: int, at: float) -> None:
+        if self.count == 0:
+            self.first_at, self.first_batch = at, batch
+        self.count += 1
+        self.last_at, self.last_batch = at, batch
 
 
 @dataclass
@@ -123,7 +152,10 @@ class WorkerReport:
     steps: int = 0
     batches: list[int] = field(default_factory=list)
     labels: Counter[str] = field(default_factory=Counter)
-    failure: Failure | None = None
+    failures: list[Failure] = field(default_factory=list)  # each new finding this worker shrunk and saved
+    meetings: dict[str, Meeting] = field(default_factory=dict)  # by finding signature: every meeting counted
+    # every signature this worker met (raw or shrunk, and the accepted ones) -> the finding's signature
+    names: dict[str, str] = field(default_factory=dict)
     elapsed_s: float = 0.0
     replay_s: float = 0.0
     records: list[BatchRecord] = field(default_factory=list)
@@ -136,8 +168,11 @@ class WorkerReport:
         self.steps = sum(r.steps for r in self.records)
         self.labels = coverage.merge(r.labels for r in self.records)
         self.batches = [r.batch for r in self.records]
-        if self.failure is not None and self.failure.batch not in {r.batch for r in self.records if r.diverged}:
-            self.failure = None
+        finished = {r.batch for r in self.records}
+        self.failures = [failure for failure in self.failures if failure.batch in finished]
+        kept = {failure.signature for failure in self.failures}
+        self.meetings = {name: meeting for name, meeting in self.meetings.items()
+                         if meeting.first_batch in finished or name in kept}  # fmt: skip
 
 
 @dataclass
@@ -181,7 +216,20 @@ class CampaignResult:
 
     @property
     def failures(self) -> list[Failure]:
-        return [r.failure for r in self.reports if r.failure is not None]
+        """Every saved finding, by batch (two workers may each have saved one of the same signature)."""
+        return sorted((f for r in self.reports for f in r.failures), key=lambda f: (f.batch, f.signature))
+
+    @property
+    def meetings(self) -> dict[str, dict[str, Any]]:
+        """Every finding met, by signature, summed over the workers."""
+        from dataclasses import asdict
+
+        from difftest.findings.tally import add_meetings
+
+        summed: dict[str, dict[str, Any]] = {}
+        for report in self.reports:
+            add_meetings(summed, {name: asdict(meeting) for name, meeting in report.meetings.items()})
+        return summed
 
 
 @dataclass(frozen=True)
@@ -215,7 +263,7 @@ class _Tally:
         self.latest[worker] = (max(old[0], histories), max(old[1], steps), old[2] or failed)
 
     def take(self, report: WorkerReport) -> None:
-        self.update(report.worker, report.histories, report.steps, report.failure is not None)
+        self.update(report.worker, report.histories, report.steps, bool(report.failures))
         self.emit()
 
     def emit(self) -> None:
@@ -264,6 +312,11 @@ class _HarnessLost(BaseException):
         self.problem = problem
 
 
+class _BatchFull(KeyboardInterrupt):
+    """Raised when a batch run again after a new finding has compared its whole size: it stops
+    Hypothesis at once (an interrupt, as _ShrinkSpent, and for the same reasons)."""
+
+
 class _ShrinkSpent(KeyboardInterrupt):
     """Raised once the shrink budget is spent, and caught by `_run_batch` at once: Hypothesis lets an
     interrupt through and stops there (its target phase would otherwise hill-climb on, replaying, long
@@ -271,35 +324,98 @@ class _ShrinkSpent(KeyboardInterrupt):
     passing one) to the example database."""
 
 
+MAX_FINDINGS_A_BATCH = 8  # new findings one batch may shrink; past them the batch ends (told in the docs)
+RERUN_ROOM = 10  # a batch run again may call its test up to this many times its size
+
+
 def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int, report: WorkerReport) -> bool:
-    """One seeded Hypothesis run of `size` histories; False when it found a divergence."""
+    """One seeded Hypothesis run of `size` histories; False when it found a new divergence. Going on
+    past findings, a batch a new finding stopped is run again from its seed until it has compared
+    `size` histories (those already compared replayed by no one and not counted twice)."""
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
 
     # calls to a replica need replicas, which run beside embedded servers and containers (not an attached pair)
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
                          replica_calls=config.backend in ("local", "docker"), sizes=config.sizes)  # fmt: skip
-    replays = _Replays(config, replayer, report)
-    machine_settings = _machine_settings(config, size)
-    try:
-        if batch == 0 and config.corpus:
-            # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
-            from strategies.corpus import class_corpus
+    seen = _BatchSeen(size)
+    found = 0
+    attempt = -1
+    # each run counts at least one history it had not compared (the failure that stopped it), so the
+    # runs end: at the batch's size (_BatchFull), at Hypothesis's own end, or past the new findings' cap
+    while found <= MAX_FINDINGS_A_BATCH:
+        attempt += 1
+        replays = _Replays(config, replayer, report, batch, seen, rerun=attempt > 0)
+        # a run again meets some of the histories compared before (skipped, yet Hypothesis counts them)
+        # and some new ones (what it generates follows its settings and what it was told): room for
+        # many, and _BatchFull ends it when the batch has compared `size`
+        examples = size if attempt == 0 else RERUN_ROOM * size
+        # Hypothesis's reuse phase (the example database's stored failures first) in a batch's first run
+        # only: in a run again it would replay a failure that now passes, and delete it from the database
+        machine_settings = _machine_settings(config, examples, reuse=attempt == 0)
+        try:
+            if batch == 0 and config.corpus:
+                # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
+                from strategies.corpus import class_corpus
 
-            for directed in class_corpus(shape.replica_calls, shape.sizes):
-                replays(directed, in_test=False)
-        run_machine(shape, replays, machine_settings, seed=batch_seed(config.seed, batch))
-    except _HarnessLost as lost:
-        raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
-    except (_Diverged, _ShrinkSpent):
-        # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
-        smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
-        report.failure = _save_failure(config, batch, last_pass(replayer, smallest, config.shrink_seconds))
-        return False
-    return True
+                for directed in class_corpus(shape.replica_calls, shape.sizes):
+                    replays(directed, in_test=False)
+            run_machine(shape, replays, machine_settings, seed=batch_seed(config.seed, batch))
+        except _HarnessLost as lost:
+            raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
+        except _BatchFull:
+            return not found
+        except (_Diverged, _ShrinkSpent):
+            # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
+            smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
+            found += _record_new(config, replayer, batch, report, replays, smallest)
+            if found and config.stop_at_first:
+                return False
+            continue
+        return not found
+    return False
 
 
-def _machine_settings(config: CampaignConfig, size: int) -> settings:
+def _record_new(config: CampaignConfig, replayer: Replayer, batch: int, report: WorkerReport, replays: _Replays,
+                smallest: ReplayResult) -> bool:  # fmt: skip
+    """The shrunk failure saved as a finding, or counted as a meeting when its signature was met or
+    accepted already (a failure whose raw signature this worker met in another batch is not shrunk
+    again); its raw and shrunk signatures pass for the rest of the batch. True when it was new."""
+    from difftest.findings.signature import describe, parts, signature
+
+    raw = replays.raw[0] if replays.raw else ""
+    if raw in report.names:
+        minimal, name = smallest, report.names[raw]
+    else:
+        minimal = last_pass(replayer, smallest, config.shrink_seconds)
+        name = signature(minimal)
+        name = report.names.get(name, name)
+    for met in (raw, name):
+        if met:
+            report.names[met] = replays.seen.names[met] = name
+    new = name not in report.meetings and name not in config.accepted
+    report.meetings.setdefault(name, Meeting()).met(batch, time.time())
+    if new:
+        earlier = sum(1 for saved in report.failures if saved.batch == batch)  # a batch may find several
+        failure = _save_failure(config, batch, minimal, f"batch-{batch}" + (f"-{earlier + 1}" if earlier else ""))
+        failure.signature, failure.described = name, describe(parts(minimal))
+        report.failures.append(failure)
+    return new
+
+
+class _BatchSeen:
+    """What one batch has compared across its runs: the digests of its histories, and how many."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.digests: set[bytes] = set()
+        self.histories = 0
+        # the signatures met in this batch (raw and shrunk) -> the finding's: they pass for the rest of
+        # it. Batch-local, so that a batch's histories never depend on which worker ran the batches before
+        self.names: dict[str, str] = {}
+
+
+def _machine_settings(config: CampaignConfig, size: int, reuse: bool = True) -> settings:
     """The machine's run (strategies/machine.py): quiet, since a failure is saved and printed here."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
 
@@ -314,18 +430,22 @@ def _machine_settings(config: CampaignConfig, size: int) -> settings:
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
         print_blob=False,
-        phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        phases=[*([Phase.reuse] if reuse else []), Phase.generate, Phase.target, Phase.shrink],
         verbosity=Verbosity.quiet,
     )
 
 
 class _Replays:
     """A batch's test as Hypothesis runs it: each history replayed, counted and fed to Hypothesis's
-    events and target; after the first failure, the shrink's replays, within its budget."""
+    events and target; a failure whose signature was met before counted as a meeting and passed;
+    after the first new failure, the shrink's replays, within its budget."""
 
-    def __init__(self, config: CampaignConfig, replayer: Replayer, report: WorkerReport) -> None:
-        self.config, self.replayer, self.report = config, replayer, report
+    def __init__(self, config: CampaignConfig, replayer: Replayer, report: WorkerReport, batch: int,
+                 seen: _BatchSeen, rerun: bool = False) -> None:  # fmt: skip
+        self.config, self.replayer, self.report, self.batch, self.seen = config, replayer, report, batch, seen
+        self.rerun = rerun  # run again after a new finding: it ends when the batch has compared its size
         self.known: dict[str, ReplayResult] = {}  # each failing history's replay, by its repr, in the order found
+        self.raw: list[str] = []  # the signature of the first new failure (before shrinking)
         self.deadline = 0.0  # the shrink's time guard, set at the first failure
         self.tries = 0  # replays since the first failure
 
@@ -343,13 +463,41 @@ class _Replays:
                     # once, hill-climbing and shrinking alike; the smallest failure so far is the result
                     raise _ShrinkSpent
                 self.tries += 1
+            else:
+                digest = hashlib.sha1(key.encode(), usedforsecurity=False).digest()
+                if self.rerun:
+                    if digest in self.seen.digests:
+                        return  # compared (and counted) by this batch's run before a finding cut it short
+                    if self.seen.histories >= self.seen.size:
+                        raise _BatchFull  # a batch run again has compared its whole size
+                self.seen.digests.add(digest)
             result = self._replayed(history, in_test)
             if result.divergence is not None:
-                if not self.known:
-                    self.deadline = time.monotonic() + self.config.shrink_seconds
+                if self._met_before(result):
+                    return
+                first = not self.known
                 self.known[key] = result
+                if first:
+                    self.deadline = time.monotonic() + self.config.shrink_seconds
+                    if self.raw and self.raw[0] in self.report.names:
+                        raise _ShrinkSpent  # met by this worker in another batch: not shrunk again
         if result.divergence is not None:
             raise _Diverged(result.divergence.reason)
+
+    def _met_before(self, result: ReplayResult) -> bool:
+        """A failure of a finding met before (or accepted): counted as a meeting unless shrinking,
+        and passed, so that neither the batch nor the shrink of another finding stops at it."""
+        from difftest.findings.signature import signature
+
+        raw = signature(result)
+        name = self.seen.names.get(raw) or (raw if raw in self.config.accepted else None)
+        if name is None:
+            if not self.known:
+                self.raw = [raw]
+            return False
+        if not self.known:
+            self.report.meetings.setdefault(name, Meeting()).met(self.batch, time.time())
+        return True
 
     def _replayed(self, history: History, in_test: bool) -> ReplayResult:
         from hypothesis import event, target
@@ -367,7 +515,9 @@ class _Replays:
         reached = coverage.labels(result)
         if not self.known:  # shrinking replays do not count as coverage
             # the class corpus adds to steps and coverage; the budget counts generated histories
-            report.histories += int(not history.note.startswith(CORPUS_NOTE))
+            generated = not history.note.startswith(CORPUS_NOTE)
+            report.histories += int(generated)
+            self.seen.histories += int(generated)
             report.steps += len(history.steps)
             report.labels.update(reached)
         if in_test:  # Hypothesis's statistics and its target phase (the corpus runs before it)
@@ -377,14 +527,14 @@ class _Replays:
         return result
 
 
-def _save_failure(config: CampaignConfig, batch: int, minimal: ReplayResult) -> Failure:
+def _save_failure(config: CampaignConfig, batch: int, minimal: ReplayResult, name: str) -> Failure:
     """The minimal failing history saved as the batch's artifact; when the machine refuses the file,
     the failure keeps the history, to be printed."""
     from difftest.replay.artifacts import brief, save_divergence
 
     divergence = minimal.divergence
     assert divergence is not None  # the failures kept are failing replays only, and so is the last pass
-    directory = config.reports / "failures" / f"batch-{batch}"
+    directory = config.reports / "failures" / name
     failure = Failure(batch, divergence.reason, len(minimal.history.steps), str(directory), brief(divergence))
     found_on = config.build or _build_of(config)
     try:
@@ -575,7 +725,7 @@ def _batches(config: CampaignConfig, worker: int, replayer: Replayer, report: Wo
                                           report.labels - before[2], time.time(), not agreed))  # fmt: skip
         if notify is not None:
             notify(report)
-        if not agreed:
+        if not agreed and config.stop_at_first:
             break
         position = _next_position(position + config.workers)
 
@@ -624,7 +774,7 @@ def _worker_process(config: CampaignConfig, worker: int, messages: Queue[tuple[A
 
         def batch_done(report: WorkerReport) -> None:
             record = report.records[-1]
-            messages.put(("batch", worker, report.histories, report.steps, report.failure is not None, record))
+            messages.put(("batch", worker, report.histories, report.steps, bool(report.failures), record))
 
         try:
             report = _work(config, worker, batch_done, lambda root: messages.put(("root", worker, str(root))))
@@ -675,7 +825,7 @@ class _Workers:
             self.finals[worker] = report
             if self.tally is not None:
                 self.tally.take(report)
-            if report.failure is not None:
+            if report.failures and self.config.stop_at_first:
                 # the first divergence stops the campaign: asked, not killed, so the others' reports stay whole
                 self.stop.set()
         elif kind == "error":

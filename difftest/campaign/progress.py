@@ -130,7 +130,7 @@ def summary_table(result: CampaignResult, seed: int, database: str) -> Table:
     table = Table(title="campaign summary", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
-    failures = len(result.failures)
+    failures = len({failure.signature or failure.artifact for failure in result.failures})  # distinct
     rows = [
         ("seed", str(seed)),
         ("workers", str(result.config.workers)),
@@ -142,6 +142,9 @@ def summary_table(result: CampaignResult, seed: int, database: str) -> Table:
         ("judged by the spec's model", coverage.model_line(result.labels)),
         ("example database", database),
     ]
+    if result.meetings:  # every finding met, new or known, with how often
+        met = sum(int(meeting["count"]) for meeting in result.meetings.values())
+        rows.insert(7, ("findings met", f"{len(result.meetings)} distinct, {met:,} meeting(s)"))
     if result.interrupted:
         rows.append(("interrupted", "yes"))
     for what, value in rows:
@@ -159,9 +162,11 @@ def _counted(count: int, noun: str) -> str:
 
 
 def verdict_line(verdict: str, histories: int, steps: int, divergences: int, missing: int, *,
-                 require_coverage: bool = False, stopped_by: str = "", reports_lost: bool = False) -> str:  # fmt: skip
+                 require_coverage: bool = False, stopped_by: str = "", reports_lost: bool = False,
+                 findings: str = "") -> str:  # fmt: skip
     """A run's last line on the terminal: its verdict first, then what was compared and reached (pure).
-    `missing`: required labels not reached; `stopped_by`: the signal that interrupted it."""
+    `missing`: required labels not reached; `stopped_by`: the signal that interrupted it; `findings`:
+    how many distinct findings, how many known (difftest/findings/tally.py)."""
     coverage = "coverage complete" if not missing else f"coverage incomplete ({_counted(missing, 'label')} missing)"
     word = "coverage incomplete" if verdict == "agree" and missing and require_coverage else verdict
     if verdict == "void":
@@ -169,6 +174,8 @@ def verdict_line(verdict: str, histories: int, steps: int, divergences: int, mis
     else:
         line = (f"{word}: {_counted(histories, 'history').replace('historys', 'histories')}, "
                 f"{_counted(steps, 'step')}, {_counted(divergences, 'divergence')}, {coverage}")  # fmt: skip
+    if findings:
+        line += f" ({findings})"
     if stopped_by:
         line += f"; stopped by {stopped_by}"
     if reports_lost:

@@ -13,6 +13,7 @@ from difftest.base.exits import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_IOERR,
+    EXIT_KNOWN,
     EXIT_MEANINGS,
     EXIT_OK,
     EXIT_SETUP,
@@ -40,7 +41,8 @@ def command_merge(args: argparse.Namespace) -> int:
     print(f"merged {len(args.dirs)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
-        print(f"DIVERGENCE (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
+        named = f" divergence:{failure['signature']}" if failure.get("signature") else ""
+        print(f"DIVERGENCE{named} (batch {failure['batch']}, {failure['steps']} steps): {failure['reason']}")
         print(f"artifact: {failure['artifact']} (reproduce: {failure['reproduce']})")
     written = f"{args.out} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
     print(f"reports: {written}", flush=True)
@@ -85,6 +87,7 @@ def _add_coverage(document: dict[str, Any], dirs: list[Path], out: Path) -> None
 def _verdict(document: dict[str, Any], lost: EnvironmentFailure | None, require_coverage: bool) -> int:
     """What went wrong on stderr, the merged run's verdict line, and its exit code."""
     from difftest.campaign.progress import verdict_line
+    from difftest.findings.tally import verdict_words
 
     if lost is not None:
         print(f"difftest: {lost}", file=sys.stderr)
@@ -95,7 +98,8 @@ def _verdict(document: dict[str, Any], lost: EnvironmentFailure | None, require_
         print(f"coverage incomplete: {', '.join(missing)}", file=sys.stderr)
     sys.stderr.flush()
     print(verdict_line(verdict, document["histories"], document["steps"], len(document["divergences"]), len(missing),
-                       require_coverage=require_coverage, reports_lost=lost is not None), flush=True)  # fmt: skip
+                       require_coverage=require_coverage, reports_lost=lost is not None,
+                       findings=verdict_words(document.get("findings", []))), flush=True)  # fmt: skip
     if verdict == "divergence":
         return EXIT_DIVERGENCE
     if verdict == "interrupted":
@@ -104,6 +108,8 @@ def _verdict(document: dict[str, Any], lost: EnvironmentFailure | None, require_
         return EXIT_IOERR
     if verdict == "void":
         return EXIT_VOID
+    if verdict == "known":
+        return EXIT_KNOWN
     if require_coverage and missing:
         return EXIT_COVERAGE
     return EXIT_OK
@@ -115,8 +121,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         commands, "merge", "join the run directories of a campaign's shards into one report",
         """Join the run directories that `difftest run --shard K/N` wrote (on one machine or many) into
         one report in OUT: summary.json, coverage.txt, junit.xml and report.html. The merged verdict,
-        first divergent batch, histories, steps and coverage counts equal those of the unsharded run
-        with the same seed and budget (one worker, no stored failures in the example database).
+        first divergent batch (--stop-at-first) or distinct findings, histories, steps and coverage
+        counts equal those of the unsharded run with the same seed and budget (one worker, no stored
+        failures in the example database).
         Shards that do not fit together (another seed or budget, a shard twice or missing, a batch
         never finished) are refused with one line and exit code 2.""",
         [
@@ -126,7 +133,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         ],
         {EXIT_OK: EXIT_MEANINGS[EXIT_OK], EXIT_DIVERGENCE: "a divergence: the first divergent batch's artifact, "
          "in its shard's directory", EXIT_SETUP: "shards that do not fit together, or bad input: one line on stderr",
-         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_VOID: "void: the shards compared no history",
+         EXIT_COVERAGE: EXIT_MEANINGS[EXIT_COVERAGE], EXIT_KNOWN: EXIT_MEANINGS[EXIT_KNOWN],
+         EXIT_VOID: "void: the shards compared no history",
          EXIT_INTERNAL: EXIT_MEANINGS[EXIT_INTERNAL], EXIT_IOERR: "the machine refused a write: the merged report "
          "is not complete (one line)", EXIT_INTERRUPTED: "a shard of a time budget was interrupted",
          EXIT_TERMINATED: "terminated (SIGTERM): the merge stopped"},

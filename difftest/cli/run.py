@@ -15,6 +15,7 @@ from difftest.base.exits import (
     EXIT_DIVERGENCE,
     EXIT_INTERRUPTED,
     EXIT_IOERR,
+    EXIT_KNOWN,
     EXIT_MEANINGS,
     EXIT_OK,
     EXIT_TERMINATED,
@@ -40,7 +41,9 @@ from difftest.cli.arguments import (
     subcommand,
     workers_count,
 )
+from difftest.cli.known import print_findings, stale_entries
 from difftest.cli.rundirs import check_reports, make_run_dir, new_run_dir, remove_if_empty, write_reports
+from difftest.findings.known import add_known_findings_options, known_findings_of
 
 
 def _database_of(args: argparse.Namespace) -> str | None:
@@ -95,6 +98,7 @@ def command_run(args: argparse.Namespace) -> int:
 
     args.progress_interval = plain_interval(os.environ)  # a bad DIFFTEST_PROGRESS_SECONDS: one line now
     database = _database_of(args)
+    args.known = known_findings_of(args)  # a bad entry is one line now, before any server starts
     check_reports(args.reports)
     if args.lua_scripts is not None and args.backend == "local" and args.attach is None:
         from difftest.replay.replayer import check_scripts
@@ -112,13 +116,19 @@ def command_run(args: argparse.Namespace) -> int:
 def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examples: int | None,
               database: str | None, directory: Path) -> int:  # fmt: skip
     """The campaign in DIRECTORY: run, summed up in its report files, told on the terminal, its exit code."""
+    import datetime
+
+    from difftest.findings.known import DIVERGENCE
     from difftest.replay import labels as coverage
 
+    today = datetime.date.today()  # one day for the whole run: an entry expires between runs, never within one
+    args.today = today
     config = CampaignConfig(
         seed=seed, module=args.module, reports=directory, examples=examples, seconds=args.seconds,
         workers=args.workers, lua_scripts=args.lua_scripts, restarts=not args.no_restarts,
         sizes=not args.no_production_size, database=database,
         backend=backend_of(args), shard=shard, replicas=args.replicas, build=build_of(args),
+        stop_at_first=args.stop_at_first, accepted=args.known.accepted(DIVERGENCE, today),
     )  # fmt: skip
     budget = f"{examples} histories" if examples is not None else f"{args.seconds:g} s"
     part = f" (shard {args.shard}: batches {shard[0] - 1}, {shard[0] - 1 + shard[1]}, ...)" if args.shard else ""
@@ -162,7 +172,8 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str
 
     config = result.config
     directory = config.reports
-    document = reports.summary(result)
+    stale = stale_entries(args, args.known, result.meetings)
+    document = reports.summary(result, args.known, args.today, stale)
     document["program"] = program()  # how the printed commands start, as run from here
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
         entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
@@ -197,7 +208,8 @@ def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: d
     print(coverage.table(result.labels) if args.coverage == "full" else coverage.folded(result.labels))
     histories = {failure.batch: failure.history for failure in result.failures if failure.unsaved}
     for entry in document["divergences"]:
-        print(f"\nDIVERGENCE (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
+        named = f" divergence:{entry['signature']}" if entry.get("signature") else ""
+        print(f"\nDIVERGENCE{named} (batch {entry['batch']}, {entry['steps']} steps): {entry['reason']}")
         if entry.get("unsaved"):  # the file is lost, the divergence is not: its shrunk history, to save and replay
             replay = command("replay", "history.jsonl")
             print(f"artifact: NOT written to {entry['artifact']}: {entry['unsaved']}; the shrunk history (save it as "
@@ -205,6 +217,7 @@ def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: d
             print(histories.get(entry["batch"], ""), end="")
         else:
             print(f"artifact: {entry['artifact']} (reproduce: {entry['reproduce']})")
+    print_findings(document, args.known)
     if args.native_coverage and "native_coverage" in document:
         print(native_coverage.summary_line(document["native_coverage"]))
     if args.lua_coverage and "lua_coverage" in document:
@@ -240,19 +253,23 @@ def _verdict(args: argparse.Namespace, result: CampaignResult, document: dict[st
              lost: EnvironmentFailure | None, unsaved: list[Failure], missing: list[str]) -> int:  # fmt: skip
     """The run's last line, its verdict whatever happened to the files, and its exit code."""
     from difftest.campaign.progress import verdict_line
+    from difftest.findings.tally import verdict_words
 
     stopped_by = "" if not result.interrupted else ("SIGTERM" if result.interrupted_by == signal.SIGTERM else "Ctrl-C")
-    print(verdict_line(document["verdict"], result.histories, result.steps, len(result.failures), len(missing),
-                       require_coverage=args.require_coverage, stopped_by=stopped_by,
-                       reports_lost=lost is not None or bool(unsaved)), flush=True)  # fmt: skip
+    print(verdict_line(document["verdict"], result.histories, result.steps, len(document["divergences"]),
+                       len(missing), require_coverage=args.require_coverage, stopped_by=stopped_by,
+                       reports_lost=lost is not None or bool(unsaved),
+                       findings=verdict_words(document["findings"])), flush=True)  # fmt: skip
     if result.interrupted:
         return EXIT_TERMINATED if result.interrupted_by == signal.SIGTERM else EXIT_INTERRUPTED
-    if result.failures:
+    if document["divergences"]:
         return EXIT_DIVERGENCE  # outranks a lost file: the executors diverged, and the history is printed
     if lost is not None:
         return EXIT_IOERR
     if document["verdict"] == "void":
         return EXIT_VOID
+    if document["verdict"] == "known":
+        return EXIT_KNOWN
     if args.require_coverage and missing:
         return EXIT_COVERAGE
     return EXIT_OK
@@ -264,11 +281,15 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
         commands, "run", "the main job: a campaign of generated histories on server pairs",
         """Generate queue histories with Hypothesis and replay each on a Lua-script server and a
         native-module server, in seeded batches spread over worker processes (a server pair each). The
-        budget is a number of histories (--examples) or of seconds (--seconds). The first divergence
-        stops the run; it is shrunk to a minimal history, saved under reports/<run>/failures/ and kept
-        in Hypothesis's example database (a local directory, or a Valkey server that many machines
-        share), which replays it first next time. Progress goes to stderr: a live bar on a terminal, a
-        plain line every 30 s otherwise. summary.json, coverage.txt and junit.xml go to reports/<run>/.""",
+        budget is a number of histories (--examples) or of seconds (--seconds). A divergence is
+        shrunk to a minimal history, saved under reports/<run>/failures/ and kept in Hypothesis's
+        example database (a local directory, or a Valkey server that many machines share), which
+        replays it first next time; the run goes on over its whole budget, each distinct finding
+        (by signature) shrunk once and counted every time it is met (--stop-at-first: the first
+        divergence stops the run). Findings the known-findings file accepts (known-findings.toml,
+        docs/known-findings.md) are counted, not shrunk: a run that met only those exits 6.
+        Progress goes to stderr: a live bar on a terminal, a plain line every 30 s otherwise.
+        summary.json, coverage.txt and junit.xml go to reports/<run>/.""",
         [
             "difftest run --examples 400 --seed 7",
             "difftest run --seconds 1800 --backend docker",
@@ -276,6 +297,8 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
             "difftest run --seconds 3600 --database valkey://10.0.0.5:6379/2   # one of many machines",
             "DIFFTEST_DATABASE=valkey://10.0.0.5:6379/2 difftest run",
             "difftest run --no-database --require-coverage",
+            "difftest run --stop-at-first --examples 400 --seed 7               # stop at the first divergence",
+            "difftest run --known-findings nightly/known-findings.toml",
             "difftest run --examples 400 --valkey 9.1.0                         # another Valkey release",
         ],
         EXIT_MEANINGS,
@@ -295,6 +318,10 @@ def _campaign_options(run: argparse.ArgumentParser) -> None:
                      help=f"worker processes (1 to {MAX_WORKERS}), each with its own server pair pinned to a core "
                      "(default: one per core)")  # fmt: skip
     run.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
+    run.add_argument("--stop-at-first", action="store_true",
+                     help="stop at the first divergence (default: go on over the whole budget, each distinct "
+                     "finding shrunk once and counted)")  # fmt: skip
+    add_known_findings_options(run)
     run.add_argument("--no-production-size", action="store_true",
                      help="generate no history at production's size (bulk steps of thousands of calls, about "
                      "one history in twenty, most of a campaign's calls): a quick run of everything else")  # fmt: skip

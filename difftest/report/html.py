@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import shlex
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from difftest.judge.contract import TABLE_ORDER
 VERDICTS = {
     "agree": ("ok", "the two executors agree under the parity contract"),
     "divergence": ("bad", "DIVERGENCE: the executors differ outside the contract"),
+    "known": ("warn", "known: the only findings met are accepted in the known-findings file"),
     "interrupted": ("warn", "interrupted: the campaign did not finish"),
     "void": ("warn", "void: no history was compared, so nothing was tested (the budget ended first)"),
 }
@@ -259,6 +261,11 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words.append("--no-restarts")
     if summary.get("sizes") is False:
         words.append("--no-production-size")
+    if summary.get("stop_at_first") is True and "findings" in summary:  # runs before it stopped at the first
+        words.append("--stop-at-first")
+    if "known_findings" in summary:  # what it accepts decides which findings are shrunk, and so the histories
+        known = summary["known_findings"]
+        words += ["--known-findings", str(known)] if known else ["--no-known-findings"]
     if "database" in summary:  # summaries from before it was recorded say nothing of it
         words += ["--database", str(summary["database"])] if summary["database"] else ["--no-database"]
     if summary.get("module_given") and summary.get("module"):  # the build under test, when not the default
@@ -430,6 +437,35 @@ def _divergences(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def _findings(summary: dict[str, Any]) -> list[str]:
+    """Every distinct finding (difftest/findings/tally.py): new, expired, known, stale, not met."""
+    found = summary.get("findings", [])
+    if not found:
+        return [] if "findings" not in summary else ["<p>None met.</p>"]
+    out = ["<table><tr><th>signature</th><th>status</th><th>met</th><th>first and last meeting</th>"
+           "<th>what</th><th>known because</th></tr>"]  # fmt: skip
+    for entry in found:
+        when = ""
+        if entry.get("count"):
+            first, last = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(entry.get(k, 0))))
+                           for k in ("first_at", "last_at"))  # fmt: skip
+            when = f"{first} (batch {entry.get('first_batch')}) to {last} (batch {entry.get('last_batch')})"
+        what = entry.get("described") or entry.get("reason", "")
+        if entry.get("link"):
+            what = f'{esc(what)}<br><a href="{esc(entry["link"])}/">{esc(entry["link"])}</a>'
+        else:
+            what = esc(what)
+        because = ""
+        if entry.get("known_reason"):
+            because = f"{entry['known_reason']} (accepted by {entry.get('accepted_by')} until {entry.get('expires')})"
+        css = "bad" if entry["status"] in ("new", "expired") else "warn" if entry["status"] == "stale" else ""
+        out.append(f'<tr><td><code>divergence:{esc(entry["signature"])}</code></td>'
+                   f'<td class="{css}">{esc(entry["status"])}</td><td class="num">{esc(entry.get("count", 0))}</td>'
+                   f"<td>{esc(when)}</td><td>{what}</td><td>{esc(because)}</td></tr>")  # fmt: skip
+    out.append("</table>")
+    return out
+
+
 CONTRACT_BAR_W = 220  # px: the longest bar of the contract table (log scale)
 
 
@@ -550,6 +586,7 @@ def render(summary: dict[str, Any]) -> str:
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in _facts(summary)) + "</dl>",
         "<h2>How to reproduce</h2>", f"<pre>{esc(chr(10).join(reproduce))}</pre>",
         "<h2>Divergences</h2>", *_divergences(summary),
+        *(["<h2>Distinct findings</h2>", *_findings(summary)] if "findings" in summary else []),
         "<h2>Speed</h2>", *_speed(summary),
         "<h2>Contract rows hit</h2>", *_contract(summary),
         "<h2>Behaviour coverage</h2>", *_coverage(summary),

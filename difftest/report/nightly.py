@@ -20,11 +20,13 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from difftest.base.exits import EXIT_KNOWN
 from difftest.servers.valkeys import STATIC_BUILDS, SUPPORTED, supported_text
 
 EXIT_OK = 0  # plan: matrices written; summary: the campaign agreed and every mutant was caught
@@ -214,7 +216,7 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
         return [f"**Campaign**: :x: no merged report in `{directory}`: a shard is missing or the merge "
                 "failed (see the merge step's log)"], False  # fmt: skip
     verdict = str(document.get("verdict", "unknown"))
-    good = verdict == "agree"
+    good = verdict in ("agree", "known")  # known: only findings known-findings.toml accepts (docs/known-findings.md)
     where = _link(f"artifact `{artifact}`", artifacts_url()) if artifact else None
     budget = document.get("budget") or {}
     size = f"{budget['examples']:,} histories" if budget.get("examples") is not None else f"{budget.get('seconds')} s"
@@ -237,6 +239,9 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
                      f"`difftest replay {path}`")  # fmt: skip
     missing = document.get("coverage_missing") or []
     lines.append(f"- unreached labels: {', '.join(f'`{m}`' for m in missing) if missing else 'none'}")
+    for finding in document.get("findings") or []:  # every distinct finding (new, known, stale ...)
+        lines.append(f"- finding `divergence:{finding.get('signature')}`: {finding.get('status')}, met "
+                     f"{finding.get('count', 0)} time(s) {finding.get('described') or ''}".rstrip())  # fmt: skip
     if where:
         lines.append(f"- report.html: in {where}")
     return lines, good
@@ -254,6 +259,9 @@ def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[
     # the gate the runner recorded (every mutant caught, or the score at or above --threshold-break);
     # reports from before the gate: every mutant caught
     good = bool(document["passed"]) if "passed" in document else verdict == "all caught"
+    # every survivor accepted in known-findings.toml (mutants/known.py): the gate passed with exit 6
+    known = document.get("known_findings") or {}
+    good = good or (bool(known.get("known")) and not known.get("survivors") and not known.get("expired"))
     score = document.get("score") or {}
     percent = score.get("percent")
     lines = [
@@ -281,11 +289,26 @@ def mutants_section(directory: Path | None, artifact: str | None) -> tuple[list[
         r for r in document.get("outcomes") or [] if r.get("status") != "caught" and r.get("id") != "null-run"
     ]
     for record in not_caught:
-        lines.append(f"- `{record.get('id')}`: {record.get('status')} {str(record.get('reason') or '')[:160]}".rstrip())
+        accepted = " (known: accepted in known-findings.toml)" if record.get("id") in (known.get("known") or []) else ""
+        lines.append(f"- `{record.get('id')}`: {record.get('status')}{accepted} "
+                     f"{str(record.get('reason') or '')[:160]}".rstrip())  # fmt: skip
     if artifact:
         url = artifacts_url()
         lines.append(f"- report.html: in {_link(f'artifact `{artifact}`', url)}")
     return lines, good
+
+
+def command_known_ok(args: argparse.Namespace) -> int:
+    """COMMAND's exit code, with 6 (only findings known-findings.toml accepts) read as a pass: the
+    nightly stays green for what is known and red for anything new (docs/known-findings.md)."""
+    if not args.command:
+        print("python -m difftest.report.nightly known-ok: give the command to run", file=sys.stderr)
+        return EXIT_USAGE
+    code = subprocess.run(args.command, check=False).returncode
+    if code == EXIT_KNOWN:
+        print("::warning::only known findings met (known-findings.toml): a pass", flush=True)
+        return EXIT_OK
+    return code
 
 
 def command_summary(args: argparse.Namespace) -> int:
@@ -313,6 +336,7 @@ CODES = """exit codes:
   1  summary: a divergence, a missed mutant, a void or interrupted report, or no merged report
      (a shard missing, a merge refused)
   2  bad arguments: one line on stderr (carry: the target exists already)
+  *  known-ok: its command's exit code, but 6 (only known findings) is 0
  69  previous: GitHub's API did not answer (one line on stderr): nothing was decided, run the job again"""
 
 
@@ -346,6 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
     previous.add_argument("--artifact", required=True, help="the artifact's name, e.g. fuzz-9.1.2")
     previous.add_argument("--repository", default=None, metavar="OWNER/NAME",
                           help="the repository (default: $GITHUB_REPOSITORY); the token is $GITHUB_TOKEN")  # fmt: skip
+    passing = actions.add_parser("known-ok", help="run COMMAND; its exit 6 (only known findings) is a pass",
+                                 epilog=CODES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    passing.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+                         help="a difftest command: its exit code is this one's, but 6 (EXIT_KNOWN) becomes 0 with "
+                         "a warning annotation")  # fmt: skip
     carrying = actions.add_parser("carry", help="a file the night before kept, to where tonight appends to it",
                                   epilog=CODES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     carrying.add_argument("source", metavar="FROM", help="the file in the downloaded artifact")
@@ -364,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_previous(args)
     if args.action == "carry":
         return command_carry(args)
+    if args.action == "known-ok":
+        return command_known_ok(args)
     return command_summary(args)
 
 

@@ -7,10 +7,12 @@ the page from the summary.json on disk.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +21,29 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from difftest.base.files import write_atomically
 from difftest.campaign.driver import BatchRecord, CampaignResult
 from difftest.campaign.exampledb import describe
+from difftest.findings import tally
+from difftest.findings.known import KNOWN, KnownFindings
 from difftest.replay import labels as coverage
 from difftest.report import html as html_report
 from difftest.servers import valkeys
 
 SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "report.html"
-VERDICTS = ("agree", "divergence", "interrupted", "void")  # every verdict a summary can carry
+# every verdict a summary can carry; "known": only findings the known-findings file accepts were met
+VERDICTS = ("agree", "divergence", "known", "interrupted", "void")
 
 
-def verdict(divergences: list[Any], interrupted: bool, histories: int | None = None) -> str:
+def verdict(divergences: list[Any], interrupted: bool, histories: int | None = None,
+            findings: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
     """The campaign's verdict as `difftest run` exits on it: a divergence outranks an interruption;
-    a campaign that compared no history is void, not "agree" (it tested nothing)."""
+    a campaign that compared no history is void, not "agree" (it tested nothing); one that met only
+    accepted findings is "known" (never "agree": the executors did diverge)."""
     if divergences:
         return "divergence"
     if interrupted:
         return "interrupted"
-    return "void" if histories == 0 else "agree"
+    if histories == 0:
+        return "void"
+    return "known" if tally.counts(findings or [])[KNOWN] else "agree"
 
 
 def batch_entry(record: BatchRecord, started_at: float) -> dict[str, Any]:
@@ -68,17 +77,32 @@ def labels_of(summary: dict[str, Any]) -> Counter[str]:
     return labels
 
 
-def summary(result: CampaignResult) -> dict[str, Any]:
+def summary(result: CampaignResult, known: KnownFindings | None = None, today: datetime.date | None = None,
+            stale: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """The run's summary document; `known` (the known-findings file) tells each finding's status,
+    `stale` names its entries whose history no longer reproduces."""
     config = result.config
-    divergences = []
+    saved = []
     for failure in result.failures:
         entry = {k: v for k, v in failure.__dict__.items() if v != "" or k not in ("unsaved", "history")}
         # the artifact relative to the run directory: what report.html links to
         entry["link"] = os.path.relpath(failure.artifact, config.reports)
+        saved.append(entry)
+    known = known or KnownFindings(None)
+    findings = tally.distinct(saved, result.meetings, known, today or datetime.date.today(), stale)
+    failing = {str(entry["signature"]) for entry in tally.failing(findings)}
+    # a divergence: the first artifact of each new (or expired) finding; a failure without a signature
+    # (a run of an older kind) is one too
+    divergences, named = [], set()
+    for entry in saved:
+        name = entry.get("signature", "")
+        if name and (name not in failing or name in named):
+            continue
         divergences.append(entry)
+        named.add(name)
     index, count = config.shard
     return {
-        "verdict": verdict(divergences, result.interrupted, result.histories),
+        "verdict": verdict(divergences, result.interrupted, result.histories, findings),
         "seed": config.seed,
         "budget": {"examples": config.examples, "seconds": config.seconds},
         "shard": {"index": index, "count": count} if count > 1 else None,
@@ -102,6 +126,9 @@ def summary(result: CampaignResult) -> dict[str, Any]:
         "compared_steps_per_s": round(result.steps / result.elapsed_s, 1) if result.elapsed_s else 0.0,
         "interrupted": result.interrupted,
         "divergences": divergences,
+        "findings": findings,
+        "known_findings": str(known.path) if known.path else None,
+        "stop_at_first": config.stop_at_first,
         **coverage_fields(result.labels),
         "host": platform.node(),
         "progress": result.progress,

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from difftest.findings import tally
 from difftest.report.reports import coverage_fields, verdict
 
 ShardSpec = tuple[int, int]  # (K, N), 1 <= K <= N
@@ -107,7 +108,10 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
         for entry in document["batches"]:
             owner[int(entry["batch"])] = (directory, document, entry)
     diverged = sorted(b for b, (_, _, entry) in owner.items() if entry.get("diverged"))
-    first = diverged[0] if diverged else None
+    # a run that went on past its findings (difftest run's default) keeps every batch; one that stopped
+    # at its first (--stop-at-first, and summaries of older runs) ends at the first divergent batch
+    go_on = not parts[0][1].get("stop_at_first", True)
+    first = diverged[0] if diverged and not go_on else None
     budget = parts[0][1].get("budget", {})
     total = _budget_batches(budget)
     _check_finished(owner, first, total, parts[0][1])
@@ -116,14 +120,18 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
     labels: Counter[str] = Counter()
     for entry in entries:
         labels.update(entry.get("labels", {}))
-    divergences = _first_divergence(owner[first], first, out) if first is not None else []
+    findings = _findings(parts, out)
+    if go_on:
+        divergences = [dict(entry) for entry in tally.failing(findings) if entry.get("artifact")]
+    else:
+        divergences = _first_divergence(owner[first], first, out) if first is not None else []
     histories = sum(int(e["histories"]) for e in entries)
     steps = sum(int(e["steps"]) for e in entries)
     elapsed = max(float(d.get("elapsed_s", 0.0)) for _, d in parts)
     interrupted = total is None and any(d.get("interrupted") for _, d in parts)
     first_doc = parts[0][1]
     return {
-        "verdict": verdict(divergences, interrupted, histories),
+        "verdict": verdict(divergences, interrupted, histories, findings),
         "seed": first_doc.get("seed"),
         "budget": budget,
         "shard": None,
@@ -140,6 +148,9 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
         "compared_steps_per_s": round(steps / elapsed, 1) if elapsed else 0.0,
         "interrupted": interrupted,
         "divergences": divergences,
+        "findings": findings,
+        "known_findings": _joined(parts, "known_findings"),
+        "stop_at_first": not go_on,
         **coverage_fields(labels),
         "host": _joined(parts, "host"),
         "progress": _progress(entries),
@@ -194,6 +205,22 @@ def _first_divergence(owner: _Batch, first: int, out: Path) -> list[dict[str, An
             failure["link"] = os.path.relpath(artifact, out)
             divergences.append(failure)
     return divergences
+
+
+def _findings(parts: list[Shard], out: Path) -> list[dict[str, Any]]:
+    """The shards' distinct findings as one run's (difftest/findings/tally.py), each artifact found in
+    its shard's directory and linked from `out`."""
+    lists = []
+    for directory, document in parts:
+        entries = []
+        for entry in document.get("findings", []):
+            entry = dict(entry)
+            if entry.get("link"):
+                artifact = directory / str(entry["link"])
+                entry["artifact"], entry["link"] = str(artifact), os.path.relpath(artifact, out)
+            entries.append(entry)
+        lists.append(entries)
+    return tally.merged(lists)
 
 
 def _progress(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
