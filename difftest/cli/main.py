@@ -1,6 +1,6 @@
 """The difftest command line: the parser (each command's module adds its own page) and main(), which runs
 a command and turns every way out into a documented exit code. One module per command: run, fuzz, scenario,
-replay, merge, report, servers, mutants; the options they share are cli/arguments.py's."""
+replay, bisect, merge, report, servers, mutants; the options they share are cli/arguments.py's."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from difftest.base.exits import (  # the one table of codes and meanings; import
 from difftest.base.files import write_traceback
 from difftest.base.problems import EnvironmentFailure, SetupProblem
 from difftest.campaign.driver import Terminated, sigterm_as_interrupt
-from difftest.cli import fuzz, merge, mutants, replay, report, run, scenario, servers
+from difftest.cli import bisect, fuzz, merge, mutants, replay, report, run, scenario, servers
 from difftest.cli.arguments import epilog, paragraph, subcommands
 from difftest.history.format import HistoryError
 
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_parser(commands)
     scenario.add_parser(commands)
     replay.add_parser(commands)
+    bisect.add_parser(commands)
     merge.add_parser(commands)
     report.add_parser(commands)
     servers.add_parser(commands)
@@ -104,11 +105,11 @@ def _lost_connection(problem: Exception) -> bool:
     return isinstance(problem, ValkeyConnectionError | ConnectionResetError | BrokenPipeError)
 
 
-SERVER_COMMANDS = ("run", "replay", "scenario", "servers", "fuzz")  # the commands that start or reach servers
+SERVER_COMMANDS = ("run", "replay", "scenario", "servers", "fuzz", "bisect")  # the commands that start or reach servers
 HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.command_run, "scenario": scenario.command_scenario, "replay": replay.command_replay,
     "servers": servers.command_servers, "merge": merge.command_merge, "report": report.command_report,
-    "fuzz": fuzz.command_fuzz,
+    "fuzz": fuzz.command_fuzz, "bisect": bisect.command_bisect,
 }  # fmt: skip
 
 
