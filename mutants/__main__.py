@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import signal
 import sys
 import time
@@ -22,9 +23,11 @@ from difftest.base.exits import (
 )
 from difftest.base.problems import EnvironmentFailure, SetupProblem
 from difftest.campaign.driver import Terminated
+from difftest.findings.known import add_known_findings_options, known_findings_of
 from mutants.child import default_jobs
+from mutants.known import gate
 from mutants.report import DEFAULT_THRESHOLDS, Thresholds
-from mutants.run import merge, run
+from mutants.run import EXIT_SOME_MISSED, merge, run
 from mutants.score import Budget
 from mutants.trend import FILE_NAME, default_file
 from mutants.workspace import DEFAULT_CACHE
@@ -144,14 +147,21 @@ def _merge_main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path, help="the merged report's directory")
     parser.add_argument("shards", type=Path, nargs="+", metavar="DIR", help="each shard's report directory")
     _thresholds(parser, merged=True)
+    add_known_findings_options(parser)
     _release(parser, "OUT")
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    try:
+        known = known_findings_of(args)
+    except SetupProblem as problem:
+        _complain(f"python -m mutants merge: {problem}")
+        return EXIT_SETUP
     code = merge(args.out, args.shards, say=_say, complain=_complain,
                  thresholds=lambda recorded: _chosen_thresholds(args, recorded), history=_history(args, args.out),
                  annotate=args.github_annotations)  # fmt: skip
     if code != EXIT_SETUP:
+        code = gate(code, args.out, known, datetime.date.today(), _say, EXIT_SOME_MISSED)
         print(f"report: {args.out / 'report.html'}")
     return code
 
@@ -222,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", action="store_true",
                         help="a replica beside each server, compared with it after every segment")  # fmt: skip
     _thresholds(parser)
+    add_known_findings_options(parser)
     _release(parser, "--reports")
     parser.add_argument("--reports", type=Path, default=None, help="default: reports/mutants-<time>")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -241,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                     sizes=not args.no_production_size)  # fmt: skip
 
     def work() -> int:
+        known = known_findings_of(args)  # checked before anything runs: a bad entry is one line, exit 2
         generated, triaged = None, None
         if args.generated:  # the generated set and its triage, checked before anything is written
             from mutants import generated as generation
@@ -259,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                              thresholds=_chosen_thresholds(args), history=_history(args, reports),
                              reuse=args.incremental, in_diff=args.in_diff,
                              annotate=args.github_annotations, generated=generated, triaged=triaged)  # fmt: skip
+        code = gate(code, reports, known, datetime.date.today(), _say, EXIT_SOME_MISSED)
         if (reports / "outcomes.json").is_file():  # not when --in-diff left nothing to score
             print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
         return code
