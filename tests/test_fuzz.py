@@ -285,3 +285,28 @@ def test_without_a_database_the_store_is_this_machines_own_and_a_later_service_r
     histories = int(re.search(r"histories ([\d,]+),", status.stdout)[1].replace(",", ""))  # type: ignore[index]
     assert histories >= 10, status.stdout
     assert "workers: 0 live of 2 known" in status.stdout
+
+
+def test_a_finding_the_known_findings_file_accepts_is_counted_not_recorded(
+    database: str, planted: Path, tmp_path: Path
+) -> None:
+    from difftest.base.exits import EXIT_KNOWN
+
+    # the planted COMPLETE defect's signature (tests/test_findings.py), accepted until far away
+    known = tmp_path / "known.toml"
+    known.write_text('[[known]]\nsignature = "divergence:1bb3dbf7ab69"\nreason = "https://example.org/issues/1"\n'
+                     'accepted_by = "ana"\nexpires = 2099-01-01\n')  # fmt: skip
+    options = ["--database", database, "--lua-scripts", str(planted), "--no-dashboard", "--histories", "40",
+               "--no-production-size", "--workers", "1", "--known-findings", str(known)]  # fmt: skip
+    fuzz = Fuzz(tmp_path, "known", *options)
+    try:
+        assert fuzz.wait() == EXIT_KNOWN, fuzz.text()
+    finally:
+        fuzz.kill()
+    store = Store(database)
+    try:
+        findings, totals = store.findings(), store.totals()
+    finally:
+        store.close()
+    assert findings == [] and totals["findings"] == 0 and totals.get("met_known", 0) >= 1
+    assert "fuzz: known: " in fuzz.text() and not (tmp_path / "reports" / "fuzz" / "findings").exists()

@@ -50,7 +50,7 @@ MEANINGS: dict[int, Meaning] = {
     EXIT_NOT_REPRODUCED: Meaning("replay of an artifact: its recorded divergence did not happen again "
                                  "(reproduced: NO)", "replay", None),
     EXIT_KNOWN: Meaning("known: the only findings met are accepted in the known-findings file (each counted in "
-                        "the report); none new, none expired", "run, merge",
+                        "the report); none new, none expired", "run, merge, fuzz",
                         "the only mutants not caught are survivors the known-findings file accepts"),
     EXIT_INTERNAL: Meaning("difftest itself failed: one line on stderr, the traceback in a log it names", "all",
                            "the runner itself failed: one line on stderr, the traceback in a log it names"),

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
+from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_KNOWN, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
 from difftest.base.problems import SetupProblem
 
 
@@ -144,10 +144,15 @@ def _shown(database: str) -> str:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
+    import datetime
+
+    from difftest.findings.known import DIVERGENCE, known_findings_of
     from difftest.fuzz.service import serve, service_name
     from difftest.fuzz.worker import FuzzConfig
 
     build = args.build  # the command line checked the module and recorded the build (difftest/cli/fuzz.py)
+    # a bad entry is one line now, before any server starts; a long service reads today's acceptances once
+    accepted = known_findings_of(args).accepted(DIVERGENCE, datetime.date.today())
     native = args.native_coverage or args.guidance != "off"
     module = _module_to_load(args, native)
     from difftest.servers.compiled import clock_library
@@ -162,7 +167,7 @@ def _fuzz(args: argparse.Namespace) -> int:
         config = FuzzConfig(database=database, module=module, reports=args.reports.absolute(), build=build,
                             service=service_name(), workers=args.workers, lua_scripts=args.lua_scripts,
                             seconds=args.seconds, histories=args.histories, restarts=not args.no_restarts,
-                            sizes=not args.no_production_size,
+                            sizes=not args.no_production_size, accepted=accepted,
                             native_counters=native, lua_lines=lua, guidance=args.guidance,
                             class_corpus=not args.no_class_corpus, seed=args.seed,
                             profiles=(run_dir / "profiles") if native else None)  # fmt: skip
@@ -213,18 +218,22 @@ def _verdict(stopped_by: int, mine: dict[str, int], elapsed: float) -> int:
         stopped_by, "budget spent"
     )
     met = mine["findings"] + mine["met_again"]
+    known = mine.get("met_known", 0)  # only findings the known-findings file accepts
     # the corpus's histories, replayed first, are compared too (their steps count, the budget's
     # histories do not): a service that spent its budget on them compared something, it is not void
     compared = mine["histories"] or mine["steps"]
-    verdict = "divergence" if met else ("agree" if compared else "void")
+    verdict = "divergence" if met else ("known" if known else "agree" if compared else "void")
     print(f"fuzz: {verdict}: {how} after {elapsed:,.0f} s; this service compared {mine['histories']:,} new "
           f"histories ({mine['steps']:,} steps, the corpus's replays included), found {mine['findings']} new "
-          f"finding(s), met known ones {mine['met_again']} time(s); {mine['replaced']} worker(s) replaced",
+          f"finding(s), met known ones {mine['met_again']} time(s), accepted ones {known} time(s); "
+          f"{mine['replaced']} worker(s) replaced",
           flush=True)  # fmt: skip
     if stopped_by:
         return EXIT_TERMINATED if stopped_by == signal.SIGTERM else EXIT_INTERRUPTED
     if met:
         return EXIT_DIVERGENCE
+    if known:
+        return EXIT_KNOWN
     return EXIT_OK if compared else EXIT_VOID
 
 
@@ -253,7 +262,8 @@ def status_text(store: Any, reports: Path | None) -> str:
              f"  reached: {len(coverage['labels'])} behaviour labels, {coverage['native']:,} native counters"
              + (f" of {coverage['native_total']:,}" if coverage.get("native_total") else "")
              + f", {coverage['lua']:,} Lua lines; corpus {document['corpus']:,} histories",
-             f"  findings {len(document['findings'])} (met again {totals.get('met_again', 0):,} times), "
+             f"  findings {len(document['findings'])} (met again {totals.get('met_again', 0):,} times; accepted "
+             f"ones met {totals.get('met_known', 0):,} times), "
              f"pending {document['pending']}"]  # fmt: skip
     for finding in document["findings"]:
         lines.append(f"  FINDING {finding.get('signature')} ({finding.get('described', '')}): "
@@ -308,6 +318,9 @@ def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_ty
     fuzz.add_argument("--no-restarts", action="store_true", help="generate no restarts or crashes")
     fuzz.add_argument("--no-production-size", action="store_true",
                       help="generate no history at production's size (bulk steps of thousands of calls)")  # fmt: skip
+    from difftest.findings.known import add_known_findings_options
+
+    add_known_findings_options(fuzz)
     _coverage_arguments(fuzz)
     _dashboard_arguments(fuzz)
 

@@ -37,7 +37,8 @@ STALE_S = 120.0  # a worker whose record has not moved for this long, and is not
 # a store that does not answer within this long is away (a worker then keeps its records: outbox.py);
 # redis-py's own retries are off, the outbox backs off instead
 TIMEOUT_S = 3.0
-COUNTED = ("histories", "steps", "findings", "met_again")  # a worker's counts, summed into the totals
+# met_known: failures of findings the known-findings file accepts (counted, never recorded as findings)
+COUNTED = ("histories", "steps", "findings", "met_again", "met_known")  # a worker's counts, summed into the totals
 
 
 def _json(raw: bytes | str | None) -> Any:

@@ -65,6 +65,9 @@ class FuzzConfig:
     seed: int | None = None  # the first batch's seed (the bench: same seeds guided and not); None: random
     profiles: Path | None = None  # where the workers' raw profiles go (each its own subdirectory)
     stop_on_finding: bool = False  # drain once this worker recorded a new finding (bench/bench_guidance.py)
+    # the divergence signatures known-findings.toml accepts today (difftest/findings/known.py): met, they
+    # are counted (met_known), never recorded as findings
+    accepted: frozenset[str] = frozenset()
 
 
 class _Drain(KeyboardInterrupt):
@@ -118,6 +121,7 @@ class Worker:
     steps: int = 0
     findings: int = 0
     met_again: int = 0
+    met_known: int = 0  # failures of accepted findings (config.accepted)
     state: str = "starting"
     batch_seed: int = 0
     started: float = field(default_factory=time.time)
@@ -144,7 +148,8 @@ class Worker:
         state = self.state + (" (the store is away)" if self.store.away else "")
         record = {"host": socket.gethostname(), "pid": os.getpid(), "service": self.config.service,
                   "slot": self.slot, "state": state, "histories": self.histories, "steps": self.steps,
-                  "findings": self.findings, "met_again": self.met_again, "started": self.started,
+                  "findings": self.findings, "met_again": self.met_again, "met_known": self.met_known,
+                  "started": self.started,
                   "seed": self.batch_seed, "seq": self.seq, "kept": self.store.kept()}  # fmt: skip
         if self.counts_shared is not None:  # in the store's order of its counts
             width = len(COUNTED)
@@ -248,6 +253,11 @@ class Worker:
         name = signatures.signature(result)
         parts = signatures.parts(result)
         self.raw_known[raw] = self.raw_known[name] = name
+        if name in self.config.accepted:  # shrunk to a finding the known-findings file accepts
+            self.met_known += 1
+            if pending is not None:
+                self.store.send("unpend", pending)
+            return name
         if name in self.store.recorded:  # recorded by this worker already (sent, or kept while the store is away)
             self.store.send("seen_again", name)
             self.met_again += 1
@@ -325,6 +335,10 @@ def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, 
 
     raw = signatures.signature(result)
     seen = worker.raw_known.get(raw) or worker.store.read("known_raw", raw)
+    if (seen or raw) in worker.config.accepted:  # a finding the known-findings file accepts: counted, not shrunk
+        worker.raw_known[raw] = seen or raw
+        worker.met_known += 1
+        return False
     if seen is not None:
         worker.raw_known[raw] = seen
         worker.store.send("seen_again", seen)
