@@ -70,6 +70,49 @@ def test_the_first_divergent_batch_wins_and_later_batches_drop(tmp_path: Path) -
     assert [p["histories"] for p in merged["progress"]] == [40, 80, 87]
 
 
+def finding(signature: str, status: str, count: int, batch_number: int, at: float) -> dict[str, Any]:
+    entry = {"signature": signature, "status": status, "count": count, "first_at": at, "last_at": at + 5,
+             "first_batch": batch_number, "last_batch": batch_number}  # fmt: skip
+    if status == "new":
+        where = f"failures/batch-{batch_number}"
+        entry.update({"batch": batch_number, "steps": 3, "reason": "planted", "described": "COMPLETE (call)",
+                      "artifact": f"x/{where}", "link": where})  # fmt: skip
+    return entry
+
+
+def test_shards_that_went_on_past_their_findings_merge_every_batch_and_every_finding(tmp_path: Path) -> None:
+    # `difftest run` goes on past a finding (stop_at_first false): the merge keeps every batch and adds
+    # the shards' distinct findings up, each signature's artifact the one of its first batch
+    one = shard(
+        1,
+        2,
+        [batch(0), batch(2, diverged=True)],
+        stop_at_first=False,
+        findings=[finding("aaaaaaaaaaaa", "new", 3, 2, 20.0), finding("cccccccccccc", "known", 4, 0, 1.0)],
+    )
+    two = shard(
+        2,
+        2,
+        [batch(1, diverged=True), batch(3)],
+        stop_at_first=False,
+        findings=[finding("aaaaaaaaaaaa", "new", 2, 1, 10.0), finding("cccccccccccc", "known", 1, 3, 30.0)],
+    )
+    merged = merge([(tmp_path / "a", one), (tmp_path / "b", two)], tmp_path / "out")  # fmt: skip
+    assert [b["batch"] for b in merged["batches"]] == [0, 1, 2, 3] and merged["histories"] == 160
+    by = {f["signature"]: f for f in merged["findings"]}
+    assert by["aaaaaaaaaaaa"]["count"] == 5 and by["aaaaaaaaaaaa"]["first_batch"] == 1
+    assert by["aaaaaaaaaaaa"]["link"] == "../b/failures/batch-1" and by["aaaaaaaaaaaa"]["also"] == [
+        str(tmp_path / "a" / "failures" / "batch-2")
+    ]
+    assert by["cccccccccccc"]["count"] == 5 and by["cccccccccccc"]["last_at"] == 35.0
+    assert [d["signature"] for d in merged["divergences"]] == ["aaaaaaaaaaaa"] and merged["verdict"] == "divergence"
+    # and with only known findings met, the merged verdict is known (exit 6), never agree
+    known = [finding("cccccccccccc", "known", 1, 0, 1.0)]
+    quiet = [(tmp_path / "a", shard(1, 2, [batch(0), batch(2)], stop_at_first=False, findings=known)),
+             (tmp_path / "b", shard(2, 2, [batch(1), batch(3)], stop_at_first=False, findings=[]))]  # fmt: skip
+    assert merge(quiet, tmp_path / "out2")["verdict"] == "known"
+
+
 def test_shards_that_agree_merge_into_every_batch(tmp_path: Path) -> None:
     parts = [(tmp_path / "b", shard(2, 2, [batch(1), batch(3)])), (tmp_path / "a", shard(1, 2, [batch(0), batch(2)]))]
     merged = merge(parts, tmp_path / "out")
