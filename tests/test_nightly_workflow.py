@@ -263,16 +263,24 @@ def test_the_merge_carries_the_mutation_score_history_and_never_saves_less() -> 
         commands["previous"][-2:] == ["--artifact", name]
         and substitute(by_id["download"]["with"]["name"], context) == name
     )
-    # what the night before uploaded comes back where tonight's merges append (their default, beside OUT)
-    assert commands["carry"][-2:] == [by_id["download"]["with"]["path"] + "/mutants-scores.jsonl",
-                                      history["with"]["path"]]  # fmt: skip
+    # what the night before uploaded comes back where tonight's merges append (their default, beside OUT):
+    # the mutation scores and the findings history, both in the one artifact
+    kept = history["with"]["path"].split()
+    assert [Path(p).name for p in kept] == ["mutants-scores.jsonl", "findings-history.jsonl"]
+    carried = [shlex.split(expand(c, env)) for step, c, env in job_commands(document, "merge")
+               if step.get("id") == "carry"]  # fmt: skip
+    assert sorted(c[-2:] for c in carried) == sorted([by_id["download"]["with"]["path"] + "/" + Path(p).name, p]
+                                                     for p in kept)  # fmt: skip
+    campaign_merge = next(w for _, c, env in job_commands(document, "merge")
+                          if (w := shlex.split(expand(c, env)))[1:2] == ["merge"])  # fmt: skip
+    assert "--findings-history" not in campaign_merge and Path(campaign_merge[2]).parent == Path(kept[1]).parent
     merges = [
         w
         for _, c, env in job_commands(document, "merge")
         if (w := shlex.split(expand(c, env)))[1:3] == ["mutants", "merge"]
     ]
     assert merges and all("--score-history" not in w for w in merges)
-    assert all(Path(w[3]).parent == Path(history["with"]["path"]).parent for w in merges)
+    assert all(Path(w[3]).parent == Path(kept[0]).parent for w in merges)
     for key in ("download", "carry"):
         assert by_id[key]["if"] == "${{ steps.previous.outputs.run-id != '' }}"
     guard = history["if"]

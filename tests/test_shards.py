@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from difftest.base.exits import EXIT_KNOWN
 from difftest.campaign.driver import CampaignConfig, batch_sizes, shard_batch
 from difftest.cli.main import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
 from difftest.report.shards import ShardMismatch, merge, owns, parse_shard
@@ -218,3 +219,29 @@ def test_two_shards_merged_equal_the_unsharded_run(campaign: Callable[..., Path]
     assert merged["histories"] == 160 and merged["coverage"]["contract:N1"] > 0
     # a shard merged with the unsharded run overlaps it: refused
     assert main(["merge", str(tmp_path / "again"), str(whole), str(first)]) == EXIT_SETUP
+
+
+def test_each_merge_adds_its_night_to_the_findings_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def night(name: str, count: int) -> Path:
+        known = [finding("cccccccccccc", "known", count, 0, 1.0)]
+        a = write_summary(tmp_path / name / "a", shard(1, 2, [batch(0), batch(2)], stop_at_first=False, findings=known))
+        b = write_summary(tmp_path / name / "b", shard(2, 2, [batch(1), batch(3)], stop_at_first=False, findings=[]))
+        assert main(["merge", str(tmp_path / "reports" / name), str(a), str(b)]) == EXIT_KNOWN
+        return tmp_path / "reports" / name
+
+    night("monday", 2)
+    out = night("tuesday", 3)
+    history = tmp_path / "reports" / "findings-history.jsonl"  # beside OUT: the nightly carries it
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [line["findings"] for line in lines] == [[{"signature": "cccccccccccc", "status": "known", "count": c}]
+                                                    for c in (2, 3)]  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["findings_history"]["cccccccccccc"]["nights"] == 2
+    assert "met on 2 night(s) since" in (out / "report.html").read_text()
+    # a line that is not a night is one line and exit 2, and the file is kept as it was
+    history.write_text(history.read_text() + "not json\n")
+    before = history.read_text()
+    capsys.readouterr()
+    a, b = tmp_path / "monday" / "a", tmp_path / "monday" / "b"
+    assert main(["merge", str(tmp_path / "reports" / "wednesday"), str(a), str(b)]) == EXIT_SETUP
+    assert "findings-history.jsonl:3: not a night" in capsys.readouterr().err and history.read_text() == before

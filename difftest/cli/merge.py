@@ -28,8 +28,18 @@ from difftest.cli.rundirs import MALFORMED, malformed, summary_of, write_reports
 
 def command_merge(args: argparse.Namespace) -> int:
     """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
+    import time
+
+    from difftest.findings.tally import across_nights, history_line
+    from difftest.report import findings_history
+
+    history = _history_file(args)
+    nights = findings_history.read(history) if history is not None else []  # a bad line: one line now
     document = _merged(args.dirs, args.out)
     _add_coverage(document, args.dirs, args.out)
+    now = time.time()
+    if history is not None:  # each finding: on how many nights it was met, since when
+        document["findings_history"] = across_nights(nights, document.get("findings", []), now)
     from difftest.replay.build import program, replay_command
     from difftest.report import html as html_report
 
@@ -38,6 +48,8 @@ def command_merge(args: argparse.Namespace) -> int:
         failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
     document["reproduce"] = html_report.reproduce_command(document)
     lost = write_reports(document, args.out)  # a full disk loses the files, never the verdict below
+    if history is not None and lost is None:
+        lost = _append_night(history, history_line(document.get("findings", []), now, document.get("seed")))
     print(f"merged {len(args.dirs)} shard(s): seed {document['seed']}, {document['histories']} histories, "
           f"{document['steps']} steps; verdict: {document['verdict']}")  # fmt: skip
     for failure in document["divergences"]:
@@ -47,6 +59,28 @@ def command_merge(args: argparse.Namespace) -> int:
     written = f"{args.out} (report.html, summary.json, coverage.txt, junit.xml)" if lost is None else "NOT written"
     print(f"reports: {written}", flush=True)
     return _verdict(document, lost, args.require_coverage)
+
+
+def _history_file(args: argparse.Namespace) -> Path | None:
+    """--findings-history FILE, `none`, or (default) findings-history.jsonl beside OUT."""
+    from difftest.report import findings_history
+
+    if args.findings_history is None:
+        return findings_history.default_file(args.out)
+    return None if args.findings_history.strip().lower() == "none" else Path(args.findings_history)
+
+
+def _append_night(path: Path, night: dict[str, Any]) -> EnvironmentFailure | None:
+    from difftest.base.files import environment_failure, is_environmental
+    from difftest.report import findings_history
+
+    try:
+        findings_history.append(path, night)
+    except OSError as problem:
+        if not is_environmental(problem):
+            raise
+        return environment_failure(problem, "the findings history", path.parent)
+    return None
 
 
 def _merged(dirs: list[Path], out: Path) -> dict[str, Any]:
@@ -141,5 +175,9 @@ def add_parser(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     )  # fmt: skip
     merge.add_argument("out", type=Path, help="a new directory for the merged report")
     merge.add_argument("dirs", type=Path, nargs="+", metavar="DIR", help="the shards' run directories")
+    merge.add_argument("--findings-history", metavar="FILE", default=None,
+                       help="the JSON-lines file each merge appends its findings to (one line a night), from which "
+                       "the report says on how many nights each finding was met; none: not recorded (default: "
+                       "findings-history.jsonl beside OUT)")  # fmt: skip
     merge.add_argument("--require-coverage", action="store_true",
                        help=f"exit {EXIT_COVERAGE} unless every behaviour label was reached")  # fmt: skip

@@ -130,3 +130,25 @@ def merged(shards: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]
         found.append(entry)
     found.sort(key=lambda e: (_RANK.get(str(e["status"]), 9), -int(e.get("count", 0)), str(e["signature"])))
     return found
+
+
+def across_nights(earlier: Iterable[Mapping[str, Any]], tonight: Iterable[Mapping[str, Any]],
+                  at: float) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each finding met tonight or on an earlier night (the history file's lines: {"at", "findings"}):
+    on how many nights it was met, the first and the last (Unix time), and its status tonight."""
+    found: dict[str, dict[str, Any]] = {}
+    for night in [*earlier, {"at": at, "findings": list(tonight)}]:
+        for entry in night.get("findings", []):
+            if int(entry.get("count", 0)) <= 0:
+                continue
+            mine = found.setdefault(str(entry["signature"]), {"nights": 0, "first_night": night["at"]})
+            mine["nights"] += 1
+            mine["last_night"], mine["status"] = night["at"], entry.get("status")
+    return found
+
+
+def history_line(findings: Iterable[Mapping[str, Any]], at: float, seed: Any) -> dict[str, Any]:
+    """Tonight's line of the history file: each finding met, with its status and count."""
+    met = [{k: entry[k] for k in ("signature", "status", "count") if k in entry}
+           for entry in findings if int(entry.get("count", 0)) > 0]  # fmt: skip
+    return {"at": at, "seed": seed, "findings": met}

@@ -195,7 +195,8 @@ function render(s) {
     `${s.format}; database ${s.database}; updated ${new Date(s.at * 1000).toISOString()}; updates: ${updates}`;
   const native = cov.native_total ? `${fmt(cov.native)} of ${fmt(cov.native_total)}` : cov.native;
   const figures = [["histories", totals.histories || 0], ["steps", totals.steps || 0],
-    ["histories/min", s.histories_per_min], ["findings", s.findings.length], ["met again", totals.met_again || 0], ["accepted met", totals.met_known || 0],
+    ["histories/min", s.histories_per_min], ["findings", s.findings.length], ["met again", totals.met_again || 0],
+    ["accepted met", totals.met_known || 0],
     ["labels", Object.keys(cov.labels || {}).length], ["native counters", native],
     ["Lua lines", cov.lua], ["corpus", s.corpus], ["pending", s.pending], ["live workers", live]];
   document.getElementById("figures").innerHTML = figures.map(([k, v]) =>

@@ -450,6 +450,10 @@ def _findings(summary: dict[str, Any]) -> list[str]:
             first, last = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(entry.get(k, 0))))
                            for k in ("first_at", "last_at"))  # fmt: skip
             when = f"{first} (batch {entry.get('first_batch')}) to {last} (batch {entry.get('last_batch')})"
+        nights = (summary.get("findings_history") or {}).get(entry["signature"])
+        if nights:  # a merge that keeps the findings history: across nights too
+            since = time.strftime("%Y-%m-%d", time.gmtime(float(nights["first_night"])))
+            when += f"; met on {nights['nights']} night(s) since {since}"
         what = entry.get("described") or entry.get("reason", "")
         if entry.get("link"):
             what = f'{esc(what)}<br><a href="{esc(entry["link"])}/">{esc(entry["link"])}</a>'

@@ -239,9 +239,12 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
                      f"`difftest replay {path}`")  # fmt: skip
     missing = document.get("coverage_missing") or []
     lines.append(f"- unreached labels: {', '.join(f'`{m}`' for m in missing) if missing else 'none'}")
+    nights = document.get("findings_history") or {}
     for finding in document.get("findings") or []:  # every distinct finding (new, known, stale ...)
+        across = nights.get(str(finding.get("signature"))) or {}
+        since = f", on {across['nights']} night(s)" if across else ""
         lines.append(f"- finding `divergence:{finding.get('signature')}`: {finding.get('status')}, met "
-                     f"{finding.get('count', 0)} time(s) {finding.get('described') or ''}".rstrip())  # fmt: skip
+                     f"{finding.get('count', 0)} time(s){since} {finding.get('described') or ''}".rstrip())  # fmt: skip
     if where:
         lines.append(f"- report.html: in {where}")
     return lines, good
