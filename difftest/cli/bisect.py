@@ -391,6 +391,19 @@ def _cdylib(messages: str, manifest: Path) -> Path | None:
 
 
 def command_bisect(args: argparse.Namespace) -> int:
+    """Ctrl-C raises KeyboardInterrupt even where bisect was started with SIGINT ignored (a shell's
+    background job, a CI step): as `run` and the mutant runner do, the handler is its own."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _bisect(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _bisect(args: argparse.Namespace) -> int:
     from difftest.replay import build
 
     artifact, expects = _artifact(args.artifact)
