@@ -174,6 +174,8 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str
     directory = config.reports
     stale = stale_entries(args, args.known, result.meetings)
     document = reports.summary(result, args.known, args.today, stale)
+    # read by default (./known-findings.toml, or none there): the reproduce line leaves it to the same default
+    document["known_findings_default"] = args.known_findings is None and not args.no_known_findings
     document["program"] = program()  # how the printed commands start, as run from here
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
         entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)

@@ -263,7 +263,9 @@ def reproduce_command(summary: dict[str, Any]) -> str:
         words.append("--no-production-size")
     if summary.get("stop_at_first") is True and "findings" in summary:  # runs before it stopped at the first
         words.append("--stop-at-first")
-    if "known_findings" in summary:  # what it accepts decides which findings are shrunk, and so the histories
+    if "known_findings" in summary and not summary.get("known_findings_default"):
+        # what it accepts decides which findings are shrunk, and so the histories (a default file is
+        # found again from where the line runs, as every printed command runs from where it was printed)
         known = summary["known_findings"]
         words += ["--known-findings", str(known)] if known else ["--no-known-findings"]
     if "database" in summary:  # summaries from before it was recorded say nothing of it

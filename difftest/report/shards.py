@@ -150,6 +150,7 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
         "divergences": divergences,
         "findings": findings,
         "known_findings": _joined(parts, "known_findings"),
+        "known_findings_default": all(d.get("known_findings_default") for _, d in parts),
         "stop_at_first": not go_on,
         **coverage_fields(labels),
         "host": _joined(parts, "host"),
