@@ -149,6 +149,10 @@ def test_the_first_accepted_is_known_and_the_second_still_exits_1(
     assert status == {COMPLETE_TWICE: known.KNOWN, FAIL_THRICE: known.NEW}
     assert [d["signature"] for d in summary["divergences"]] == [FAIL_THRICE]  # type: ignore[attr-defined]
     assert f"KNOWN FINDING divergence:{COMPLETE_TWICE}" in out and "accepted by ana" in out
+    # junit.xml: a case per distinct finding, the new one failed, the known one skipped with its reason
+    junit = next((tmp_path / "reports").glob("*/junit.xml")).read_text()
+    assert f'name="divergence:{COMPLETE_TWICE}"' in junit and "known (https://example.org/emq/issues/7" in junit
+    assert f'name="divergence:{FAIL_THRICE}"' in junit and 'message="new: ' in junit
     assert not (Path(str(summary["divergences"][0]["artifact"])).parent / "batch-0-1").exists()  # type: ignore[index]
 
 

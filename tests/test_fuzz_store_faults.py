@@ -80,7 +80,7 @@ def test_a_paused_store_keeps_a_finding_in_the_journal_and_backs_off_until_it_is
     assert not journal.exists()  # all sent: the journal goes
     (finding,) = store.findings()
     assert finding["signature"] == "sig-a" and int(finding["seen"]) == 2
-    assert store.totals() == {"histories": 12, "steps": 120, "findings": 1, "met_again": 0}
+    assert store.totals() == {"histories": 12, "steps": 120, "findings": 1, "met_again": 0, "met_known": 0}
     assert outbox.outcomes == [("sig-a", True)]
 
 

@@ -99,8 +99,11 @@ def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_p
         assert [leg["shard"] for leg in legs] == (["1/2", "2/2"] if job == "campaign" else ["1/2", "2/2", "1/1"])
         for index, leg in enumerate(legs):
             generated = leg.get("set") == "generated"
-            small = f"--only {' '.join(GENERATED if generated else MUTANTS)} --examples 60 --jobs 1"
-            extra = {".venv/bin/difftest run": "--workers 1", ".venv/bin/difftest mutants --shard": small}
+            # the workflow's mechanics, not production's size (drawn, it is half of a campaign's steps)
+            chosen = " ".join(GENERATED if generated else MUTANTS)
+            small = f"--only {chosen} --examples 60 --jobs 1 --no-production-size"
+            extra = {".venv/bin/difftest run": "--workers 1 --no-production-size",
+                     ".venv/bin/difftest mutants --shard": small}  # fmt: skip
             cwd = workspace(tmp_path / f"{job}-{leg['name']}")
             run_job(job, index, cwd, summary, extra)
             # upload-artifact of reports/, download-artifact into reports/<kind>/<artifact name>/
@@ -111,7 +114,7 @@ def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_p
     # the unsharded run of the same seed and budget, on the same Valkey
     whole = tmp_path / "whole"
     argv = ["run", "--valkey", NEWEST, "--seed", SEED, "--examples", INPUTS["examples"], "--workers", "1",
-            "--no-database", "--reports", str(whole)]  # fmt: skip
+            "--no-production-size", "--no-database", "--reports", str(whole)]  # fmt: skip
     done = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "difftest"), *argv], capture_output=True, text=True, timeout=600
     )

@@ -137,8 +137,9 @@ def summary(result: CampaignResult, known: KnownFindings | None = None, today: d
 
 
 def junit(document: dict[str, Any]) -> str:
-    """One test case per finished batch of histories (a divergence fails its batch), and one per
-    coverage label (a label the campaign did not reach is skipped, not failed)."""
+    """One test case per finished batch of histories (a divergence fails its batch), one per distinct
+    finding (new or expired: failed; known, stale, not met: skipped, with why), and one per coverage
+    label (a label the campaign did not reach is skipped, not failed)."""
     failures = {int(f["batch"]): f for f in document.get("divergences", [])}
     cases = []
     for entry in document.get("batches", []):
@@ -147,6 +148,16 @@ def junit(document: dict[str, Any]) -> str:
                         stdout=f"histories: {entry['histories']}, steps: {entry['steps']}")  # fmt: skip
         if batch in failures:
             case.add_failure_info(message=failures[batch]["reason"], output=failures[batch]["artifact"])
+        cases.append(case)
+    for finding in document.get("findings", []):
+        case = TestCase(f"divergence:{finding['signature']}", classname="difftest.findings",
+                        stdout=f"met {finding.get('count', 0)} time(s); {finding.get('described', '')}")  # fmt: skip
+        if finding["status"] in tally.FAILING:
+            case.add_failure_info(message=f"{finding['status']}: {finding.get('reason', '')}",
+                                  output=str(finding.get("artifact", "")))  # fmt: skip
+        else:
+            why = f" ({finding['known_reason']}, until {finding['expires']})" if finding.get("known_reason") else ""
+            case.add_skipped_info(message=f"{finding['status']}{why}")
         cases.append(case)
     for label, count in document.get("coverage", {}).items():
         case = TestCase(label, classname="difftest.campaign.driver.coverage")
