@@ -132,13 +132,8 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Planted:
 
 @pytest.mark.timeout(900)  # without this checkout's dependency builds to seed from, cargo builds them first
 def test_bisect_names_the_planted_commit_and_skips_the_broken_one(history: Planted) -> None:
-    base, repo, commits, artifact, target = (
-        history.base,
-        history.repo,
-        history.commits,
-        history.artifact,
-        history.target,
-    )
+    base, repo, commits = history.base, history.repo, history.commits
+    artifact, target = history.artifact, history.target
     good, broken, mended, planted, bad = commits[0], commits[4], commits[5], commits[6], commits[8]
     (repo / "notes.txt").write_text("the user's own work in progress\n")  # an untracked file stays as it is
     # the user's own bisection, under way in their checkout (without moving it), is theirs: untouched
@@ -195,13 +190,8 @@ def test_a_skipped_commit_in_the_way_names_the_commits_the_first_bad_is_one_of(h
 
 @pytest.mark.timeout(900)
 def test_an_artifact_that_reproduces_at_good_already_is_refused(history: Planted) -> None:
-    base, repo, commits, artifact, target = (
-        history.base,
-        history.repo,
-        history.commits,
-        history.artifact,
-        history.target,
-    )
+    base, repo, commits = history.base, history.repo, history.commits
+    artifact, target = history.artifact, history.target
     done = difftest("bisect", artifact, "--good", commits[6], "--bad", commits[8], "--repo", repo,
                     "--reports", base / "refused", "--cargo-target-dir", target, cwd=base)  # fmt: skip
     assert done.returncode == EXIT_SETUP, done.stdout + done.stderr

@@ -120,8 +120,6 @@ def merged(shards: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]
     found = []
     for name, entry in by_signature.items():
         entry.update(meetings.get(name, {"count": 0}))
-        if entry["status"] in (NEW, EXPIRED, KNOWN) and entry.get("count", 0) == 0:
-            continue  # (a status kept from a shard that did not meet it: cannot happen with counts)
         saved = sorted(artifacts.get(name, []), key=lambda e: (int(e.get("batch", 1 << 30)), str(e["artifact"])))
         if saved:
             entry.update({k: saved[0][k] for k in ("artifact", "link", "batch", "steps", "reason", "described")
