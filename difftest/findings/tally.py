@@ -15,6 +15,7 @@ from typing import Any
 from difftest.findings.known import DIVERGENCE, EXPIRED, KNOWN, NEW, NOT_MET, STALE, KnownFindings
 
 FAILING = (NEW, EXPIRED)  # statuses that make a run's verdict a divergence (exit 1)
+_SAVED = ("described", "reason", "steps", "artifact", "link", "batch")  # what a finding takes from its artifact
 _MEETING = ("count", "first_at", "last_at", "first_batch", "last_batch")  # a meeting's fields
 
 
@@ -28,14 +29,9 @@ def distinct(failures: Iterable[Mapping[str, Any]], meetings: Mapping[str, Mappi
     entries = known.of_kind(DIVERGENCE)
     found: list[dict[str, Any]] = []
     for name, meeting in meetings.items():
-        saved = sorted(by_signature.get(name, []), key=lambda f: (int(f.get("batch", 0)), str(f.get("artifact", ""))))
         entry: dict[str, Any] = {"signature": name, "status": known.status(DIVERGENCE, name, today),
                                  **{k: meeting[k] for k in _MEETING if k in meeting}}  # fmt: skip
-        if saved:
-            first = saved[0]
-            entry.update({k: first[k] for k in ("described", "reason", "steps", "artifact", "link", "reproduce",
-                                                "batch") if k in first})  # fmt: skip
-            entry["also"] = [str(other.get("artifact", "")) for other in saved[1:]]
+        _first_artifact(entry, by_signature.get(name, []), (*_SAVED, "reproduce"))
         _add_entry_fields(entry, entries.get(name))
         found.append(entry)
     found.sort(key=lambda e: (e["status"] not in FAILING, -int(e.get("count", 0)), e["signature"]))
@@ -46,6 +42,14 @@ def distinct(failures: Iterable[Mapping[str, Any]], meetings: Mapping[str, Mappi
             _add_entry_fields(entry, known_entry)
             found.append(entry)
     return found
+
+
+def _first_artifact(entry: dict[str, Any], saved: Iterable[Mapping[str, Any]], fields: tuple[str, ...]) -> None:
+    """The finding's artifact (and `fields`) from its first batch's saved failure; the others in `also`."""
+    ordered = sorted(saved, key=lambda f: (int(f.get("batch", 1 << 30)), str(f.get("artifact", ""))))
+    if ordered:
+        entry.update({k: ordered[0][k] for k in fields if k in ordered[0]})
+        entry["also"] = [str(other.get("artifact", "")) for other in ordered[1:]]
 
 
 def _add_entry_fields(entry: dict[str, Any], known_entry: Any) -> None:
@@ -120,11 +124,8 @@ def merged(shards: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]
     found = []
     for name, entry in by_signature.items():
         entry.update(meetings.get(name, {"count": 0}))
-        saved = sorted(artifacts.get(name, []), key=lambda e: (int(e.get("batch", 1 << 30)), str(e["artifact"])))
-        if saved:
-            entry.update({k: saved[0][k] for k in ("artifact", "link", "batch", "steps", "reason", "described")
-                          if k in saved[0]})  # fmt: skip
-            entry["also"] = [str(other["artifact"]) for other in saved[1:]]
+        # a shard's reproduce line is its machine's: the merge prints its own for the divergences
+        _first_artifact(entry, artifacts.get(name, []), _SAVED)
         found.append(entry)
     found.sort(key=lambda e: (_RANK.get(str(e["status"]), 9), -int(e.get("count", 0)), str(e["signature"])))
     return found
