@@ -84,3 +84,60 @@ def test_the_history_formats_reference_names_every_header_field() -> None:
     written = set(hist.header_json(full, {EXPECT_FIELD: {}, BUILD_FIELD: {}}))
     header = FORMAT.split("## Reference: the header", 1)[1].split("## Reference: every step", 1)[0]
     assert written == set(re.findall(r"^\| `(\w+)` \|", header.split("| --- |", 1)[1], re.MULTILINE))
+
+
+# ---- the repository stands alone: its contract on its own page, no path out of the checkout ----------
+
+
+def _table(page: Path, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header line starts with `header`, as stripped cells."""
+    text = page.read_text()
+    lines = text[text.index(header) :].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
+
+
+def test_the_contract_page_states_every_transition_with_its_keys_and_arguments() -> None:
+    from difftest.spec.commands import TRANSITIONS
+
+    rows = {row[0]: row for row in _table(ROOT / "docs" / "contract.md", "| verb | keys | args |")}
+    assert list(rows) == list(TRANSITIONS), "docs/contract.md's transitions, in the table's order"
+    for verb, transition in TRANSITIONS.items():
+        keys = ", ".join(key or "base" for key in transition.keys)
+        args = ", ".join(arg.name for arg in transition.args) or "(none)"
+        assert rows[verb][1:3] == [keys, args], f"docs/contract.md: {verb}'s keys or arguments"
+
+
+def test_the_contract_page_states_every_row_the_judge_knows_in_the_reports_order() -> None:
+    from difftest.judge.contract import TABLE_ORDER
+
+    rows = _table(ROOT / "docs" / "contract.md", "| id | transition | precondition |")
+    assert [row[0] for row in rows] == [rule.id for rule in TABLE_ORDER]
+    for row, rule in zip(rows, TABLE_ORDER, strict=True):
+        assert row[1] == (", ".join(rule.verbs) or "any"), f"docs/contract.md: {rule.id}'s transitions"
+        assert len(row) == 5 and all(row), f"docs/contract.md: {rule.id} has an empty cell"
+
+
+OUTSIDE = re.compile(r"\.\./shared|/work/shared|/work/main")
+
+
+def test_nothing_in_the_repository_points_outside_it() -> None:
+    """A clone on its own has its contract, its docs and every link: no page, source or setting names
+    a path beside the checkout."""
+    files = [ROOT / "README.md", ROOT / "pyproject.toml", ROOT / "Makefile", ROOT / "docker-compose.yml"]
+    for top in SOURCES:
+        files += [p for p in (ROOT / top).rglob("*") if p.suffix in SUFFIXES and p.is_file()]
+    outside = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in files
+        if not {"target", ".cache"} & set(path.parts) and path.name != "test_docs.py"
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert not outside, f"paths outside the repository: {outside}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_stays_inside_the_repository(page: Path) -> None:
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if not re.match(r"[a-z]+:", target) and target.partition("#")[0]:
+            assert (page.parent / target.partition("#")[0]).resolve().is_relative_to(ROOT), target

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("difftest", "strategies", "mutants")
+PACKAGES = ("difftest", "strategies", "mutants", "executors")
 # lowest first: a module may import its own layer and the layers before it, never one after it
 LAYERS = (
     "difftest.base",
@@ -20,6 +20,7 @@ LAYERS = (
     "difftest.history",
     "difftest.judge",
     "difftest.servers",
+    "executors",  # each executor's host (executors/*/adapter.py): the spec's calls as its commands
     "difftest.instrument",
     "difftest.replay",
     "difftest.findings",
@@ -38,6 +39,8 @@ def module_files() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
+            if "target" in path.relative_to(ROOT).parts:
+                continue  # cargo's build trees
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path

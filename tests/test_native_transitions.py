@@ -1,6 +1,6 @@
 """Every transition of the native executor against a real server: exact replies, exact keyspaces.
 
-The native column of the contract (spec: emq-transitions.md): N1's `lease_epoch`, D7's exemption,
+The native column of the contract (docs/contract.md): N1's `lease_epoch`, D7's exemption,
 and every refusal (D2-D6, D8, D9) answered with its exact error and nothing written. "Nothing
 written" is checked twice: the whole keyspace is equal before and after, and the server's dirty
 counter (`rdb_changes_since_last_save`) did not move, so even a write of an equal value shows.

@@ -364,24 +364,20 @@ def test_ticks_are_round_and_cover_the_top(top: float, expected: list[float]) ->
 # ---- the contract's order, a divergence in brief, coverage of a run that stopped ------------------------
 
 
-def spec_table() -> list[str] | None:
-    """The rows of the parity contract's table as the spec lists them (shared/ beside the checkout)."""
-    for folder in Path(__file__).resolve().parents:
-        spec = folder / "shared" / "spec" / "emq-transitions.md"
-        if spec.is_file():
-            text = spec.read_text()
-            table = text[text.index("| id | transition | precondition |") :]
-            return re.findall(r"^\| ([DN]\d+) \|", table.split("\n\n")[0], re.MULTILINE)
-    return None
+def contract_table() -> list[str]:
+    """The rows of the parity contract's table as docs/contract.md lists them."""
+    text = (Path(__file__).parents[1] / "docs" / "contract.md").read_text()
+    table = text[text.index("| id | transition | precondition |") :]
+    return re.findall(r"^\| ([DN]\d+) \|", table.split("\n\n")[0], re.MULTILINE)
 
 
 def test_the_contract_rows_are_shown_in_the_contracts_order() -> None:
     order = [rule.id for rule in TABLE_ORDER]
     assert order == ["D1", "D2", "D3", "D4", "D5", "D6", "N1", "D7", "D8", "D9", "N2", "N3", "N4", "N5"]
     assert sorted(order) == sorted(RULES)  # every row, once
-    spec = spec_table()
-    if spec is not None:  # the spec's own rows in its order, then the project's own rows
-        assert order[: len(spec)] == spec and all(rule.spec_row == 0 for rule in TABLE_ORDER[len(spec) :])
+    # the spec's own rows in its order (as the contract's page states them), then the project's own
+    assert order == contract_table() and [rule.spec_row for rule in TABLE_ORDER[:10]] == list(range(1, 11))
+    assert all(rule.spec_row == 0 for rule in TABLE_ORDER[10:])
     page = html_report.render(summary_with())
     assert re.findall(r"<tr[^>]*><td>([DN]\d)</td>", page) == order
     # N1 holds always: its "when" says so instead of a dash

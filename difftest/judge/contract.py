@@ -91,7 +91,7 @@ class Rule:
     # applies although the server refuses the native command on its declared keys (the caller's
     # ACL): the rows of what the Lua host decides before any script reaches the server (D6, N3, N4)
     host_side: bool = False
-    # its place in the spec's own table (emq-transitions.md: D1-D6, N1, D7-D9); 0: a row of this
+    # its place in the spec's own table (docs/contract.md: D1-D6, N1, D7-D9); 0: a row of this
     # project's (N2...: docs/contract-decisions.md), shown after the spec's in its number order (TABLE_ORDER)
     spec_row: int = 0
 

@@ -1,7 +1,7 @@
 """The spec as an executable model: from the keyspace before a step, each executor's reply and keyspace after.
 
 Pure functions over logical snapshots (`lease_epoch` set aside, as the judge compares them). For a
-transition call, `predict` walks the spec's effect for the verb (emq-transitions.md, and
+transition call, `predict` walks the spec's effect for the verb (docs/contract.md, and
 docs/contract-decisions.md where the spec is silent) command by command on a copy of the keyspace,
 with the caller's permissions (the ACL facts the replay gathered), the frozen clock, the native
 server's run_id and the server's conditions (the memory limit, a read-only replica), once for the
