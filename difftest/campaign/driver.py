@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from difftest.base.files import environmental_cause, is_environmental
 from difftest.base.problems import SetupProblem
+from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
 from difftest.replay import labels as coverage
 from difftest.servers.leftovers import sweep_leftovers
 
@@ -49,9 +50,7 @@ if TYPE_CHECKING:  # the types only: a campaign's process imports them when it s
     from multiprocessing.sharedctypes import Synchronized
     from multiprocessing.synchronize import Event
 
-    from hypothesis import settings
-
-    from difftest.history.format import History, Step
+    from difftest.history.format import History
     from difftest.replay.replayer import Replayer, ReplayResult
     from difftest.servers.group import ServerGroup
 
@@ -332,6 +331,7 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
     """One seeded Hypothesis run of `size` histories; False when it found a new divergence. Going on
     past findings, a batch a new finding stopped is run again from its seed until it has compared
     `size` histories (those already compared replayed by no one and not counted twice)."""
+    from difftest.campaign.exampledb import open_database
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
 
@@ -352,7 +352,8 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
         examples = size if attempt == 0 else RERUN_ROOM * size
         # Hypothesis's reuse phase (the example database's stored failures first) in a batch's first run
         # only: in a run again it would replay a failure that now passes, and delete it from the database
-        machine_settings = _machine_settings(config, examples, reuse=attempt == 0)
+        database = open_database(config.database) if config.database else None
+        batch_settings = machine_settings(examples, config.max_steps, database, reuse=attempt == 0)
         try:
             if batch == 0 and config.corpus:
                 # the class corpus first: every class label is met whatever the seed (strategies/corpus.py)
@@ -360,15 +361,13 @@ def _run_batch(config: CampaignConfig, replayer: Replayer, batch: int, size: int
 
                 for directed in class_corpus(shape.replica_calls, shape.sizes):
                     replays(directed, in_test=False)
-            run_machine(shape, replays, machine_settings, seed=batch_seed(config.seed, batch))
+            run_machine(shape, replays, batch_settings, seed=batch_seed(config.seed, batch))
         except _HarnessLost as lost:
             raise lost.problem from None  # the run stops: exit 70 (the reference is never started again)
         except _BatchFull:
             return not found
         except (_Diverged, _ShrinkSpent):
-            # the shortest failure (the latest of equals: Hypothesis only moves on to smaller ones)
-            smallest = min(reversed(replays.known.values()), key=lambda replayed: len(replayed.history.steps))
-            found += _record_new(config, replayer, batch, report, replays, smallest)
+            found += _record_new(config, replayer, batch, report, replays, smallest_failure(replays.known))
             if found and config.stop_at_first:
                 return False
             continue
@@ -415,26 +414,6 @@ class _BatchSeen:
         self.names: dict[str, str] = {}
 
 
-def _machine_settings(config: CampaignConfig, size: int, reuse: bool = True) -> settings:
-    """The machine's run (strategies/machine.py): quiet, since a failure is saved and printed here."""
-    from hypothesis import HealthCheck, Phase, Verbosity, settings
-
-    from difftest.campaign.exampledb import open_database
-
-    database = open_database(config.database) if config.database else None
-    return settings(
-        max_examples=size,
-        deadline=None,
-        database=database,
-        stateful_step_count=config.max_steps,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-        phases=[*([Phase.reuse] if reuse else []), Phase.generate, Phase.target, Phase.shrink],
-        verbosity=Verbosity.quiet,
-    )
-
-
 class _Replays:
     """A batch's test as Hypothesis runs it: each history replayed, counted and fed to Hypothesis's
     events and target; a failure whose signature was met before counted as a meeting and passed;
@@ -446,23 +425,21 @@ class _Replays:
         self.rerun = rerun  # run again after a new finding: it ends when the batch has compared its size
         self.known: dict[str, ReplayResult] = {}  # each failing history's replay, by its repr, in the order found
         self.raw: list[str] = []  # the signature of the first new failure (before shrinking)
-        self.deadline = 0.0  # the shrink's time guard, set at the first failure
-        self.tries = 0  # replays since the first failure
+        self.shrink = ShrinkBudget(config.shrink_tries, config.shrink_seconds)  # started at the first failure
 
     def __call__(self, history: History, in_test: bool = True) -> None:
         # Hypothesis replays a failure to confirm it (and at the end): the recorded verdict answers, so
         # it never sees a failure "pass" whatever the shrink budget did meanwhile; and every failure is
         # raised from one line, as Hypothesis tells failures apart by where they were raised
         _check_stopping()
-        key = repr(history)  # a history holds a dict: not hashable itself
+        key = failure_key(history)
         result = self.known.get(key)
         if result is None:
             if self.known:
-                if self.tries >= self.config.shrink_tries or time.monotonic() > self.deadline:
+                if not self.shrink.take():
                     # the shrink budget is spent (the tries, or the time guard): stop Hypothesis at
                     # once, hill-climbing and shrinking alike; the smallest failure so far is the result
                     raise _ShrinkSpent
-                self.tries += 1
             else:
                 digest = hashlib.sha1(key.encode(), usedforsecurity=False).digest()
                 if self.rerun:
@@ -478,7 +455,7 @@ class _Replays:
                 first = not self.known
                 self.known[key] = result
                 if first:
-                    self.deadline = time.monotonic() + self.config.shrink_seconds
+                    self.shrink.start()
                     if self.raw and self.raw[0] in self.report.names:
                         raise _ShrinkSpent  # met by this worker in another batch: not shrunk again
         if result.divergence is not None:
@@ -558,34 +535,6 @@ def _build_of(config: CampaignConfig) -> dict[str, Any]:
 
     return build.record(config.module, config.lua_scripts, True, valkeys.version_in_use(),
                         bool(os.environ.get(valkeys.ENVIRONMENT)))  # fmt: skip
-
-
-def last_pass(replayer: Replayer, failed: ReplayResult, seconds: float | None = None) -> ReplayResult:
-    """Delete the steps Hypothesis's minimal history can still do without; returns its replay.
-    `seconds`: the time guard of a history with bulk steps."""
-    from difftest.history.format import CallStep, step_to_json
-    from difftest.history.shrink import minimise
-
-    def kind(step: Step) -> tuple[str, str]:
-        shape = step_to_json(step)
-        return shape["op"], shape.get("verb", "")
-
-    assert failed.divergence is not None  # a failing replay: Hypothesis's minimal history
-    failing_kind = kind(failed.divergence.step)
-    results: dict[int, ReplayResult] = {}
-
-    def still_fails(candidate: History) -> bool:
-        result = replayer.replay(candidate)
-        if result.divergence is None or kind(result.divergence.step) != failing_kind:
-            return False
-        results[id(candidate)] = result
-        return True
-
-    # a history with bulk steps has the shrink's time guard too: each try replays thousands of calls
-    # (one without keeps every try: its minimal history depends on nothing but the history)
-    bulky = any(isinstance(step, CallStep) and step.bulk is not None for step in failed.history.steps)
-    smaller = minimise(failed.history, still_fails, seconds=seconds if bulky else None)
-    return results.get(id(smaller), failed)
 
 
 class Terminated(KeyboardInterrupt):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
 from difftest.findings import signature as signatures
 from difftest.fuzz.outbox import Outbox, journal_path
 from difftest.fuzz.store import COUNTED, Store, pending_field
@@ -288,7 +289,6 @@ class Worker:
 
     def adopt_orphans(self) -> None:
         """Failures a dead worker found but did not record: replayed, minimised and recorded here."""
-        from difftest.campaign.driver import last_pass
         from difftest.history.format import loads
 
         while (orphan := self.store.read("take_orphan")) is not None:
@@ -315,20 +315,7 @@ def finding_directory(reports: Path, name: str) -> Path:
     return directory
 
 
-def _machine_settings(config: FuzzConfig) -> Any:
-    """Hypothesis's settings of one batch: the shared example database, no deadline, quiet."""
-    from hypothesis import HealthCheck, Phase, Verbosity, settings
-
-    from difftest.campaign.exampledb import open_database
-
-    return settings(max_examples=config.batch, deadline=None, database=open_database(config.database, tolerant=True),
-                    stateful_step_count=config.max_steps, suppress_health_check=list(HealthCheck),
-                    report_multiple_bugs=False, print_blob=False,
-                    phases=[Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-                    verbosity=Verbosity.quiet)  # fmt: skip
-
-
-def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, Any]) -> bool:
+def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, Any], budget: ShrinkBudget) -> bool:
     """A batch's first failing history: False for a known defect met again (counted, not shrunk
     again); else True, the history kept as pending in the store and the shrink's budget started."""
     from difftest.history.format import dumps
@@ -349,7 +336,8 @@ def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, 
     worker.beat(force=True)
     pending = pending_field(worker.id)
     worker.store.send("pend", pending, worker.id, dumps(history), worker.config.build)
-    shrink.update(raw=raw, tries=0, deadline=time.monotonic() + worker.config.shrink_seconds, pending=pending)
+    shrink.update(raw=raw, pending=pending)
+    budget.start()
     return True
 
 
@@ -357,7 +345,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     """One Hypothesis run of the worker's batch size (the explicit histories first)."""
     from hypothesis import target
 
-    from difftest.campaign.driver import last_pass
+    from difftest.campaign.exampledb import open_database
     from strategies.corpus import CORPUS_NOTE
     from strategies.machine import run_machine
     from strategies.shape import HistoryShape
@@ -365,17 +353,17 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     config = worker.config
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
                          replica_calls=True, sizes=config.sizes)  # fmt: skip
-    known: dict[str, Any] = {}  # failing replays by the history's repr, in the order found
-    shrink: dict[str, Any] = {}  # the first failure's raw signature, pending field and limits
+    known: dict[str, Any] = {}  # failing replays by failure_key, in the order found
+    shrink: dict[str, Any] = {}  # the first failure's raw signature and pending field
+    budget = ShrinkBudget(config.shrink_tries, config.shrink_seconds)
 
     def on_history(history: Any, in_test: bool = True) -> None:
-        key = repr(history)
+        key = failure_key(history)
         result = known.get(key)
         if result is None:
             if known:  # shrinking
-                if _draining or shrink["tries"] >= config.shrink_tries or time.monotonic() > shrink["deadline"]:
+                if _draining or not budget.take():
                     raise _ShrinkDone
-                shrink["tries"] += 1
                 worker.beat()  # heard while it shrinks: a long shrink is not taken for a dead worker
             elif _draining or not worker.budget_left():
                 raise _Drain
@@ -385,7 +373,7 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
                 if in_test and guidance_mode(config) != "off":
                     target(score, label="reached")
             if result.divergence is not None:
-                if not known and not _first_failure(worker, history, result, shrink):
+                if not known and not _first_failure(worker, history, result, shrink, budget):
                     return  # a known defect, met again: counted, not shrunk again
                 known[key] = result
         if result.divergence is not None:
@@ -394,12 +382,13 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     try:
         for history in explicit:
             on_history(history, in_test=False)
-        run_machine(shape, on_history, _machine_settings(config), seed=seed)
+        database = open_database(config.database, tolerant=True)
+        run_machine(shape, on_history, machine_settings(config.batch, config.max_steps, database), seed=seed)
     except (_Failed, _ShrinkDone):
         if not known:
             raise
-        smallest = min(reversed(known.values()), key=lambda replayed: len(replayed.history.steps))
-        minimal = smallest if _draining else last_pass(worker.replayer, smallest)
+        smallest = smallest_failure(known)
+        minimal = smallest if _draining else last_pass(worker.replayer, smallest, config.shrink_seconds)
         worker.record_failure(minimal, shrink["raw"], shrink["pending"])
 
 
