@@ -1,5 +1,5 @@
 # The README's two commands: `make run` (the main job) and `make test` (the suite). Both set up first.
-.PHONY: setup run test lint bench
+.PHONY: setup run test test-fast lint bench
 
 setup:
 	@scripts/setup.sh
@@ -11,6 +11,10 @@ run: setup
 test: setup
 	cd executors/native && cargo test --lib --quiet
 	.venv/bin/python -m pytest -n 2 tests
+
+# the pure tier alone (docs/usage.md, "The test tiers"): no server, cargo, Docker, browser or process; ~half a minute
+test-fast: setup
+	.venv/bin/python -m pytest -n 2 -m pure tests
 
 lint: setup
 	.venv/bin/ruff check .

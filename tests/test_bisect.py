@@ -21,6 +21,8 @@ import pytest
 from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED
 from executors.native.adapter import CRATE_DIR
 
+pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
+
 ROOT = Path(__file__).resolve().parent.parent
 GIT = ["git", "-c", "user.name=difftest", "-c", "user.email=difftest@example.invalid", "-c", "commit.gpgsign=false"]
 # what the planted defect changes (mutants/catalogue/lua/lua-complete-double-counts.patch): COMPLETE

@@ -93,6 +93,7 @@ def test_a_history_past_its_calls_is_refused_at_load(tmp_path: Path, capsys: pyt
     assert f"past the {hist.MAX_CALLS:,} steps" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.servers
 def test_bulk_steps_judge_as_the_same_calls_one_by_one() -> None:
     walked_once, walked_each = replayed(HISTORY), replayed(plain(HISTORY))
     assert walked_once.ok and walked_each.ok
@@ -110,6 +111,7 @@ def test_bulk_steps_judge_as_the_same_calls_one_by_one() -> None:
     assert sum(1 for r in replies[145:165] if r == 1) >= 1 and 0 in replies[145:165]
 
 
+@pytest.mark.servers
 def test_a_defect_in_a_bulks_keyspace_is_caught_at_its_walk(tmp_path: Path) -> None:
     """One call's write wrong (its reply right): the walk after the bulk's last call holds it."""
     scripts = planted_scripts(
@@ -124,6 +126,7 @@ def test_a_defect_in_a_bulks_keyspace_is_caught_at_its_walk(tmp_path: Path) -> N
     assert "emq:{q}:job:f0.7" in result.divergence.reason
 
 
+@pytest.mark.servers
 def test_a_defect_in_a_bulk_calls_reply_is_found_at_that_call_and_reproduced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +143,7 @@ def test_a_defect_in_a_bulk_calls_reply_is_found_at_that_call_and_reproduced(
     assert "reproduced: yes, the same step and reason" in capsys.readouterr().out
 
 
+@pytest.mark.servers
 def test_a_bulk_call_the_model_gives_no_keyspace_is_walked(tmp_path: Path) -> None:
     """A bulk ENQUEUE into a delayed set another writer made a string: each script stops half-way
     (its row written, then WRONGTYPE), which the model does not predict: that call is walked, and the
@@ -153,6 +157,7 @@ def test_a_bulk_call_the_model_gives_no_keyspace_is_walked(tmp_path: Path) -> No
     assert all(isinstance(r.lua_reply, ErrorReply) for r in result.records[1:6])
 
 
+@pytest.mark.servers
 def test_the_size_labels_are_reached_by_the_class_corpus_size_history() -> None:
     from strategies.corpus import class_corpus
 
@@ -210,6 +215,7 @@ def test_the_last_pass_cuts_a_bulk_to_its_fewest_failing_calls_first() -> None:
     assert [s.call.verb for s in smallest.steps if isinstance(s, CallStep)] == ["ENQUEUE"] * 700
 
 
+@pytest.mark.servers
 def test_a_resync_in_a_segment_cut_inside_a_bulk_reads_the_lua_keyspace() -> None:
     """A contract row that re-syncs the pair (D3), then a bulk longer than a pipeline's 256 steps in
     the same segment: the segment ends at a call with no walk after it."""

@@ -28,6 +28,7 @@ def test_batches_split_an_example_budget() -> None:
     assert batch_sizes(CampaignConfig(seed=1, module=Path(), reports=Path(), examples=None, seconds=5)) is None
 
 
+@pytest.mark.servers
 def test_a_small_campaign_agrees_and_labels_what_it_reached(tmp_path: Path) -> None:
     result = run_campaign(config(tmp_path))
     assert result.failures == []
@@ -37,6 +38,7 @@ def test_a_small_campaign_agrees_and_labels_what_it_reached(tmp_path: Path) -> N
     assert result.steps >= 30
 
 
+@pytest.mark.servers
 def test_the_same_seed_replays_the_same_campaign(tmp_path: Path) -> None:
     first = run_campaign(config(tmp_path, reports=tmp_path / "a"))
     second = run_campaign(config(tmp_path, reports=tmp_path / "b"))
@@ -45,6 +47,7 @@ def test_the_same_seed_replays_the_same_campaign(tmp_path: Path) -> None:
     assert other.labels != first.labels
 
 
+@pytest.mark.servers
 def test_two_workers_share_the_budget(tmp_path: Path) -> None:
     result = run_campaign(config(tmp_path, examples=80, workers=2))
     assert sorted(r.worker for r in result.reports) == [0, 1]
@@ -57,6 +60,7 @@ def planted(tmp_path: Path) -> Path:
     return planted_scripts(tmp_path, "fail.lua", "if exhausted then", "if false then")
 
 
+@pytest.mark.servers
 def test_a_planted_defect_is_found_and_shrunk(
     planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,6 +86,7 @@ def test_a_planted_defect_is_found_and_shrunk(
     assert again.failures and again.histories <= 3
 
 
+@pytest.mark.servers
 def test_a_spent_shrink_budget_stops_at_once_and_keeps_the_smallest_failure(planted: Path, tmp_path: Path) -> None:
     # three replays of shrinking, then Hypothesis is stopped (hill-climbing or shrinking alike): the
     # campaign still reports the smallest failure it saw, the same one on every run of the seed

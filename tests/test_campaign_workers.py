@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from difftest.campaign.driver import CampaignConfig, run_campaign
 from difftest.report import reports
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
+
+pytestmark = pytest.mark.servers
 
 
 def test_two_workers_stop_together_at_the_first_divergence(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import CORPUS_NOTE, class_corpus
 from strategies.pools import USERS
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 
 def test_the_labels_follow_the_command_table() -> None:
     # every integer argument of every transition has its four bounds; nothing else does
@@ -67,6 +70,7 @@ def test_each_corpus_history_meets_its_own_class_and_the_executors_agree(replaye
     assert [label for label in REQUIRED if reached[label] == 0] == []
 
 
+@pytest.mark.servers
 def test_the_first_batch_replays_the_corpus_and_the_budget_counts_generated_histories(tmp_path: Path) -> None:
     # one generated history: the corpus still reaches every required label, whatever the seed
     config = CampaignConfig(seed=7, module=DEFAULT_MODULE, reports=tmp_path / "run", examples=1, workers=1,

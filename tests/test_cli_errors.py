@@ -57,6 +57,8 @@ def history_file(tmp_path: Path, *lines: str, header: str = HEADER) -> Path:
 
 # -- budgets and counts: refused by the parser, one line, exit 2 ---------------------------------
 
+# refused after the frozen clock is built: on a fresh cache, a compiler's process (cc)
+FRESH_CACHE_CC = pytest.mark.subprocess
 BAD_RUN_OPTIONS = [
     (["--seconds", "0"], ["--seconds", "0 seconds"]),
     (["--seconds", "-3"], ["--seconds", "-3 seconds"]),
@@ -72,10 +74,14 @@ BAD_RUN_OPTIONS = [
     (["--shard", "0/2"], ["--shard", "0/2"]),
     (["--shard", "two"], ["--shard", "'two'", "K/N"]),
     (["--shard", "1/0"], ["--shard", "1/0"]),
-    (["--examples", "40", "--shard", "2/2"], ["--shard 2/2", "no batch", "--examples 40"]),
+    pytest.param(
+        ["--examples", "40", "--shard", "2/2"], ["--shard 2/2", "no batch", "--examples 40"], marks=FRESH_CACHE_CC
+    ),
     (["--seed", "x"], ["--seed", "'x'"]),
-    (["--database", "http://x"], ["--database", "http://x", "unknown scheme", "valkey://"]),
-    (["--database", "/proc/nope"], ["--database /proc/nope", "--no-database"]),
+    pytest.param(
+        ["--database", "http://x"], ["--database", "http://x", "unknown scheme", "valkey://"], marks=FRESH_CACHE_CC
+    ),
+    pytest.param(["--database", "/proc/nope"], ["--database /proc/nope", "--no-database"], marks=FRESH_CACHE_CC),
     (["--module", "no/such/libemq_native.so"], ["--module", "no/such/libemq_native.so", "make setup"]),
     (["--lua-scripts", "no/such/dir"], ["--lua-scripts", "no/such/dir", "<verb>.lua"]),
 ]
@@ -92,6 +98,7 @@ def test_a_bad_run_option_is_one_line_and_exit_2(
     assert not reports.exists(), "a run refused up front makes no run directory"
 
 
+@pytest.mark.subprocess  # a fresh cache: the frozen clock is compiled (cc) before the refusal
 def test_an_unknown_database_scheme_in_the_environment_names_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -109,7 +116,13 @@ BAD_ENVIRONMENT = [
     ("DIFFTEST_TRACK_FROM", "lots", ["DIFFTEST_TRACK_FROM='lots'", "number of keys"]),
     ("DIFFTEST_PROGRESS_SECONDS", "soon", ["DIFFTEST_PROGRESS_SECONDS='soon'", ">= 0"]),
     ("DIFFTEST_VALKEY_VERSION", "7.2", ["DIFFTEST_VALKEY_VERSION", "'7.2'", "9.1.2"]),
-    ("DIFFTEST_VALKEY_SERVER", "/bin/true", ["/bin/true is not a valkey-server", "(GNU coreutils)", "unset it"]),
+    # the check asks /bin/true its --version: a process
+    pytest.param(
+        "DIFFTEST_VALKEY_SERVER",
+        "/bin/true",
+        ["/bin/true is not a valkey-server", "(GNU coreutils)", "unset it"],
+        marks=pytest.mark.subprocess,
+    ),
 ]
 
 
@@ -181,6 +194,7 @@ def test_a_module_that_cannot_load_here_is_refused_up_front(
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.subprocess  # a fresh cache: the frozen clock is compiled (cc) before the refusal
 def test_an_unwritable_reports_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -269,6 +283,7 @@ def test_what_a_history_may_still_say() -> None:
     assert loaded.steps[-1] == hist.raw("ZADD", "k", "5", "m")
 
 
+@pytest.mark.servers
 def test_the_last_moment_of_the_clock_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = history_file(
         tmp_path, ENQUEUE, '{"op": "call", "verb": "CLAIM", "queue": "q", "args": [1000]}',
@@ -282,6 +297,7 @@ def test_the_last_moment_of_the_clock_replays(tmp_path: Path, capsys: pytest.Cap
 # -- modules: made absolute, checked, and a failed load always says why ---------------------------
 
 
+@pytest.mark.servers
 def test_replay_takes_a_relative_module_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -306,6 +322,7 @@ def not_a_module(tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.mark.servers
 def test_a_module_that_fails_to_load_says_why_and_leaves_no_run_directory(
     not_a_module: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -325,6 +342,7 @@ def test_a_module_that_fails_to_load_says_why_and_leaves_no_run_directory(
 # -- a budget that compared nothing is void; the reproduce line carries every option ---------------
 
 
+@pytest.mark.servers
 def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "--seconds", "0.001", "--seed", "3", "--workers", "1", "--no-database", "--reports", str(tmp_path)]
     code, out, err = outcome(argv, capsys)
@@ -341,6 +359,7 @@ def test_a_budget_that_compared_nothing_is_void_not_agree(tmp_path: Path, capsys
     assert out.splitlines()[-1] == "void: 0 histories compared, nothing was tested"  # the verdict, last
 
 
+@pytest.mark.servers
 def test_the_reproduce_line_carries_every_option_that_changes_the_histories(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -387,6 +406,7 @@ def test_the_terminal_folds_the_coverage_table_to_what_is_missing() -> None:
     )
 
 
+@pytest.mark.servers
 def test_coverage_full_prints_the_whole_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "--examples", "1", "--seed", "2", "--workers", "1", "--no-database", "--coverage", "full",
             "--reports", str(tmp_path)]  # fmt: skip
@@ -399,6 +419,7 @@ def test_coverage_full_prints_the_whole_table(tmp_path: Path, capsys: pytest.Cap
 # -- the tool's own failures: exit 70, one line, the traceback in a log ---------------------------
 
 
+@pytest.mark.servers
 def test_a_lost_connection_is_the_tool_failure_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,6 +100,7 @@ def test_a_moved_clock_is_read_by_the_very_next_command(group: ServerGroup) -> N
         assert server.time_ms() == ms
 
 
+@pytest.mark.servers
 def test_a_server_whose_clock_file_is_gone_does_not_start(tmp_path: Path) -> None:
     """A server that cannot map the clock stops at once, naming the file: never the real clock."""
     with ServerGroup(root=tmp_path / "group") as group:

@@ -23,6 +23,8 @@ from difftest.spec.domains import acl_user, permission_users
 from difftest.spec.errors import error_code
 from executors.native.adapter import DEFAULT_MODULE
 
+pytestmark = pytest.mark.servers
+
 Q = "q"
 META = "emq:{q}:meta"
 USERS = permission_users((Q.encode(),))

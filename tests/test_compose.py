@@ -36,6 +36,9 @@ from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import TEST_PROJECT_PREFIX
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"pair": ("docker", "servers")}
+
 RESTARTS = "n1_d7_restart_is_not_a_stall.jsonl"  # a restart and a crash
 
 
@@ -237,6 +240,8 @@ def test_attaching_with_another_module_build_is_refused(pair: PairSettings, tmp_
 # -- the command line, from up to down ------------------------------------------------------------
 
 
+@pytest.mark.docker
+@pytest.mark.servers
 def test_servers_up_replay_attached_then_down_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -267,6 +272,7 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
+@pytest.mark.docker
 def test_ports_in_use_are_one_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -281,12 +287,14 @@ def test_ports_in_use_are_one_clear_error(
     assert compose.leftovers(docker_client(), settings.project) == []
 
 
+@pytest.mark.docker
 def test_attach_without_a_running_pair_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     missing = f"{TEST_PROJECT_PREFIX}none-{os.getpid()}"
     assert main(["replay", str(HISTORIES / RESTARTS), "--attach", missing]) == 2
     assert f"no running pair in compose project '{missing}'" in _one_line(capsys)
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize(
     "argv",
     [["servers", "up"], ["servers", "down"], ["replay", str(HISTORIES / RESTARTS), "--attach"]],

@@ -32,6 +32,9 @@ from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, parse_canonical
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"servers": ("servers",)}
+
 Q = "q"
 OOM, READONLY = "OOM", "READONLY"
 
@@ -283,6 +286,7 @@ REPLICA = _history("""
 """)
 
 
+@pytest.mark.servers
 def test_the_replay_sets_the_limit_keeps_it_and_keeps_its_own_writes_clear_of_it() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
         result = replayer.replay(MEMORY)
@@ -300,6 +304,7 @@ def test_the_replay_sets_the_limit_keeps_it_and_keeps_its_own_writes_clear_of_it
         assert [(_outcome(r.lua_reply), _outcome(r.native_reply)) for r in again.records] == [(ok, ok)]
 
 
+@pytest.mark.servers
 def test_a_history_that_calls_a_replica_gets_replicas_and_the_next_one_keeps_only_the_lua_one() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
         assert replayer.call_replicas is None
@@ -375,6 +380,7 @@ def _replays_alone(artifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == EXIT_DIVERGENCE and "reproduced: yes, the same step and reason" in out, out
 
 
+@pytest.mark.servers
 def test_a_replica_behind_before_the_historys_first_call_to_it_is_that_calls_divergence(
     unpropagating: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -392,6 +398,7 @@ def test_a_replica_behind_before_the_historys_first_call_to_it_is_that_calls_div
     _replays_alone(artifact, tmp_path, capsys)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("history", [CALLED_FIRST, CALLED_AFTER], ids=["called-first", "called-after"])
 def test_a_propagation_divergence_found_with_the_lua_replica_carried_over_reproduces_alone(
     history: hist.History, unpropagating: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -438,6 +445,7 @@ BAD_KEY_AFTER_THE_REFUSAL = _history("""
 """)
 
 
+@pytest.mark.servers
 def test_a_refusal_at_the_first_write_comes_before_the_rows_about_what_follows() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
         result = replayer.replay(BAD_KEY_AFTER_THE_REFUSAL)

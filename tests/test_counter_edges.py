@@ -4,6 +4,8 @@ corpus, and the catalogue's counter-edge mutant caught there."""
 
 from __future__ import annotations
 
+import pytest
+
 from difftest.history.format import CallStep, History, RawWrite
 from difftest.replay.labels import COUNTER_LABELS, labels
 from difftest.replay.replayer import Replayer
@@ -32,6 +34,7 @@ def test_an_edge_is_crossed_from_below_it_to_it_or_past_it() -> None:
     assert domains.below_edge("2^32", 3) == b"4294967293"
 
 
+@pytest.mark.servers
 def test_the_counter_history_crosses_every_edge_and_both_executors_agree() -> None:
     with Replayer(DEFAULT_MODULE) as replayer:
         result = replayer.replay(counter_history())
@@ -41,6 +44,9 @@ def test_the_counter_history_crosses_every_edge_and_both_executors_agree() -> No
     assert reached["counter:attempts:crosses:2^32"] == 1 and reached["counter:count:crosses:i64"] == 1
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 def test_a_module_holding_counters_in_32_bits_diverges_where_the_history_crosses_2_31() -> None:
     mutant = {m.id: m for m in cat.load()}[MUTANT]
     assert mutant.defect_class == "counter-edge"

@@ -18,6 +18,8 @@ from difftest.cli.main import EXIT_DIVERGENCE, EXIT_IOERR
 from difftest.history import format as hist
 from tests.helpers import planted_scripts
 
+pytestmark = pytest.mark.subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -83,6 +85,7 @@ def run_with_reports_frozen(tmp_path: Path, *options: str) -> tuple[int, list[st
     return process.returncode, (first + out).splitlines(), err.splitlines(), directory
 
 
+@pytest.mark.servers
 def test_a_reports_directory_that_stops_being_writable_keeps_the_verdict(tmp_path: Path) -> None:
     code, out, err, directory = run_with_reports_frozen(tmp_path, "--examples", "1", "--seed", "3")
     assert code == EXIT_IOERR, (out[-5:], err)
@@ -95,6 +98,7 @@ def test_a_reports_directory_that_stops_being_writable_keeps_the_verdict(tmp_pat
     assert list(directory.iterdir()) == []  # no half-written summary.json, no temporary, no empty log
 
 
+@pytest.mark.servers
 def test_a_divergence_whose_artifact_cannot_be_written_is_printed_and_replays(tmp_path: Path) -> None:
     planted = planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")
     code, out, err, directory = run_with_reports_frozen(tmp_path, "--examples", "1", "--seed", "3",
@@ -136,6 +140,7 @@ sys.exit(main(["report", {str(tmp_path)!r}]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "summary.json"]
 
 
+@pytest.mark.servers
 def test_a_run_whose_disk_fills_keeps_its_verdict_and_leaves_no_half_file(tmp_path: Path) -> None:
     """The issue's case itself, where this machine lets us: a small file system of its own (tmpfs), all
     but 24 KB taken, as --reports. The history shows on the terminal, no file is half written."""

@@ -22,6 +22,10 @@ from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import class_corpus
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 
+pytestmark = pytest.mark.docker
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 
 def _ours(group: ServerGroup | None = None) -> list[object]:
     """This process's containers, or one group's."""
@@ -62,6 +66,7 @@ def test_histories_that_call_a_replica_judge_the_same_on_containers(replayer: Re
     assert {label for label in REQUIRED if label.startswith("condition:replica")} <= reached
 
 
+@pytest.mark.servers
 def test_the_image_is_from_scratch_and_labelled() -> None:
     client = docker_client()
     with ServerGroup(backend="docker") as group:
@@ -72,6 +77,7 @@ def test_the_image_is_from_scratch_and_labelled() -> None:
         assert image.attrs["Config"]["Entrypoint"] == ["/usr/local/bin/valkey-server"]
 
 
+@pytest.mark.servers
 def test_restart_and_crash_keep_data_and_the_frozen_clock() -> None:
     with ServerGroup(backend="docker") as group:
         server = group.add("native", module=DEFAULT_MODULE)
@@ -89,6 +95,7 @@ def test_restart_and_crash_keep_data_and_the_frozen_clock() -> None:
     assert _ours(group) == []
 
 
+@pytest.mark.servers
 def test_a_group_restart_is_a_new_server_in_the_same_container() -> None:
     """The init (PID 1) restarts the server inside its container: a new process (a new run_id) on
     the same data, SHUTDOWN for a restart and SIGKILL for a crash (the server says goodbye only to
@@ -127,6 +134,7 @@ def test_no_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert "\n" not in str(problem.value)
 
 
+@pytest.mark.servers
 def test_a_campaign_runs_on_containers(tmp_path: Path) -> None:
     before = {c.id for c in _ours()}  # type: ignore[attr-defined]
     result = run_campaign(

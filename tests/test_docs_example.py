@@ -29,6 +29,7 @@ def test_the_page_shows_the_history_file_as_it_is() -> None:
     assert _blocks("json") == [HISTORY.read_text()]
 
 
+@pytest.mark.servers
 def test_the_examples_commands_print_what_the_page_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     planted = tmp_path / "planted"
     shutil.copytree(ROOT / "executors" / "lua", planted, ignore=shutil.ignore_patterns("*.py", "__pycache__"))

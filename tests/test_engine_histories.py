@@ -11,6 +11,9 @@ from difftest.history import format as hist
 from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 HISTORIES = Path(__file__).parent / "histories"
 
 EXPECTED_RULES = {

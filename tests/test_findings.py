@@ -110,6 +110,7 @@ def run(tmp_path: Path, scripts: Path, *extra: str) -> tuple[int, dict[str, obje
     return code, json.loads(summaries[-1].read_text()) if summaries else {}
 
 
+@pytest.mark.servers
 def test_a_run_goes_on_past_its_first_finding_and_reports_each_distinct_one(
     two_defects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_run_goes_on_past_its_first_finding_and_reports_each_distinct_one(
         assert replayed == EXIT_DIVERGENCE
 
 
+@pytest.mark.servers
 def test_stop_at_first_stops_at_the_first_finding(two_defects: Path, tmp_path: Path) -> None:
     code, summary = run(tmp_path, two_defects, "--no-known-findings", "--stop-at-first")
     assert code == EXIT_DIVERGENCE
@@ -137,6 +139,7 @@ def test_stop_at_first_stops_at_the_first_finding(two_defects: Path, tmp_path: P
     assert summary["histories"] < 40 and summary["stop_at_first"] is True
 
 
+@pytest.mark.servers
 def test_the_first_accepted_is_known_and_the_second_still_exits_1(
     two_defects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -156,6 +159,7 @@ def test_the_first_accepted_is_known_and_the_second_still_exits_1(
     assert not (Path(str(summary["divergences"][0]["artifact"])).parent / "batch-0-1").exists()  # type: ignore[index]
 
 
+@pytest.mark.servers
 def test_both_accepted_exit_with_the_known_code_and_say_so(
     two_defects: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,6 +173,7 @@ def test_both_accepted_exit_with_the_known_code_and_say_so(
     assert not list((tmp_path / "reports").glob("*/failures/*"))
 
 
+@pytest.mark.servers
 def test_an_entry_whose_history_no_longer_reproduces_is_stale(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -189,6 +194,7 @@ def test_an_entry_whose_history_no_longer_reproduces_is_stale(
     assert [(f["signature"], f["status"]) for f in summary["findings"]] == [(COMPLETE_TWICE, known.STALE)]
 
 
+@pytest.mark.subprocess  # a fresh cache: the frozen clock is compiled (cc) before the refusal
 def test_a_bad_known_findings_file_is_one_line_and_exit_2_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,9 @@ from difftest.servers.group import ServerGroup
 from tests.helpers import planted_scripts
 from tests.test_run_signals import Footprint, _cmdline, await_gone
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"database": ("servers",)}
+
 ROOT = Path(__file__).resolve().parent.parent
 WAIT_S = 240.0  # a guard against a hung service, never a measure of speed (a loaded machine is slow)
 
@@ -85,6 +88,8 @@ def until(what: str, condition: Any, *running: Fuzz) -> Any:
         time.sleep(0.2)
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_planted_defect_is_found_once_by_two_services_and_replays_as_printed(
     database: str, planted: Path, tmp_path: Path
 ) -> None:
@@ -143,6 +148,8 @@ def test_a_planted_defect_is_found_once_by_two_services_and_replays_as_printed(
     assert f"histories {totals['histories']:,}" in status.stdout
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_sigterm_drains_a_service_a_killed_worker_is_replaced_and_nothing_is_left(
     database: str, tmp_path: Path
 ) -> None:
@@ -185,6 +192,8 @@ def test_sigterm_drains_a_service_a_killed_worker_is_replaced_and_nothing_is_lef
         store.close()
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_failure_a_dead_worker_left_is_recorded_by_another(database: str, planted: Path, tmp_path: Path) -> None:
     from difftest.history import format as hist
 
@@ -216,6 +225,7 @@ def test_a_failure_a_dead_worker_left_is_recorded_by_another(database: str, plan
         store.close()
 
 
+@pytest.mark.subprocess  # the build record asks valkey-server its --version first
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     from difftest.cli.main import main
 
@@ -224,6 +234,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert main(["fuzz", "status", "--database", "valkey://127.0.0.1:1/0", *reports]) == EXIT_SETUP
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_ctrl_c_to_the_whole_process_group_drains_and_leaves_nothing(database: str, tmp_path: Path) -> None:
     from difftest.base.exits import EXIT_INTERRUPTED
 
@@ -258,6 +270,8 @@ def test_a_long_series_is_thinned_evenly_for_the_page() -> None:
     assert thinned(points[:5], 720) == points[:5]
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_without_a_database_the_store_is_this_machines_own_and_a_later_service_resumes_from_it(
     tmp_path: Path,
 ) -> None:
@@ -287,6 +301,8 @@ def test_without_a_database_the_store_is_this_machines_own_and_a_later_service_r
     assert "workers: 0 live of 2 known" in status.stdout
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_finding_the_known_findings_file_accepts_is_counted_not_recorded(
     database: str, planted: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from difftest.base.exits import EXIT_OK, EXIT_SETUP
 from difftest.fuzz.corpusfile import FORMAT, VERSION, digest_of, read_corpus
 
@@ -34,6 +36,8 @@ def labels_of(cwd: Path, state: Path) -> int:
     return int(line.split("reached: ")[1].split(" behaviour labels")[0])
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_corpus_goes_through_a_file_into_a_new_store_whole_once_and_is_replayed_there(tmp_path: Path) -> None:
     night1, night2 = tmp_path / "night1", tmp_path / "night2"
     done = difftest(tmp_path, "fuzz", "--state", str(night1), "--workers", "1", "--histories", "20", "--seed", "7",

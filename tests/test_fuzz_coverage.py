@@ -19,6 +19,8 @@ from difftest.instrument import native as native_coverage
 from difftest.replay.replayer import replay_once
 from tests.test_fuzz import WAIT_S, database  # noqa: F401 (the fixture)
 
+pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
+
 ROOT = Path(__file__).resolve().parent.parent
 HISTORY = hist.History((hist.call_step("ENQUEUE", "q", "j1", "p", 0), hist.call_step("CLAIM", "q", 100),
                         hist.call_step("COMPLETE", "q", "j1", 1)))  # fmt: skip

@@ -18,10 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from difftest.base.exits import EXIT_TERMINATED
 from difftest.fuzz.store import Store
 from tests.test_fuzz import WAIT_S, Fuzz, database, planted, until  # noqa: F401 (fixtures)
 from tests.test_reports import browser
+
+pytestmark = [pytest.mark.servers, pytest.mark.browser, pytest.mark.subprocess]
 
 
 class Browser:

@@ -27,6 +27,8 @@ from difftest.fuzz.store import Store
 from difftest.servers.group import ServerGroup
 from tests.test_fuzz import Fuzz, planted, until  # noqa: F401 (fixtures)
 
+pytestmark = pytest.mark.servers
+
 WORKER = "host:1:0"
 
 
@@ -148,6 +150,7 @@ def test_the_dashboard_says_the_store_is_away_and_shows_it_again_when_it_is_back
         server.server_close()
 
 
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_a_service_fuzzing_through_an_outage_records_its_finding_and_whole_counts(
     store_server: Any,
@@ -184,6 +187,7 @@ def test_a_service_fuzzing_through_an_outage_records_its_finding_and_whole_count
     assert not list((tmp_path / "reports" / "fuzz" / "outbox").glob("*.jsonl"))  # nothing left unsent
 
 
+@pytest.mark.subprocess
 def test_a_store_with_a_password_is_used_and_the_password_never_printed(store_server: Any, tmp_path: Path) -> None:
     import subprocess
     import sys

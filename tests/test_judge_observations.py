@@ -27,6 +27,9 @@ from difftest.spec.snapshot import Entry
 from executors.native.adapter import DEFAULT_MODULE
 from tests.test_engine_histories import EXPECTED_RULES, HISTORIES
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 ROOT = Path(__file__).resolve().parent.parent
 OBSERVED = Path(__file__).parent / "observations"
 FILES = sorted(p.name for p in OBSERVED.glob("*.jsonl"))
@@ -119,6 +122,7 @@ def test_judging_is_a_fold_over_plain_data() -> None:
         state = first[0]
 
 
+@pytest.mark.subprocess
 def test_the_judge_imports_no_server_client_or_replay() -> None:
     code = ("import sys, difftest.judge.verdicts, difftest.judge.contract, difftest.replay.observations as o; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('valkey', 'redis', 'docker') "

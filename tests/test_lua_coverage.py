@@ -88,6 +88,7 @@ def test_the_instrumented_scripts_write_and_answer_what_the_scripts_do(group: Se
     assert not lua_coverage.parse_log(plain.logfile.read_bytes())
 
 
+@pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_every_hand_history_and_the_scenario_agree_with_the_instrumented_scripts(tmp_path: Path) -> None:
     with lua_coverage.measuring(tmp_path), Replayer(DEFAULT_MODULE) as replayer:
@@ -106,6 +107,7 @@ def test_every_hand_history_and_the_scenario_agree_with_the_instrumented_scripts
         assert plain.scripts == load_scripts()
 
 
+@pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_a_campaign_reports_lua_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "--lua-coverage", "--examples", "40", "--seed", "4", "--workers", "1", "--no-database",
@@ -122,6 +124,7 @@ def test_a_campaign_reports_lua_coverage(tmp_path: Path, capsys: pytest.CaptureF
     assert code == EXIT_SETUP and "--lua-coverage reads the Lua servers' logs" in capsys.readouterr().err
 
 
+@pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_merge_sums_the_shards_lua_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shards = []

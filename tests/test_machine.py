@@ -140,6 +140,7 @@ def _replayed_case(name: str, shape: HistoryShape) -> Any:
     machine = engine.runnable(type(f"Replayed{name}Machine", (ReplayedQueueMachine,), {"shape": shape, "replayed": []}))
 
     class Case(machine.TestCase):  # type: ignore[name-defined,misc]
+        pytestmark = pytest.mark.servers  # setUpClass starts a Replayer's pair
         settings = settings(max_examples=20, stateful_step_count=30, deadline=None, derandomize=True, database=None)
 
         @classmethod

@@ -3,6 +3,8 @@ corpus, and judged alike on both executors (a CLAIM's reply carries the payload 
 
 from __future__ import annotations
 
+import pytest
+
 from difftest.history.format import CallStep, History
 from difftest.replay.labels import VALUE_SIZE_LABELS, labels
 from difftest.replay.replayer import Replayer
@@ -12,6 +14,7 @@ from strategies.corpus import class_corpus
 from strategies.machine import HistoryShape, machine_settings, run_machine
 
 
+@pytest.mark.servers
 def test_the_corpus_history_sends_and_claims_a_megabyte_and_both_executors_agree() -> None:
     (history,) = [h for h in class_corpus(sizes=False) if h.note.endswith("size:value:payload:1MiB")]
     with Replayer(DEFAULT_MODULE) as replayer:

@@ -229,6 +229,7 @@ COMPLETE_WITH_A_STALE_TOKEN = (
 )
 
 
+@pytest.mark.servers
 def test_a_planted_shared_defect_is_reported_as_a_shared_defect(tmp_path: Path) -> None:
     """COMPLETE ignores its token, in the scripts that both servers run: the executors agree, the
     model says the fence should have held."""
@@ -250,6 +251,7 @@ def test_a_planted_shared_defect_is_reported_as_a_shared_defect(tmp_path: Path) 
         assert engine.replay(_scripts_history(*COMPLETE_WITH_A_STALE_TOKEN)).divergence is None
 
 
+@pytest.mark.servers
 def test_a_one_sided_defect_of_the_scripts_names_the_scripts(tmp_path: Path) -> None:
     """The same defect in the Lua executor only: the pair diverges, and the model says which side."""
     scripts = planted_scripts(tmp_path, "complete.lua", "~= ARGV[2] then return 0", "== nil then return 0")
@@ -263,6 +265,7 @@ def test_a_one_sided_defect_of_the_scripts_names_the_scripts(tmp_path: Path) -> 
     assert "model: native" not in divergence.reason
 
 
+@pytest.mark.servers
 def test_a_campaign_reports_the_share_of_steps_the_model_judged(tmp_path: Path) -> None:
     """summary.json's `model` entry and the terminal's summary row, from a campaign on real servers."""
     import io
@@ -286,6 +289,7 @@ def test_a_campaign_reports_the_share_of_steps_the_model_judged(tmp_path: Path) 
     assert f"{share['judged_steps']:,} of {share['steps']:,} steps" in terminal.getvalue()
 
 
+@pytest.mark.servers
 def test_the_share_counts_each_replayed_step() -> None:
     with Replayer(DEFAULT_MODULE) as engine:
         replayed = engine.replay(_scripts_history(*COMPLETE_WITH_A_STALE_TOKEN))

@@ -42,6 +42,7 @@ def test_the_catalogue_has_enough_mutants_and_one_canary() -> None:
     assert sum(m.executor == cat.BOTH for m in real) >= 8
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.id)
 def test_every_patch_applies_cleanly_to_the_current_source(mutant: cat.Mutant, tmp_path: Path) -> None:
     for executor in mutant.executors:  # a shared mutant: each executor's patch to its own source
@@ -103,6 +104,9 @@ def test_the_cache_key_follows_patch_and_source() -> None:
     assert all("target" not in p.parts for p in source_files("native", native))
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~100 s here)
 def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
     # cheap native mutant: a one-line change, caught at the first CLAIM (N1); ~2 s to build once
@@ -126,6 +130,8 @@ def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
         assert (tmp_path / "report" / name).is_file()
 
 
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~2 min)
 def test_a_copy_made_before_another_mutants_build_is_still_built_from_its_own_source(tmp_path: Path) -> None:
     """The unpatched copy is made first, a mutant is built into the shared target while it waits,

@@ -17,6 +17,8 @@ from mutants import report
 from mutants.run import EXIT_ALL_CAUGHT, run
 from mutants.score import CAUGHT, Budget
 
+pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
+
 # writes not propagated to the AOF: invisible until the servers reload it (restart or crash);
 # with restarts on it is caught within the first dozen histories of this seed (~10 s here)
 MUTANT = "native-writes-not-replicated"

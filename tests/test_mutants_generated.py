@@ -22,6 +22,9 @@ from mutants.run import EXIT_ALL_CAUGHT, run
 from mutants.score import CAUGHT, EQUIVALENT, MISSED, UNVIABLE, Budget
 from mutants.workspace import apply_patch, source_files
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"listing": ("build",)}
+
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(1800)  # the first use installs cargo-mutants (compiled: minutes)
 
@@ -63,6 +66,7 @@ def test_every_listed_crate_mutant_becomes_one_entry(
     assert fence and all("CLAIM" not in m.transitions and "COMPLETE" in m.transitions for m in fence)
 
 
+@pytest.mark.subprocess
 def test_the_entries_patches_apply_cleanly_and_change_the_named_line(
     crate_mutants: list[generated.GeneratedMutant], tmp_path: Path
 ) -> None:
@@ -99,6 +103,7 @@ def test_the_lua_operators_produce_mutants_that_compile_on_a_real_server(lua_ser
     assert sample["removed-call"].original.startswith("redis.call(") and sample["removed-call"].replacement == ""
 
 
+@pytest.mark.subprocess
 def test_the_lua_entries_patch_their_script_as_the_runner_applies_it(tmp_path: Path) -> None:
     entries = generated.lua_entries()
     assert {m.transition for m in entries} == set(TRANSITIONS[:8])
@@ -121,6 +126,8 @@ def _mutants(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600, check=False)  # fmt: skip
 
 
+@pytest.mark.build
+@pytest.mark.subprocess
 def test_a_triage_with_an_unknown_id_is_refused_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "triage.toml"
     bad.write_text('[[mutant]]\nid = "rs-no-such-mutant-1"\nverdict = "equivalent"\nreason = "none"\n')
@@ -135,6 +142,8 @@ def test_a_triage_with_an_unknown_id_is_refused_with_one_line(tmp_path: Path) ->
     assert result.returncode == 2 and "no reason" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.build
+@pytest.mark.subprocess
 def test_the_listing_names_every_generated_mutant() -> None:
     result = _mutants("--generated", "--list")
     assert result.returncode == 0, result.stderr
@@ -153,6 +162,9 @@ def test_triage_reads_a_survivor_as_equivalent_and_a_catch_as_stale() -> None:
     assert not report.accepted({"id": "z", "status": MISSED})
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(1800)
 def test_one_generated_native_and_one_lua_mutant_scored_end_to_end(
     crate_mutants: list[generated.GeneratedMutant], tmp_path: Path

@@ -51,6 +51,9 @@ def _scored_again(reports: Path, mutant_id: str) -> bool:
     return (reports / mutant_id).is_dir()
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_scores_survivors_history_thresholds_and_the_incremental_skip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -146,6 +149,7 @@ def test_scores_survivors_history_thresholds_and_the_incremental_skip(
     assert len(trend.read(history)) == 3
 
 
+@pytest.mark.subprocess
 def test_the_change_since_the_last_run_per_transition_file_and_class(tmp_path: Path) -> None:
     history = tmp_path / trend.FILE_NAME
 
@@ -198,6 +202,7 @@ def _repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return top
 
 
+@pytest.mark.subprocess
 def test_in_diff_chooses_the_mutants_on_changed_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     top = _repository(tmp_path, monkeypatch)
     catalogue = list(MUTANTS.values())
@@ -222,6 +227,7 @@ def test_in_diff_chooses_the_mutants_on_changed_lines(tmp_path: Path, monkeypatc
     assert choose(catalogue, None, None, "HEAD~1")[0] == []
 
 
+@pytest.mark.subprocess
 def test_in_diff_with_no_mutant_on_a_changed_line_scores_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,6 +238,7 @@ def test_in_diff_with_no_mutant_on_a_changed_line_scores_nothing(
     assert err == "" and not (tmp_path / "m").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("ref", ["no-such-ref", "HEAD~100000", "--output=x"])
 def test_a_bad_ref_is_one_line_and_exit_2(ref: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([f"--in-diff={ref}", "--only", CAUGHT_ID, "--reports", str(tmp_path / "m")]) == EXIT_SETUP
@@ -263,6 +270,7 @@ def test_annotations_escape_what_github_reads_as_syntax() -> None:
     assert "50%25 of%0Athe: budget, spent" in line and "\n" not in line
 
 
+@pytest.mark.subprocess
 def test_a_merge_appends_to_the_score_history(tmp_path: Path) -> None:
     from difftest.report.nightly import mutants_section
     from tests.test_mutants_report import STATUSES, _document

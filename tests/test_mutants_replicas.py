@@ -21,6 +21,8 @@ from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, run
 from mutants.score import CAUGHT, Budget
 from mutants.workspace import DEFAULT_CACHE, prepare
 
+pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
+
 REPLICATION = [m for m in cat.load() if m.defect_class.startswith("replication")]
 SEED = 20261202
 # with replicas a mutant is caught within the first dozen histories (1, 9 and 6 when this was

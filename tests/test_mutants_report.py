@@ -249,6 +249,7 @@ def test_a_subset_run_says_so_and_lists_what_it_left_out(tmp_path: Path) -> None
     assert "subset" not in whole.split("<style>")[0] + whole.split("</style>")[1]
 
 
+@pytest.mark.subprocess
 def test_thresholds_colour_the_score_and_the_break_threshold_gates(tmp_path: Path) -> None:
     # STATUSES score 1 / 4 (25 %): below break 30 the run fails (exit 1), at break 25 it passes
     # whatever survived; without a break threshold every mutant must be caught
@@ -284,6 +285,7 @@ def test_the_budget_reads_as_text() -> None:
                     "(killed at 660 s); shrinking up to 5 s; restarts and crashes on; replicas off")  # fmt: skip
 
 
+@pytest.mark.browser
 def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
     from tests.test_reports import in_browser
 
@@ -319,6 +321,9 @@ def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
     assert found["width"] <= 1280 and found["right"] <= 1280, found  # nothing cut, no sideways scrolling
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(300)
 def test_sigterm_stops_the_runner_with_143_and_ctrl_c_with_130(tmp_path: Path) -> None:
     # the runner's first line (the subset it runs) comes before anything is built or started; the
@@ -342,6 +347,9 @@ def test_sigterm_stops_the_runner_with_143_and_ctrl_c_with_130(tmp_path: Path) -
         assert runner.returncode == code and f"interrupted by {by}" in err, (runner.returncode, err[-2000:])
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_the_merged_shards_give_the_unsharded_verdicts(tmp_path: Path) -> None:
     # two Lua mutants (no build), the canary and the null run on a small budget: ~20 s a run here
@@ -382,6 +390,9 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)
 def test_a_campaign_past_its_hard_limit_is_killed_with_its_servers(tmp_path: Path) -> None:
     base, problem = baseline(DEFAULT_CACHE)

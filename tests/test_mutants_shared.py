@@ -16,6 +16,8 @@ from mutants import catalogue as cat
 from mutants.score import caught_by
 from mutants.workspace import prepare
 
+pytestmark = pytest.mark.servers
+
 # a job claimed, failed for a retry, promoted and claimed again: the second claim's token must be
 # above the first's
 HISTORY = "\n".join([
@@ -35,6 +37,8 @@ def test_the_history_is_no_finding_on_the_unmodified_pair() -> None:
     assert plain.records[-1].native_reply == [b"j1", b"p", 2]  # the second claim's token: 2
 
 
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)  # a fresh cache first builds the module's dependencies (~100 s here)
 def test_a_token_handed_out_twice_is_an_accounting_finding_on_both_sides() -> None:
     mutant = next(m for m in cat.load() if m.id == "both-claim-token-reset-to-one")

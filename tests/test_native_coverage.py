@@ -70,6 +70,8 @@ def _unreached(document: dict[str, Any], file: str) -> set[int]:
     return {number for group in document["unreached"] if group["file"] == file for number, _ in group["lines"]}
 
 
+@pytest.mark.servers
+@pytest.mark.build
 @pytest.mark.timeout(600)  # the first instrumented build compiles the dependencies (~4 min on a busy machine)
 def test_a_branch_only_restarts_reach_is_unreached_without_them_and_reached_with_them(tmp_path: Path) -> None:
     tools = native_coverage.find_tools()
@@ -131,6 +133,8 @@ def test_only_embedded_servers(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert "--native-coverage runs embedded servers only" in capsys.readouterr().err
 
 
+@pytest.mark.servers
+@pytest.mark.build
 @pytest.mark.timeout(900)  # a fresh cache first builds the instrumented module's dependencies
 def test_merge_sums_the_shards_native_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two shards measured apart, merged: a line is unreached in the merge exactly when neither shard

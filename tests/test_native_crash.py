@@ -13,6 +13,8 @@ from difftest.spec.replies import Died, NotSent
 from mutants import catalogue as cat
 from mutants.workspace import prepare
 
+pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
+
 MUTANT = "native-complete-aborts-on-a-later-lease"  # abort() in COMPLETE when the token is above 1
 
 HEADER = '{"format": "difftest-history", "version": 1, "start_ms": 1000}\n'

@@ -28,6 +28,8 @@ from difftest.spec.replies import ErrorReply, Reply
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0
 
+pytestmark = pytest.mark.servers
+
 SETTINGS = settings(
     max_examples=200,
     deadline=None,

@@ -25,6 +25,9 @@ from difftest.spec.snapshot import take_snapshot
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import T0, H, Q, S, Z, assert_keyspace
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"shared_group": ("servers",)}
+
 PENDING, ACTIVE, DELAYED, DEAD, DONE = (Q + s for s in ("pending", "active", "delayed", "dead", "done"))
 META, FAILED, COMPLETED = Q + "meta", Q + "metrics:failed", Q + "metrics:completed"
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"

@@ -82,6 +82,9 @@ def artifact_name(job: str, matrix: dict[str, str]) -> str:
     return str(step["with"]["name"]).replace("${{ matrix.name }}", matrix["name"])
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(1500)  # the generated mutants' leg adds a null run, a canary and cargo-mutants' listing
 def test_the_workflows_shard_and_merge_commands_give_the_unsharded_verdict(tmp_path: Path) -> None:
     document = load()
@@ -193,6 +196,7 @@ def artifact(number: int, name: str, run: int, day: int, expired: bool = False) 
             "workflow_run": {"id": run, "head_branch": "main"}}  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_previous_names_the_newest_run_that_keeps_the_artifact_and_fails_when_github_does_not_answer(
     tmp_path: Path,
 ) -> None:
@@ -218,6 +222,9 @@ def test_previous_names_the_newest_run_that_keeps_the_artifact_and_fails_when_gi
         assert not output.exists() and done.stdout == ""  # no run-id at all: the job stops there
 
 
+@pytest.mark.servers
+@pytest.mark.build
+@pytest.mark.subprocess
 @pytest.mark.timeout(900)  # the fuzz command runs the coverage build, which a fresh clone builds first
 def test_the_fuzz_jobs_commands_carry_the_corpus_to_the_next_night(tmp_path: Path) -> None:
     """Two nights of the fuzz job's steps as written (make setup skipped; download-artifact and

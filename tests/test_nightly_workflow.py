@@ -341,6 +341,7 @@ def _linter(name: str) -> str:
     return found
 
 
+@pytest.mark.subprocess
 def test_zizmor_finds_nothing() -> None:
     # --offline: the audits that need no GitHub API (unpinned uses, persisted credentials, injections...)
     done = subprocess.run([_linter("zizmor"), "--offline", "--no-progress", str(WORKFLOW.parent)],
@@ -349,6 +350,7 @@ def test_zizmor_finds_nothing() -> None:
     assert "No findings" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
+@pytest.mark.subprocess
 def test_actionlint_finds_nothing() -> None:
     done = subprocess.run([_linter("actionlint"), "-no-color", str(WORKFLOW)],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
@@ -368,6 +370,7 @@ def test_the_gating_commands_read_the_known_findings_exit_as_a_pass() -> None:
     assert (ROOT / "known-findings.toml").is_file()
 
 
+@pytest.mark.subprocess
 def test_known_ok_passes_exit_6_and_nothing_else() -> None:
     from difftest.report.nightly import main as nightly
 

@@ -13,6 +13,8 @@ from difftest.servers.group import ServerGroup
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import PRELUDE
 
+pytestmark = pytest.mark.servers
+
 Q = "emq:{q}:"
 
 

@@ -12,6 +12,8 @@ from difftest.campaign.driver import CampaignConfig, run_campaign
 from difftest.cli.preflight import campaign_examples
 from executors.native.adapter import DEFAULT_MODULE
 
+pytestmark = pytest.mark.servers
+
 SHARDS = 4
 EXAMPLES = campaign_examples(os.environ)  # checked (one line) by conftest.py before any test starts
 SEED = int(os.environ.get("DIFFTEST_CAMPAIGN_SEED", "20261202"))

@@ -31,10 +31,12 @@ def planted(tmp_path: Path) -> Path:
     return planted_scripts(tmp_path, "complete.lua", "'count', 1)", "'count', 2)")
 
 
+@pytest.mark.servers
 def test_the_unmodified_scripts_agree() -> None:
     assert replay_once(HISTORY, DEFAULT_MODULE).ok
 
 
+@pytest.mark.servers
 def test_planted_defect_is_caught_and_reproduced(
     planted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +59,7 @@ def test_planted_defect_is_caught_and_reproduced(
     assert "reproduced: NO" in capsys.readouterr().out
 
 
+@pytest.mark.servers
 def test_an_artifact_is_never_overwritten(planted: Path, tmp_path: Path) -> None:
     result = replay_once(HISTORY, DEFAULT_MODULE, lua_scripts=planted)
     save_divergence(result, tmp_path / "a")
@@ -64,6 +67,7 @@ def test_an_artifact_is_never_overwritten(planted: Path, tmp_path: Path) -> None
         save_divergence(result, tmp_path / "a")
 
 
+@pytest.mark.subprocess  # a fresh cache: the frozen clock is compiled (cc) before the refusal
 def test_bad_inputs_get_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "difftest-history", "version": 1}\n{"op": "advance", "ms": "x"}\n')

@@ -28,6 +28,9 @@ from difftest.spec.snapshot import (
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import LAYOUT, PRELUDE, plain
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 HISTORIES = Path(__file__).parent / "histories"
 
 
@@ -132,6 +135,7 @@ def test_a_key_in_another_database_is_part_of_the_snapshot(replayer: Replayer) -
     assert by_lua[qualified(0, LAYOUT.pending)] == by_native[qualified(0, LAYOUT.pending)]
 
 
+@pytest.mark.servers
 def test_active_expiry_is_off_so_a_key_goes_only_when_read_past_its_time() -> None:
     with ServerGroup() as group:
         side = LuaSide(group.add("lua"), {})
@@ -211,6 +215,7 @@ PAUSED_CLAIM_ON_A_REPLICA = """{"format": "difftest-history", "version": 1, "sta
 """
 
 
+@pytest.mark.servers
 def test_a_call_to_a_replica_runs_in_the_historys_database() -> None:
     """The replica's wire moves with the history's database: in database 2 the paused read on the
     replica sees database 2's meta (both answer empty), not database 0's (the scripts would claim)."""

@@ -18,6 +18,7 @@ def config(tmp_path: Path, name: str, workers: int) -> CampaignConfig:
                           pin=False, sizes=False)  # fmt: skip
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_hook_sees_running_totals_and_changes_no_result(tmp_path: Path, workers: int) -> None:
     seen: list[Progress] = []
@@ -64,6 +65,7 @@ def test_on_a_terminal_a_bar_is_drawn() -> None:
     assert "\x1b[" in text and "40/40 histories" in text and "450 steps/s" in text and "0 divergence(s)" in text
 
 
+@pytest.mark.servers
 def test_difftest_run_reports_progress_on_stderr_and_ends_with_a_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,8 @@ from difftest.replay import replayer as replayer_module
 from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
 
+pytestmark = pytest.mark.servers
+
 # a worker whose rules reach the whole queue: its second ENQUEUE derives the keys of the first (known)
 # and a row of its own (not known yet)
 HISTORY = """{"format": "difftest-history", "version": 1, "start_ms": 1000, "users": {"w": ["~emq:{q}:*"]}}

@@ -92,6 +92,7 @@ def test_a_long_run_of_steps_is_cut_into_bounded_pipelines() -> None:
     assert [len(s) for s in replay.segments(steps)] == [replay.SEGMENT_STEPS, replay.SEGMENT_STEPS, 3]
 
 
+@pytest.mark.servers
 def test_a_history_longer_than_a_segment_replays_every_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,9 @@ from difftest.spec.snapshot import Entry
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import Q
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"any_group": ("servers",)}
+
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.jsonl"))
 ROW = (Q + "job:j1").encode()
 EPOCH_DIFFERS = f"{KIND}: the native server's replica differs from its primary: {Q}job:j1 (fields lease_epoch differ)"
@@ -57,7 +60,7 @@ def test_the_verdict_is_a_pure_comparison_that_names_keys_and_fields_not_values(
     assert many is not None and many.endswith("; and 2 more key(s)") and "(only on the replica)" in many
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
 def any_group(request: pytest.FixtureRequest) -> Iterator[ServerGroup]:
     """A group of embedded servers, and one of containers (whose replicas join their primary's
     network namespace: a container has no other network)."""
@@ -100,6 +103,7 @@ def test_a_replica_written_behind_its_primarys_back_is_named(any_group: ServerGr
         assert all(pair.replica._container is None for pair in replicas.pairs)
 
 
+@pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_every_hand_history_and_the_scenario_agree_with_a_replica_beside_each_server() -> None:
     with Replayer(DEFAULT_MODULE, replicas=True) as replayer:
@@ -126,6 +130,7 @@ def test_an_attached_pair_gets_no_replicas(capsys: pytest.CaptureFixture[str], t
     assert not any(tmp_path.iterdir())  # refused before a run directory was made
 
 
+@pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_a_campaign_with_replicas_records_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code = main(["run", "--replicas", "--examples", "40", "--seed", "5", "--workers", "1", "--no-database",

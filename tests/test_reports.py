@@ -29,6 +29,9 @@ from difftest.report import html as html_report
 from difftest.spec.snapshot import Entry
 from tests.helpers import planted_scripts
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"run": ("servers",), "diverged": ("servers",)}
+
 SEED = 424242
 SCHEMA = Path(__file__).with_name("junit.xsd")
 WINDOW = (1200, 2000)
@@ -175,6 +178,7 @@ def in_browser(page: Path, *args: str, window: tuple[int, int] = WINDOW) -> subp
         return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, check=False)
 
 
+@pytest.mark.browser
 def test_a_real_browser_renders_the_report(run: Path) -> None:
     from PIL import Image
 
@@ -249,6 +253,7 @@ def test_a_fixed_page_with_every_label_is_short(diverged: bool, tmp_path: Path) 
     assert unfolded_height(page) > 2 * MAX_PAGE_PX
 
 
+@pytest.mark.browser
 def test_a_divergence_is_shown_with_its_replies_and_keys_and_no_red(diverged: Path) -> None:
     from PIL import Image
 

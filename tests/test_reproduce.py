@@ -22,6 +22,9 @@ from difftest.replay import build
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import LUA_DIR, planted_scripts
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"found": ("servers",)}
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -79,6 +82,7 @@ def test_every_reproduce_line_and_record_carries_the_build(found: dict[str, obje
     assert shlex.join(on_build) in (run / "report.html").read_text().replace("&#x27;", "'")
 
 
+@pytest.mark.subprocess
 def test_the_printed_replay_runs_as_printed_and_reproduces(found: dict[str, object]) -> None:
     line = reproduce_of(str(found["out"]), "artifact: ")
     done = subprocess.run([*shlex.split(line), "--reports", str(Path(str(found["run"])) / "again")],
@@ -143,6 +147,7 @@ def broken(tmp_path: Path) -> Path:
     return scripts
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("command", [["run", "--examples", "2", "--workers", "2", "--no-database"],
                                      ["replay", str(ROOT / "tests/histories/d2_meta_error.jsonl")],
                                      ["scenario"]], ids=lambda c: c[0])  # fmt: skip
@@ -158,6 +163,7 @@ def test_scripts_that_do_not_compile_are_refused_at_start(
     assert "NOSCRIPT" not in out + err[0] and not (tmp_path / "r").exists()
 
 
+@pytest.mark.servers
 def test_a_lua_mutant_that_does_not_compile_is_unviable(broken: Path, tmp_path: Path) -> None:
     from mutants.score import UNVIABLE, Budget, campaign
 
@@ -169,6 +175,8 @@ def test_a_lua_mutant_that_does_not_compile_is_unviable(broken: Path, tmp_path: 
         check_scripts(broken)
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_chosen_valkey_version_is_recorded_printed_and_replayed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

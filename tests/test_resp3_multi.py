@@ -31,6 +31,9 @@ from difftest.spec.replies import (
 from executors.native.adapter import DEFAULT_MODULE
 from strategies.corpus import PRELUDE, plain
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 RESP3_CASES = [
     (b"_\r\n", None),
     (b"#t\r\n", Boolean(True)),

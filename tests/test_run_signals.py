@@ -203,6 +203,8 @@ def summary_of(reports: Path) -> dict[str, Any]:
     return document
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("how", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_an_interrupted_run_removes_everything_and_reports_its_work(how: str, code: int, tmp_path: Path) -> None:
     returned, (processes, shm), output = ended_by(how, tmp_path)
@@ -223,6 +225,8 @@ def test_an_interrupted_run_removes_everything_and_reports_its_work(how: str, co
     assert any((tmp_path / "reports").glob("*/report.html"))
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_killed_runner_takes_its_workers_and_servers_with_it(tmp_path: Path) -> None:
     returned, (processes, shm), _ = ended_by("SIGKILL", tmp_path)
     assert returned == -signal.SIGKILL
@@ -230,6 +234,7 @@ def test_a_killed_runner_takes_its_workers_and_servers_with_it(tmp_path: Path) -
     assert shm == [], f"/dev/shm entries of the run left: {shm}"
 
 
+@pytest.mark.subprocess
 def test_an_interrupt_that_lands_in_a_gc_callback_prints_nothing() -> None:
     """Ctrl-C during a garbage collection raises in Hypothesis's gc callback, where Python can only
     print it as "Exception ignored"; the campaign remembers the signal and prints nothing of it.
@@ -255,6 +260,7 @@ print("after", file=sys.stderr, flush=True)
     assert quiet == "after\n"
 
 
+@pytest.mark.subprocess
 def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> None:
     from difftest.servers.leftovers import OWNER_FILE, sweep_leftovers
 
@@ -270,6 +276,7 @@ def test_the_next_start_removes_what_killed_processes_left(tmp_path: Path) -> No
     assert {p.name for p in tmp_path.iterdir()} == {"difftest-live", "difftest-other"}
 
 
+@pytest.mark.subprocess
 def test_a_group_names_its_owner_and_the_next_group_removes_a_killed_ones() -> None:
     """A server group's directory in /dev/shm names the process that made it; one whose maker was
     killed (SIGKILL: no cleanup ran, as a test fixture's under a killed pytest) goes at the next
@@ -312,6 +319,8 @@ def _lua_server(runner: int) -> int | None:
     return (forked or list(lua) or [None])[0]
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 def test_a_lost_lua_server_stops_the_run_never_repaired(tmp_path: Path) -> None:
     """The Lua server, the reference, never crashes by a history's doing: killed mid-campaign, the run
     stops with difftest's own failure code (70, one line naming it), is not repaired, and says no
@@ -338,6 +347,7 @@ def test_a_lost_lua_server_stops_the_run_never_repaired(tmp_path: Path) -> None:
     assert "agree" not in out and "Traceback" not in err
 
 
+@pytest.mark.servers
 def test_a_lua_server_lost_between_histories_is_not_started_again() -> None:
     """The path that used to repair it: the next history's reset started a dead Lua server again."""
     from difftest.history import format as hist

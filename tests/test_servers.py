@@ -118,6 +118,7 @@ def test_unloadable_module_is_one_clear_error(group: ServerGroup, tmp_path: Path
         group.add("a", module=junk)
 
 
+@pytest.mark.subprocess
 def test_wrong_valkey_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "valkey-server"
     fake.write_text("#!/bin/sh\necho 'Valkey server v=7.2.4 sha=0 malloc=libc bits=64'\n")
@@ -127,6 +128,7 @@ def test_wrong_valkey_version_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
         group.add("a")
 
 
+@pytest.mark.subprocess  # a fresh cache: the frozen clock is compiled (cc) before the refusal
 def test_missing_binary_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DIFFTEST_VALKEY_SERVER", str(tmp_path / "absent"))
     with ServerGroup() as group, pytest.raises(SetupProblem, match="not an executable file"):
@@ -150,6 +152,7 @@ def _parent(pid: int) -> int:
     return int(status.split("PPid:")[1].split()[0])
 
 
+@pytest.mark.servers
 def test_close_removes_processes_and_files() -> None:
     group = ServerGroup()
     server = group.add("a")
@@ -214,6 +217,8 @@ HARNESS = textwrap.dedent(
 )
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_servers_do_not_outlive_the_harness(sig: signal.Signals) -> None:
     """Ctrl-C unwinds the context manager; even SIGKILL of the harness takes the servers down."""
@@ -250,6 +255,7 @@ def test_start_failure_keeps_no_process(group: ServerGroup) -> None:
     assert not server.running
 
 
+@pytest.mark.servers
 def test_nothing_of_a_server_is_left_in_dev_shm_by_a_crash_a_restart_or_the_end() -> None:
     shm = Path("/dev/shm")
     pids = []
@@ -311,6 +317,7 @@ def test_the_aof_is_rewritten_before_a_history_that_restarts_and_only_then() -> 
     assert aof_rewrite(grown + 1, history_restarts=True) == FINISH_REWRITE
 
 
+@pytest.mark.servers
 def test_a_restart_replays_only_its_own_history_once_the_aof_has_grown() -> None:
     """Earlier histories' writes (FLUSHALLs between) past AOF_COMPACT_BYTES are rewritten away, and
     waited for, at the reset of a history that restarts: the restarted server's AOF holds this
@@ -345,6 +352,7 @@ def test_a_restart_replays_only_its_own_history_once_the_aof_has_grown() -> None
             assert server.client.hget("emq:{q}:job:kept", "payload") == b"x"
 
 
+@pytest.mark.servers
 def test_a_data_dir_too_deep_for_a_socket_address_still_serves_and_leaves_nothing(tmp_path: Path) -> None:
     """A unix socket's address is at most 107 bytes: a server whose data dir is deeper (a deep --state,
     checkout or pytest's tmp_path) gets its socket in a short directory of its own, removed by close."""

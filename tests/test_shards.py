@@ -15,6 +15,9 @@ from difftest.campaign.driver import CampaignConfig, batch_sizes, shard_batch
 from difftest.cli.main import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
 from difftest.report.shards import ShardMismatch, merge, owns, parse_shard
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"campaign": ("servers",)}
+
 # ---- which batches a shard runs -------------------------------------------------------------------------
 
 

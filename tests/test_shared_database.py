@@ -17,6 +17,9 @@ from difftest.servers.local import EmbeddedServer, free_tcp_port
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import planted_scripts
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"database_server": ("servers",)}
+
 PREFIX = b"hypothesis-example:"  # RedisExampleDatabase's default key prefix
 
 
@@ -76,6 +79,7 @@ def test_a_failure_found_by_one_campaign_is_replayed_first_by_the_next(
         store.close()
 
 
+@pytest.mark.servers
 def test_a_database_server_that_does_not_answer_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from difftest.history import format as hist
 from difftest.replay.replayer import Replayer
 from executors.native.adapter import DEFAULT_MODULE
+
+pytestmark = pytest.mark.servers
 
 USERS = '"users": {"called": ["~emq:*"], "idle": ["~x"]}'
 HISTORY = (

@@ -16,6 +16,8 @@ from difftest.spec.replies import Simple
 from executors.native.adapter import DEFAULT_MODULE
 from strategies import corpus
 
+pytestmark = pytest.mark.servers
+
 
 def _filled(jobs: int) -> list[hist.Step]:
     return [hist.call_step("ENQUEUE", "q", f"j{i}", "payload", 0) for i in range(jobs)]

@@ -37,6 +37,9 @@ from executors.native.adapter import DEFAULT_MODULE
 from strategies.pools import USERS
 from strategies.upgrade import lua_era, ran_via_scripts, via_scripts
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"replayer": ("servers",)}
+
 HEADER = '{"format": "difftest-history", "version": 1}'
 Q = "q"
 ROW1 = b"emq:{q}:job:j1"

@@ -20,6 +20,8 @@ USABLE = [v for v in valkeys.SUPPORTED if v not in valkeys.STATIC_BUILDS]
 OLDEST_USABLE, NEWEST = USABLE[0], valkeys.NEWEST
 
 
+@pytest.mark.servers
+@pytest.mark.subprocess
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("version", [OLDEST_USABLE, NEWEST])
 def test_a_short_campaign_agrees_on_the_version_it_names(version: str, tmp_path: Path) -> None:
@@ -39,6 +41,7 @@ def test_a_short_campaign_agrees_on_the_version_it_names(version: str, tmp_path:
             assert server.client.info("server")["valkey_version"] == version
 
 
+@pytest.mark.subprocess
 def test_an_unknown_unsupported_or_unusable_version_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,9 @@ from difftest.spec.snapshot import (
 )
 from executors.native.adapter import DEFAULT_MODULE
 
+# what a test that uses one of these fixtures needs (tests/conftest.py marks it so)
+FIXTURE_NEEDS = {"walked": ("servers",), "walked_databases": ("servers",), "tracked_server": ("servers",)}
+
 # tiny pools, so that keys collide, fields repeat and every type meets every name
 KEY_NAMES = st.sampled_from([b"emq:{q}:pending", b"emq:{q}:job:j1", b"", b"\x00\xff", b"k" * 300, b"s p a c e"])
 BYTES = st.one_of(st.sampled_from([b"", b"lease_epoch", b"\x00", b"\xff\xfe", b"x" * 70_000]), st.binary(max_size=40))
