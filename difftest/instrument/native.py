@@ -38,10 +38,6 @@ from difftest.base.problems import SetupProblem
 
 CRATE_DIR = Path(__file__).resolve().parents[2] / "executors" / "native"
 TARGET_DIR = CRATE_DIR / "target" / "coverage"
-# the checkout's plain release build (scripts/setup.sh): a first instrumented build starts from its
-# dependencies, which the instrumented build compiles exactly as it did (see _seed_dependencies)
-RELEASE_DIR = CRATE_DIR / "target" / "release"
-SEEDED_PARTS = ("deps", "build", ".fingerprint")
 MODULE_NAME = "libemq_native.so"
 PROFILE_VARIABLE = "LLVM_PROFILE_FILE"
 JSON_FILE = "native-coverage.json"
@@ -92,6 +88,7 @@ def build(tools: Tools, crate: Path = CRATE_DIR, name: str = "checkout", target:
     are plain) into `target`, copied to target/modules/<name>.so; cargo rebuilds only what changed.
     One build at a time per target directory (the copy's name keeps the builds of several crates apart)."""
     from difftest.base.filelock import file_lock
+    from executors.native.adapter import seed_dependencies
 
     flags = [*INSTRUMENT, *(BRANCHES if tools.branches else ())]
     command = ["cargo", "rustc", "--release", "--lib", "--locked", "--quiet",
@@ -101,7 +98,7 @@ def build(tools: Tools, crate: Path = CRATE_DIR, name: str = "checkout", target:
     env.pop(PROFILE_VARIABLE, None)
     module = target / "modules" / f"{name}.so"
     with file_lock(target / "build.lock"):
-        _seed_dependencies(target)
+        seed_dependencies(target)  # a first build: the plain build's dependencies, compiled the same
         # a cdylib's file in target/ is not named by its crate's path: after another crate's build
         # (a planted copy, say), cargo could take this one as fresh and leave the other's .so there
         last = target / "last-crate"
@@ -126,26 +123,6 @@ def build(tools: Tools, crate: Path = CRATE_DIR, name: str = "checkout", target:
         shutil.copy2(target / "release" / MODULE_NAME, scratch)
         os.replace(scratch, module)  # servers still running the older copy keep their inode
     return module
-
-
-def _seed_dependencies(target: Path, release: Path = RELEASE_DIR) -> None:
-    """Give a target directory with no build yet a copy of the plain release build's dependencies.
-
-    Only the crate itself is instrumented (`cargo rustc -- FLAGS`): its dependencies are compiled with
-    the same profile, features and lock file as the plain build's, so cargo finds the copies fresh and
-    compiles the crate alone: 9 s instead of 130 s for a first instrumented build (docs/design-notes.md,
-    "Native code coverage"). A copy, not hard links: cargo rewrites fingerprint files in place. Without
-    a plain build, or with a build already in `target`, nothing is copied."""
-    built, source = target / "release", release / "deps"
-    if built.exists() or not source.is_dir():
-        return
-    scratch = target / "release.seeding"
-    shutil.rmtree(scratch, ignore_errors=True)
-    own = shutil.ignore_patterns("emq-native-*", "emq_native-*", "libemq_native*")  # the crate's: built here
-    for part in SEEDED_PARTS:
-        if (release / part).is_dir():
-            shutil.copytree(release / part, scratch / part, symlinks=True, ignore=own)
-    os.replace(scratch, built)
 
 
 def prepare(args: Any) -> tuple[Path, Tools]:
