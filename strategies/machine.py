@@ -18,11 +18,12 @@ import copy
 import gc
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Never, TypeVar, cast
 
 from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import seed as seed_of
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
@@ -138,11 +139,14 @@ class on_shape:
         return self.allows(m.shape)
 
 
-def weight(how_often: int | aimed | Callable[[QueueMachine], int]) -> Callable[[Any], Any]:
+_Rule = TypeVar("_Rule", bound=Callable[..., object])  # a rule's function, as @rule left it
+
+
+def weight(how_often: int | aimed | Callable[[QueueMachine], int]) -> Callable[[_Rule], _Rule]:
     """A rule's weight: a number, a transition weighted by the hints (`aimed(verb)`), or a function of
     the machine's state."""
 
-    def record(function: Any) -> Any:
+    def record(function: _Rule) -> _Rule:
         RULE_WEIGHTS[function.__name__] = how_often
         return function
 
@@ -189,7 +193,7 @@ IN_MULTI = tuple(verb for verb, t in TRANSITIONS.items() if not t.reads_meta)
 # with new-key events and key misses (the misses set aside by the judge: reads, docs/contract-decisions.md)
 NOTIFY_FLAGS = ("KEA", "KA", "EA", "Khz", "KEAnm")
 # what a rule with a target returns when it adds nothing (one for all steps, not one a step)
-NOTHING: MultipleResults[Any] = multiple()
+NOTHING: MultipleResults[Never] = multiple()
 CALLS = 118  # transitions per 256 steps
 PLAIN_WEIGHTS = dict(domains.PLAIN_VERB_WEIGHTS)  # the command table's
 PLAIN_TOTAL = sum(PLAIN_WEIGHTS.values())
@@ -293,7 +297,7 @@ class QueueMachine(RuleBasedStateMachine):
         return how_often.verb if isinstance(how_often, aimed) else how_often
 
     @classmethod
-    def shape_allows(cls, precondition: Any, shape: HistoryShape) -> bool | None:
+    def shape_allows(cls, precondition: object, shape: HistoryShape) -> bool | None:
         """Whether the shape alone allows the rule (`on_shape`); None: the state decides."""
         return precondition.allows(shape) if isinstance(precondition, on_shape) else None
 
@@ -427,7 +431,7 @@ class QueueMachine(RuleBasedStateMachine):
     # -- the initial state -----------------------------------------------------------------------
 
     @initialize(target=jobs)
-    def ids(self) -> Any:
+    def ids(self) -> MultipleResults[bytes]:
         """The tiny pool of ids the transitions collide on."""
         return multiple(*IDS)
 
@@ -435,7 +439,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(aimed("ENQUEUE"))
     @rule(target=jobs, job=jobs)
-    def enqueue(self, job: bytes) -> Any:
+    def enqueue(self, job: bytes) -> bytes | MultipleResults[bytes]:
         draws = self.draws()
         queue = draws.queue()
         new = draws.chance(12)
@@ -448,7 +452,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @weight(aimed("CLAIM"))
     @rule(target=leases)
-    def claim(self) -> Any:
+    def claim(self) -> Lease | MultipleResults[Lease]:
         draws = self.draws()
         queue = draws.queue()
         hints = self.hints[queue]
@@ -1128,8 +1132,10 @@ def _forget(hints: QueueHints, layout: Layout, key: bytes) -> None:
         hints.paused = False
 
 
-def machine_settings(max_examples: int, max_steps: int, database: Any = None, **overrides: Any) -> settings:
+def machine_settings(max_examples: int, max_steps: int, database: ExampleDatabase | None = None,
+                     **overrides: Any) -> settings:  # fmt: skip
     """The settings a run of the machine uses (quiet: the campaign saves and prints a failure itself)."""
+    # (Any: Hypothesis's settings take each keyword as its own type, which one dict cannot say)
     options: dict[str, Any] = {
         "max_examples": max_examples, "stateful_step_count": max_steps, "deadline": None, "database": database,
         "suppress_health_check": list(HealthCheck), "report_multiple_bugs": False, "print_blob": False,
@@ -1170,7 +1176,7 @@ def run_machine(
         return runnable(shape, on_history)  # type: ignore[call-arg]
 
     made = history_machine if runnable is QueueMachine else sourced_machine
-    factory: Any = seed_of(seed)(made) if seed is not None else made
+    factory: Callable[[], RuleBasedStateMachine] = seed_of(seed)(made) if seed is not None else made
     if caller[0]:
         gc.set_threshold(max(caller[0], DRAWING_GC_THRESHOLD), caller[1], caller[2])
     try:

@@ -6,7 +6,8 @@ option, so a shrunk step means the plainest thing: not aimed, no edge value, the
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeAlias, TypeVar
 
 from difftest.history.format import Advance, CallStep, RawWrite, Step
 from difftest.spec import domains
@@ -27,15 +28,19 @@ from strategies.pools import (
     TOKENS,
 )
 
+_Drawn = TypeVar("_Drawn")
+# a call's argument as a step builder makes it: Call.of sends each as given
+Arg: TypeAlias = bytes | str | int
+
 
 class Choices(Protocol):
     """The choices a step builder makes, in order; each shrinks towards the first option (the
     machine's `Draws`: one Hypothesis integer choice each)."""
 
-    def pick(self, pool: tuple[Any, ...] | list[Any]) -> Any:
+    def pick(self, pool: tuple[_Drawn, ...] | list[_Drawn]) -> _Drawn:
         """One of the pool (shrinks to the first)."""
 
-    def spread(self, pool: tuple[Any, ...] | list[Any]) -> Any:
+    def spread(self, pool: tuple[_Drawn, ...] | list[_Drawn]) -> _Drawn:
         """One of the pool, where values drawn together must not come in lockstep (shrinks as pick)."""
 
     def integer(self, low: int, high: int) -> int:
@@ -68,7 +73,7 @@ def valued(draw: Choices, pool: tuple[bytes, ...]) -> bytes:
     return edged(draw, pool)
 
 
-def held(draw: Choices, hints: QueueHints, job: bytes | None = None) -> tuple[bytes, int | bytes]:
+def held(draw: Choices, hints: QueueHints, job: bytes | None = None) -> tuple[bytes, int | bytes | str]:
     """Mostly an id a worker holds with its current token; sometimes a stale token that is close to
     it (one less, one more, its leading digits, ten times it: a fence must compare the whole
     number); sometimes any id, any token."""
@@ -76,7 +81,7 @@ def held(draw: Choices, hints: QueueHints, job: bytes | None = None) -> tuple[by
         job = job if job is not None else draw.pick(sorted(hints.active))
         token = hints.attempts.get(job, 1)
         if draw.chance(6):
-            close = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
+            close: tuple[int | str, ...] = (token - 1, token + 1, str(token)[:-1] or "0", token * 10)
             return job, draw.pick(close) if token >= 10 else token - 1
         return job, token
     return edged(draw, IDS), draw.pick(TOKENS)
@@ -101,57 +106,89 @@ def transition_call(
 ) -> Call:
     """A call with arguments that collide: held ids with their tokens, dead ids to revive (`job`:
     the id argument is that one, with the token the hints believe it has)."""
-    args: tuple[Any, ...]
-    if verb == "ENQUEUE":
-        job, delay = job if job is not None else edged(draw, IDS), draw.pick(DELAYS)
-        args = (job, valued(draw, PAYLOADS), delay)
-        hints.enqueue(job, now, delay)
-    elif verb == "CLAIM":
-        lease = draw.pick(DURATIONS)
-        args = (lease,)
-        hints.claim(now, lease)
-    elif verb == "EXTEND":
-        job, token = held(draw, hints, job)
-        lease = draw.pick(DURATIONS)
-        args = (job, token, lease)
-        if isinstance(token, int):
-            hints.extend(job, token, now, lease)
-    elif verb == "COMPLETE":
-        job, token = held(draw, hints, job)
-        args = (job, token)
-        if isinstance(token, int):
-            hints.complete(job, token)
-    elif verb == "FAIL":
-        job, token = held(draw, hints, job)
-        max_attempts, backoff = draw.integer(1, 3), draw.pick(BACKOFFS)
-        if isinstance(token, int) and token >= 1 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
-            # exactly exhausted (the dead-letter path and its boundary), or one short of it
-            max_attempts = token + 1 if token >= 10 and draw.chance(2) else token
-        args = (job, token, valued(draw, ERRORS), max_attempts, backoff)
-        if isinstance(token, int):
-            hints.fail(job, token, max_attempts, now, backoff)
-    elif verb == "PROMOTE":
-        limit = draw.integer(1, 3)
-        args = (limit,)
-        hints.promote(now, limit)
-    elif verb == "SWEEP":
-        max_stalled, limit = draw.integer(1, 3), draw.integer(1, 3)
-        expired = sum(1 for deadline in hints.active.values() if deadline <= now)
-        if expired >= 2 and draw.chance(2):
-            limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
-        args = (max_stalled, limit)
-        hints.sweep(now, max_stalled, limit)
-    elif verb == "REVIVE":
-        dead = sorted(hints.dead)
-        if job is None:
-            job = draw.pick(dead) if draw.aim(2) and dead else edged(draw, IDS)
-        args = (job,)
-        hints.revive(job, now)
+    make = _ARGUMENTS.get(verb)
+    if make is not None:
+        args = make(draw, hints, now, job)
     else:
         args = ()
         hints.paused = verb == "PAUSE"
     call = Call.of(verb, queue, *args)
     return at_a_bound(draw, call) if draw.chance(16) else call
+
+
+# A transition's arguments drawn, and the hints told what the call will do (each below: the draws in the
+# order they were always made, so a seed draws the same histories)
+_Arguments: TypeAlias = Callable[[Choices, QueueHints, int, bytes | None], tuple[Arg, ...]]
+
+
+def _enqueue_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    job, delay = job if job is not None else edged(draw, IDS), draw.pick(DELAYS)
+    args = (job, valued(draw, PAYLOADS), delay)
+    hints.enqueue(job, now, delay)
+    return args
+
+
+def _claim_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    lease = draw.pick(DURATIONS)
+    hints.claim(now, lease)
+    return (lease,)
+
+
+def _extend_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    job, token = held(draw, hints, job)
+    lease = draw.pick(DURATIONS)
+    if isinstance(token, int):
+        hints.extend(job, token, now, lease)
+    return (job, token, lease)
+
+
+def _complete_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    job, token = held(draw, hints, job)
+    if isinstance(token, int):
+        hints.complete(job, token)
+    return (job, token)
+
+
+def _fail_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    job, token = held(draw, hints, job)
+    max_attempts, backoff = draw.integer(1, 3), draw.pick(BACKOFFS)
+    if isinstance(token, int) and token >= 1 and (draw.chance(3) or (b"dead" in hints.broken and draw.aim(2))):
+        # exactly exhausted (the dead-letter path and its boundary), or one short of it
+        max_attempts = token + 1 if token >= 10 and draw.chance(2) else token
+    args = (job, token, valued(draw, ERRORS), max_attempts, backoff)
+    if isinstance(token, int):
+        hints.fail(job, token, max_attempts, now, backoff)
+    return args
+
+
+def _promote_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    limit = draw.integer(1, 3)
+    hints.promote(now, limit)
+    return (limit,)
+
+
+def _sweep_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    max_stalled, limit = draw.integer(1, 3), draw.integer(1, 3)
+    expired = sum(1 for deadline in hints.active.values() if deadline <= now)
+    if expired >= 2 and draw.chance(2):
+        limit = expired - 1  # fewer than are expired: the limit is what stops the sweep
+    hints.sweep(now, max_stalled, limit)
+    return (max_stalled, limit)
+
+
+def _revive_args(draw: Choices, hints: QueueHints, now: int, job: bytes | None) -> tuple[Arg, ...]:
+    dead = sorted(hints.dead)
+    if job is None:
+        job = draw.pick(dead) if draw.aim(2) and dead else edged(draw, IDS)
+    hints.revive(job, now)
+    return (job,)
+
+
+# the transitions with arguments (PAUSE and RESUME have none)
+_ARGUMENTS: dict[str, _Arguments] = {
+    "ENQUEUE": _enqueue_args, "CLAIM": _claim_args, "EXTEND": _extend_args, "COMPLETE": _complete_args,
+    "FAIL": _fail_args, "PROMOTE": _promote_args, "SWEEP": _sweep_args, "REVIVE": _revive_args,
+}  # fmt: skip
 
 
 def malformed(draw: Choices, call: Call, shape: bool = True) -> Call:

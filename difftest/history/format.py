@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Required, TypeAlias, TypedDict
 
 from difftest.history.rawcommands import raw_refusal
 from difftest.spec.calls import Call, as_bytes
@@ -248,7 +248,39 @@ class History:
 # -- bytes in JSON -------------------------------------------------------------------------------
 
 
-def encode_bytes(value: bytes) -> str | dict[str, str]:
+# any JSON value as a file writes it (Sequence and Mapping: a list or an object of narrower values is one too)
+JSON: TypeAlias = bool | int | float | str | Sequence["JSON"] | Mapping[str, "JSON"] | None
+# a line's object as json.loads reads it: each field checked with isinstance before it is used
+JSONObject: TypeAlias = dict[str, object]
+# bytes as a line writes them: text where it is UTF-8 without NUL, else {"hex": ...}
+BytesJSON: TypeAlias = str | dict[str, str]
+
+
+class StepJSON(TypedDict, total=False):
+    """A step's line: its `op` and the fields that op has (see `step_to_json`); a call's, its queue and
+    arguments, or (keys not the queue's) numkeys and rest."""
+
+    op: Required[str]
+    verb: str
+    queue: BytesJSON
+    args: list[BytesJSON]
+    numkeys: BytesJSON
+    rest: list[BytesJSON]
+    user: str
+    worker: str
+    executor: str
+    resp: int
+    target: str
+    count: int
+    ms: int
+    flags: str
+    limit: bool
+    replica: str
+    required: bool
+    command: list[BytesJSON]
+
+
+def encode_bytes(value: bytes) -> BytesJSON:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
@@ -256,7 +288,7 @@ def encode_bytes(value: bytes) -> str | dict[str, str]:
     return {"hex": value.hex()} if "\x00" in text else text
 
 
-def _decode_bytes(value: Any, where: str) -> bytes:
+def _decode_bytes(value: object, where: str) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, bool):
@@ -274,29 +306,27 @@ def _decode_bytes(value: Any, where: str) -> bytes:
 # -- writing -------------------------------------------------------------------------------------
 
 
-def _call_fields(call: Call) -> dict[str, Any]:
+def _call_fields(call: Call, out: StepJSON) -> StepJSON:
+    """`out` with a call's fields after those it has (a line's fields keep their order)."""
     transition = TRANSITIONS[call.verb]
     numkeys = transition.numkeys
+    out["verb"] = call.verb
     if call.numkeys == str(numkeys).encode() and len(call.rest) >= numkeys:
         keys = list(call.rest[:numkeys])
         base = keys[transition.keys.index("")] if "" in transition.keys else keys[0][: -len(b"meta")]
         queue = queue_of_base(base)
         if queue is not None and queue_keys(transition, queue) == keys:
-            return {
-                "verb": call.verb,
-                "queue": encode_bytes(queue),
-                "args": [encode_bytes(a) for a in call.rest[numkeys:]],
-            }
-    return {
-        "verb": call.verb,
-        "numkeys": encode_bytes(call.numkeys),
-        "rest": [encode_bytes(a) for a in call.rest],
-    }
+            out["queue"] = encode_bytes(queue)
+            out["args"] = [encode_bytes(a) for a in call.rest[numkeys:]]
+            return out
+    out["numkeys"] = encode_bytes(call.numkeys)
+    out["rest"] = [encode_bytes(a) for a in call.rest]
+    return out
 
 
-def step_to_json(step: Step) -> dict[str, Any]:
+def step_to_json(step: Step) -> StepJSON:
     if isinstance(step, CallStep):
-        out: dict[str, Any] = {"op": "call", **_call_fields(step.call)}
+        out = _call_fields(step.call, {"op": "call"})
         if step.user is not None:
             out["user"] = step.user
         if step.worker is not None:
@@ -309,7 +339,7 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["target"] = step.target
         return out
     if isinstance(step, BeginClaim):
-        out = {"op": "begin", "worker": step.worker, **_call_fields(step.call)}
+        out = _call_fields(step.call, {"op": "begin", "worker": step.worker})
         if step.user is not None:
             out["user"] = step.user
         if step.executor is not None:
@@ -318,7 +348,7 @@ def step_to_json(step: Step) -> dict[str, Any]:
             out["resp"] = step.protocol
         return out
     if isinstance(step, Multi):
-        multi: dict[str, Any] = {"op": "multi"}
+        multi: StepJSON = {"op": "multi"}
         if step.target is not None:
             multi["target"] = step.target
         if step.protocol != 2:
@@ -350,8 +380,8 @@ def only_users_called(history: History) -> History:
     return replace(history, users={name: rules for name, rules in history.users.items() if name in called})
 
 
-def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "start_ms": history.start_ms}
+def header_json(history: History, extra: Mapping[str, object] | None = None) -> JSONObject:
+    header: JSONObject = {"format": FORMAT, "version": VERSION, "start_ms": history.start_ms}
     if history.db:
         header["db"] = history.db
     if history.users:
@@ -364,7 +394,7 @@ def header_json(history: History, extra: dict[str, Any] | None = None) -> dict[s
     return header
 
 
-def steps_to_json(steps: Sequence[Step]) -> Iterator[dict[str, Any]]:
+def steps_to_json(steps: Sequence[Step]) -> Iterator[StepJSON]:
     """Each step as its line's object, a bulk's calls as one line again (those of it the steps
     hold: a history cut inside a bulk holds its first calls); a bulk's call without its first, alone."""
     at = 0
@@ -397,20 +427,20 @@ def _bulk_call(step: CallStep) -> bool:
     return step.user is None and step.worker is None and step.protocol == 2 and step.target is None
 
 
-def bulk_to_json(bulk: Bulk, executor: str | None = None) -> dict[str, Any]:
-    out = {"op": "bulk", "count": bulk.count, **_call_fields(bulk.template)}
+def bulk_to_json(bulk: Bulk, executor: str | None = None) -> StepJSON:
+    out = _call_fields(bulk.template, {"op": "bulk", "count": bulk.count})
     if executor is not None:
         out["executor"] = executor
     return out
 
 
-def dumps(history: History, extra_header: dict[str, Any] | None = None) -> str:
+def dumps(history: History, extra_header: Mapping[str, object] | None = None) -> str:
     lines = [json.dumps(header_json(history, extra_header), ensure_ascii=False)]
     lines += [json.dumps(line, ensure_ascii=False) for line in steps_to_json(history.steps)]
     return "\n".join(lines) + "\n"
 
 
-def save(history: History, path: Path, extra_header: dict[str, Any] | None = None) -> None:
+def save(history: History, path: Path, extra_header: Mapping[str, object] | None = None) -> None:
     from difftest.base.files import write_atomically
 
     write_atomically(path, dumps(history, extra_header))
@@ -419,20 +449,20 @@ def save(history: History, path: Path, extra_header: dict[str, Any] | None = Non
 # -- reading -------------------------------------------------------------------------------------
 
 
-def _require(obj: dict[str, Any], key: str, where: str) -> Any:
+def _require(obj: JSONObject, key: str, where: str) -> object:
     if key not in obj:
         raise HistoryError(f"{where}: missing field {key!r}")
     return obj[key]
 
 
-def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+def _int_field(obj: JSONObject, key: str, where: str, minimum: int = 0) -> int:
     value = _require(obj, key, where)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise HistoryError(f"{where} field {key!r}: expected an integer >= {minimum}, got {value!r}")
     return value
 
 
-def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True) -> str | None:
+def _name_field(obj: JSONObject, key: str, where: str, required: bool = True) -> str | None:
     if key not in obj and not required:
         return None
     value = _require(obj, key, where)
@@ -441,7 +471,7 @@ def _name_field(obj: dict[str, Any], key: str, where: str, required: bool = True
     return value
 
 
-def _executor_field(obj: dict[str, Any], where: str) -> str | None:
+def _executor_field(obj: JSONObject, where: str) -> str | None:
     if "executor" not in obj:
         return None
     value = obj["executor"]
@@ -452,7 +482,7 @@ def _executor_field(obj: dict[str, Any], where: str) -> str | None:
     return str(value)
 
 
-def _protocol_field(obj: dict[str, Any], where: str) -> int:
+def _protocol_field(obj: JSONObject, where: str) -> int:
     if "resp" not in obj:
         return 2
     value = obj["resp"]
@@ -462,7 +492,7 @@ def _protocol_field(obj: dict[str, Any], where: str) -> int:
     return int(value)
 
 
-def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
+def _target_field(obj: JSONObject, op: object, where: str) -> str | None:
     """A call's `target`: only "replica", on a plain call as the admin, on RESP2 or RESP3 (its replica
     is reached over the admin's own connection, as a worker pointed at the wrong node would be)."""
     if "target" not in obj:
@@ -480,7 +510,7 @@ def _target_field(obj: dict[str, Any], op: Any, where: str) -> str | None:
     return str(value)
 
 
-def _queue_field(value: Any, where: str) -> bytes:
+def _queue_field(value: object, where: str) -> bytes:
     """A queue name is a string (or {"hex": ...}); a number is refused, not read as its digits:
     `"queue": 5` is far more often a misplaced argument than a queue named "5"."""
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -489,7 +519,7 @@ def _queue_field(value: Any, where: str) -> bytes:
     return _decode_bytes(value, where)
 
 
-def _parse_call(obj: dict[str, Any], where: str) -> Call:
+def _parse_call(obj: JSONObject, where: str) -> Call:
     verb = _require(obj, "verb", where)
     if verb not in TRANSITIONS:
         raise HistoryError(f"{where} field 'verb': {verb!r} is not a transition (one of {', '.join(TRANSITIONS)})")
@@ -510,7 +540,7 @@ def _parse_call(obj: dict[str, Any], where: str) -> Call:
     raise HistoryError(f"{where}: a call needs 'queue' and 'args', or 'numkeys' and 'rest'")
 
 
-def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step | Bulk:
+def _parse_step(obj: object, where: str, users: dict[str, tuple[str, ...]]) -> Step | Bulk:
     if not isinstance(obj, dict):
         raise HistoryError(f"{where}: expected a JSON object, got {obj!r}")
     op = _require(obj, "op", where)
@@ -558,7 +588,7 @@ def _parse_step(obj: Any, where: str, users: dict[str, tuple[str, ...]]) -> Step
                        "crash, raw, notify, multi, exec, memory, replicas)")  # fmt: skip
 
 
-def _parse_bulk(obj: dict[str, Any], where: str, user: str | None, protocol: int,
+def _parse_bulk(obj: JSONObject, where: str, user: str | None, protocol: int,
                 target: str | None) -> Bulk:  # fmt: skip
     """A bulk step's line (its calls made by the loader, `Bulk.steps`)."""
     if user is not None or protocol != 2 or target is not None or "worker" in obj:
@@ -574,7 +604,7 @@ def _parse_bulk(obj: dict[str, Any], where: str, user: str | None, protocol: int
     return Bulk(_parse_call(obj, where), count)
 
 
-def _switched(obj: dict[str, object], name: str, where: str, meaning: str) -> bool:
+def _switched(obj: JSONObject, name: str, where: str, meaning: str) -> bool:
     """A server condition's switch: the field `name`, true (`meaning`) or false (lifted)."""
     value = _require(obj, name, where)
     if not isinstance(value, bool):
@@ -582,7 +612,7 @@ def _switched(obj: dict[str, object], name: str, where: str, meaning: str) -> bo
     return value
 
 
-def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
+def _parse_memory(obj: JSONObject, where: str) -> MemoryLimit:
     limit = _switched(obj, "limit", where, "maxmemory 1 with noeviction on both servers")
     replica = obj.get("replica")
     if replica is not None and (replica not in REPLICA_LIMITS or not limit):
@@ -592,12 +622,12 @@ def _parse_memory(obj: dict[str, object], where: str) -> MemoryLimit:
     return MemoryLimit(limit, replica)
 
 
-def _parse_replicas(obj: dict[str, object], where: str) -> ReplicasRequired:
+def _parse_replicas(obj: JSONObject, where: str) -> ReplicasRequired:
     meaning = "every write denied for want of replicas: min-replicas-to-write 100 on both servers"
     return ReplicasRequired(_switched(obj, "required", where, meaning))
 
 
-def _parse_notify(obj: dict[str, object], where: str) -> Notify:
+def _parse_notify(obj: JSONObject, where: str) -> Notify:
     flags = _require(obj, "flags", where)
     if not isinstance(flags, str):
         raise HistoryError(f"{where} field 'flags': expected a string of notify-keyspace-events flags "
@@ -608,7 +638,7 @@ def _parse_notify(obj: dict[str, object], where: str) -> Notify:
     return Notify(flags)
 
 
-def _parse_raw(obj: dict[str, object], where: str) -> RawWrite:
+def _parse_raw(obj: JSONObject, where: str) -> RawWrite:
     """A raw step's command: a data command of the history's keys only (difftest/history/rawcommands.py)."""
     command = _require(obj, "command", where)
     if not isinstance(command, list) or not command:
@@ -731,35 +761,10 @@ def loads(text: str, name: str = "<history>") -> History:
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     if not lines:
         raise HistoryError(f'{name}: empty file; a history starts with a header line {{"format": "{FORMAT}", ...}}')
-
-    def parse_json(line_no: int, line: str) -> Any:
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise HistoryError(f"{name}:{line_no}: not JSON ({exc.msg} at column {exc.colno})") from None
-
     header_line, header_text = lines[0]
-    header = parse_json(header_line, header_text)
     where = f"{name}:{header_line}"
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise HistoryError(f'{where}: the first line must be a header with "format": "{FORMAT}"')
-    version = header.get("version")
-    if version != VERSION:
-        raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")
-    start_ms = _int_field(header, "start_ms", where) if "start_ms" in header else DEFAULT_START_MS
-    if start_ms > MAX_MS:
-        raise HistoryError(f"{where} field 'start_ms': {start_ms} is past the last moment the frozen clock can show "
-                           f"({MAX_MS} ms, 9999-12-31T23:59:59.999Z); use a smaller start")  # fmt: skip
-    users_raw = header.get("users", {})
-    if not isinstance(users_raw, dict):
-        raise HistoryError(f"{where} field 'users': expected an object of name -> list of ACL rules")
-    users: dict[str, tuple[str, ...]] = {}
-    for user_name, rules in users_raw.items():
-        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-            raise HistoryError(f"{where} field 'users'.{user_name}: expected a list of ACL rule strings")
-        if user_name == "default":
-            raise HistoryError(f"{where} field 'users': 'default' is the admin; name the user otherwise")
-        users[user_name] = tuple(rules)
+    header = _header(_parse_json(header_text, where), where)
+    start_ms, users = _start_field(header, where), _users_field(header, where)
     seed = header.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise HistoryError(f"{where} field 'seed': expected an integer, got {seed!r}")
@@ -771,20 +776,70 @@ def loads(text: str, name: str = "<history>") -> History:
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < DATABASES:
         raise HistoryError(f"{where} field 'db': expected a database number from 0 to {DATABASES - 1} "
                            f"(the servers' 'databases' is {DATABASES}), got {db!r}")  # fmt: skip
+    parsed = _parse_steps(lines[1:], name, users)
+    _check_workers(parsed, name)
+    _check_clock(parsed, start_ms, name)
+    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")), db)
+
+
+def _parse_json(line: str, where: str) -> object:
+    """A line's JSON value; a HistoryError naming the line for one that is not JSON."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise HistoryError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def _header(header: object, where: str) -> JSONObject:
+    """A history's first line, held to be a header of this format and version."""
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise HistoryError(f'{where}: the first line must be a header with "format": "{FORMAT}"')
+    version = header.get("version")
+    if version != VERSION:
+        raise HistoryError(f"{where} field 'version': this difftest reads version {VERSION}, got {version!r}")
+    return header
+
+
+def _start_field(header: JSONObject, where: str) -> int:
+    """The header's `start_ms`: where the frozen clock starts (a moment it can show)."""
+    start_ms = _int_field(header, "start_ms", where) if "start_ms" in header else DEFAULT_START_MS
+    if start_ms > MAX_MS:
+        raise HistoryError(f"{where} field 'start_ms': {start_ms} is past the last moment the frozen clock can show "
+                           f"({MAX_MS} ms, 9999-12-31T23:59:59.999Z); use a smaller start")  # fmt: skip
+    return start_ms
+
+
+def _users_field(header: JSONObject, where: str) -> dict[str, tuple[str, ...]]:
+    """The header's `users`: each restricted user's ACL rules (never the admin, `default`)."""
+    users_raw = header.get("users", {})
+    if not isinstance(users_raw, dict):
+        raise HistoryError(f"{where} field 'users': expected an object of name -> list of ACL rules")
+    users: dict[str, tuple[str, ...]] = {}
+    for user_name, rules in users_raw.items():
+        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+            raise HistoryError(f"{where} field 'users'.{user_name}: expected a list of ACL rule strings")
+        if user_name == "default":
+            raise HistoryError(f"{where} field 'users': 'default' is the admin; name the user otherwise")
+        users[user_name] = tuple(rules)
+    return users
+
+
+def _parse_steps(lines: list[tuple[int, str]], name: str,
+                 users: dict[str, tuple[str, ...]]) -> list[tuple[int, Step]]:  # fmt: skip
+    """The step lines parsed, each with its line number (a bulk's calls one by one, on its line)."""
     parsed: list[tuple[int, Step]] = []
-    for n, ln in lines[1:]:
-        obj_of_line = parse_json(n, ln)
+    for n, ln in lines:
+        obj_of_line = _parse_json(ln, f"{name}:{n}")
         step = _parse_step(obj_of_line, f"{name}:{n}", users)
         if isinstance(step, Bulk):
             if len(parsed) + step.count > MAX_CALLS:
                 raise HistoryError(f"{name}:{n}: past the {MAX_CALLS:,} steps a replay takes (a bulk's calls "
                                    "count one by one): split the history")  # fmt: skip
+            assert isinstance(obj_of_line, dict)  # (a bulk parsed from it: an object)
             parsed += ((n, call) for call in step.steps(_executor_field(obj_of_line, f"{name}:{n}")))
         else:
             parsed.append((n, step))
-    _check_workers(parsed, name)
-    _check_clock(parsed, start_ms, name)
-    return History(tuple(s for _, s in parsed), start_ms, users, seed, str(header.get("note", "")), db)
+    return parsed
 
 
 def _kind_of(mode: int) -> str:
@@ -827,6 +882,7 @@ def load(path: Path) -> History:
     return load_with_header(path)[0]
 
 
+# the header as Any: its readers (difftest/cli) take the fields they wrote as they wrote them
 def load_with_header(path: Path) -> tuple[History, dict[str, Any]]:
     """The history in a file, and its header line as written (an artifact's records what it expects)."""
     data = read_bounded(path)
@@ -836,6 +892,7 @@ def load_with_header(path: Path) -> tuple[History, dict[str, Any]]:
         raise HistoryError(f"{path}: not UTF-8 text; a history is JSON Lines") from None
     history = loads(text, str(path))  # a malformed header is one line from here
     header = json.loads(next(line for line in text.splitlines() if line.strip()))
+    assert isinstance(header, dict)  # (loads held it to be a header: an object)
     return history, header
 
 

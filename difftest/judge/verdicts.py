@@ -344,13 +344,7 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
     epochs = _epochs_after(state, observation)
     verdict = _pair_verdict(state, observation, exposure, paused_read, epochs)
     # the spec's model, held to each side (a step it does not predict is the pair's alone)
-    prediction: model.Prediction | str
-    if not MODEL_ON:
-        prediction = "off"
-    elif observation.prediction is not None:
-        prediction = observation.prediction  # (a bulk's call: worked out for its keyspace, `assumed`)
-    else:
-        prediction = spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
+    prediction = _prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
     if isinstance(prediction, str):
         lua_off = native_off = None
         verdict = replace(verdict, unjudged=prediction)
@@ -374,6 +368,26 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         return state, _off(verdict, broken, lua_off, native_off, observation, prediction)
     if rule is not None and rule.resync:
         lua_ledger = ledger  # the Lua server takes the native's ground
+    after = _state_after(state, observation, epochs, paused_reads, exposure, ledger, lua_ledger, limited,
+                         writes_denied, replica_limited)  # fmt: skip
+    return after, verdict
+
+
+def _prediction(state: JudgeState, observation: Observation, paused_read: Reply, limited: bool,
+                writes_denied: bool, replica_limited: bool) -> model.Prediction | str:  # fmt: skip
+    """The spec's model's prediction of the step, or the kind of step it does not judge ("off": the model off)."""
+    if not MODEL_ON:
+        return "off"
+    if observation.prediction is not None:
+        return observation.prediction  # (a bulk's call: worked out for its keyspace, `assumed`)
+    return spec_prediction(state, observation, paused_read, limited, writes_denied, replica_limited)
+
+
+def _state_after(state: JudgeState, observation: Observation, epochs: Epochs, paused_reads: PausedReads,
+                 exposure: Exposure, ledger: Ledger, lua_ledger: Ledger, limited: bool, writes_denied: bool,
+                 replica_limited: bool) -> JudgeState:  # fmt: skip
+    """The state after a step judged sound: `state` itself where nothing it holds changed (most steps
+    change nothing: no new one)."""
     native_epochs, native_after = observation.native_epochs, observation.native_after
     if (
         native_after is state.before
@@ -387,9 +401,9 @@ def judge(state: JudgeState, observation: Observation) -> tuple[JudgeState, Verd
         and writes_denied is state.writes_denied
         and replica_limited is state.replica_limited
     ):
-        return state, verdict  # nothing the state holds changed (most steps change nothing): no new one
+        return state
     return JudgeState(native_after, native_epochs, epochs, paused_reads, exposure, ledger, lua_ledger,
-                      limited, writes_denied, replica_limited), verdict  # fmt: skip
+                      limited, writes_denied, replica_limited)  # fmt: skip
 
 
 def _off(verdict: Verdict, broken: list[str], lua_off: str | None, native_off: str | None, observation: Observation,

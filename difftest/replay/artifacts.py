@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from difftest.base.files import write_atomically
 from difftest.history import format as hist
-from difftest.history.format import BeginClaim, CallStep, EndClaim, History, RawWrite, Step
+from difftest.history.format import JSON, BeginClaim, CallStep, EndClaim, History, RawWrite, Step
 from difftest.judge.events import show
 from difftest.replay.replayer import Divergence, ReplayResult
 from difftest.replay.sides import CONDITIONS
@@ -35,7 +36,8 @@ def _show(value: Reply | Entry | None) -> str:
     return repr(value)
 
 
-def key_diff(left: Snapshot, right: Snapshot) -> list[dict[str, Any]]:
+def key_diff(left: Snapshot, right: Snapshot) -> list[dict[str, str]]:
+    """The keys whose entries differ, each a row of its name and both sides' entries (`lua`: left's)."""
     rows = []
     for key, (lua, native) in diff(left, right).items():
         rows.append({"key": key.decode("utf-8", errors="backslashreplace"), "lua": _show(lua), "native": _show(native)})
@@ -54,13 +56,20 @@ def expected_text(expected: model.Expected) -> str:
     return said + (unjudged if expected.after is None else "")
 
 
-def spec_view(divergence: Divergence) -> dict[str, Any] | None:
+class SpecSide(TypedDict):
+    """What the spec's model expects of one side, and the keys where that side departs from it."""
+
+    expects: str
+    keys: list[dict[str, str]]
+
+
+def spec_view(divergence: Divergence) -> dict[str, SpecSide] | None:
     """What the spec's model said each side does at the divergence's step, and the keys where each
     side's keyspace departs from it (None: the model did not predict the step)."""
     prediction = divergence.prediction
     if not isinstance(prediction, model.Prediction):
         return None
-    view: dict[str, Any] = {}
+    view: dict[str, SpecSide] = {}
     for side, expected, after in (("lua", prediction.lua, divergence.lua_after),
                                   ("native", prediction.native, divergence.native_after)):  # fmt: skip
         keys = [] if expected.after is None else key_diff(expected.after, after)
@@ -106,7 +115,7 @@ def by_hand(history: History) -> list[str]:
     return lines
 
 
-def _render(divergence: Divergence, history: History, reproduce: str, build: dict[str, Any]) -> str:
+def _render(divergence: Divergence, history: History, reproduce: str, build: Mapping[str, object]) -> str:
     step_json = json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)
     kind = {"propagation": "PROPAGATION DIVERGENCE", "events": "EVENTS DIVERGENCE",
             "spec": "SPEC DIVERGENCE"}.get(divergence.kind, "DIVERGENCE")  # fmt: skip
@@ -152,7 +161,7 @@ def _render(divergence: Divergence, history: History, reproduce: str, build: dic
     return "\n".join(out) + "\n"
 
 
-def _built_with(build: dict[str, Any]) -> list[str]:
+def _built_with(build: Mapping[str, object]) -> list[str]:
     if not build:
         return []
     return [f"found on: module {build.get('module')} (sha256 {build.get('module_sha256')})",
@@ -161,6 +170,7 @@ def _built_with(build: dict[str, Any]) -> list[str]:
             "(replay uses these unless --module, --lua-scripts or --valkey say otherwise)"]  # fmt: skip
 
 
+# (`build` as Any: difftest/replay/build.py's record, which its replay_command takes so)
 def save_divergence(result: ReplayResult, directory: Path, build: dict[str, Any] | None = None) -> Path:
     """Write the artifact for the result's divergence; returns the directory. Never overwrites.
     `build`: what it was found on (difftest/replay/build.py's record), which its replay uses again."""
@@ -207,7 +217,7 @@ def history_path(target: Path) -> Path:
     return target / "history.jsonl" if target.is_dir() else target
 
 
-def expected_verdict(path: Path) -> dict[str, Any] | None:
+def expected_verdict(path: Path) -> dict[str, object] | None:
     """The verdict an artifact's header says it reproduces, if any."""
     first = history_path(path).read_text(encoding="utf-8").splitlines()[0]
     header = json.loads(first)
@@ -225,17 +235,17 @@ def _cut(text: str) -> str:
     return text if extra <= 0 else f"{text[:BRIEF_CHARS]}… ({extra:,} more characters)"
 
 
-def _cut_rows(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _cut_rows(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{name: _cut(str(value)) for name, value in row.items()} for row in rows[:BRIEF_KEYS]]
 
 
-def brief(divergence: Divergence) -> dict[str, Any]:
+def brief(divergence: Divergence) -> dict[str, JSON]:
     """A divergence in brief, for a campaign's summary: the step, both replies and the keys that
     differ after it with both sides' values (and, for a replica that lost its primary's writes, the
     keys that differ between them; for keyspace notifications, the events each server fired), each
     cut to a sane size."""
     keys = key_diff(divergence.lua_after, divergence.native_after)
-    entry: dict[str, Any] = {
+    entry: dict[str, JSON] = {
         "step": divergence.index,
         "kind": divergence.kind,
         "call": _cut(json.dumps(hist.step_to_json(divergence.step), ensure_ascii=False)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from difftest.history.format import (
     DEFAULT_START_MS,
@@ -25,7 +26,7 @@ from difftest.history.resolve import Resolved
 from difftest.judge import accounting
 from difftest.judge.contract import RULES
 from difftest.judge.invariants import INVARIANTS
-from difftest.replay.replayer import ReplayResult
+from difftest.replay.replayer import ReplayResult, StepRecord
 from difftest.replay.upgrades import UPGRADE_LABELS, upgrade_labels
 from difftest.spec import domains
 from difftest.spec.commands import (
@@ -190,22 +191,50 @@ def labels(result: ReplayResult) -> Counter[str]:
     """Every label the replay reached, counted (the native side's replies; they equal the Lua
     side's except where a contract row was recorded)."""
     reached: Counter[str] = Counter()
-    restarted = False
-    stale_refused = fenced_success = False
-    limited = False  # the memory limit is on (a `memory` step)
+    _step_labels(reached, result)
+    reached.update(class_labels(result))
+    reached.update(upgrade_labels(result))
+    reached.update(notify_labels(result))
+    reached.update(condition_labels(result))
+    reached.update(time_labels(result))
+    reached.update(size_labels(result))
+    reached.update(counter_labels(result))
+    reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
+    reached.update(model_labels(result))
+    return reached
+
+
+@dataclass
+class _Held:
+    """The server conditions in force at a step, as the history's earlier steps switched them."""
+
+    limited: bool = False  # the memory limit is on (a `memory` step)
     replica_limit: str | None = None  # the replicas' own limit with it (the step's `replica`)
-    denied = False  # every write denied for want of replicas (a `replicas` step)
-    notified = False  # keyspace notifications on (a `notify` step)
+    denied: bool = False  # every write denied for want of replicas (a `replicas` step)
+    notified: bool = False  # keyspace notifications on (a `notify` step)
+
+    def follow(self, resolved: Resolved) -> None:
+        """The conditions after `resolved` (a step that switches one)."""
+        step = resolved.step
+        if isinstance(step, Notify):
+            self.notified = bool(step.flags)
+        if resolved.is_memory:
+            self.limited = isinstance(step, MemoryLimit) and step.limit
+            self.replica_limit = step.replica if isinstance(step, MemoryLimit) else None
+        if resolved.is_replicas:
+            self.denied = isinstance(step, ReplicasRequired) and step.required
+
+
+def _step_labels(reached: Counter[str], result: ReplayResult) -> None:
+    """The labels of the steps one by one: each call's transition as the conditions held met it, the
+    contract rows recorded, a condition switched in a transaction, and the invariants they show."""
+    restarted = stale_refused = fenced_success = False
+    held = _Held()
     wrote = _writing_steps(result)
     for record in result.records:
         resolved = record.resolved
-        if resolved.is_notify:
-            notified = bool(resolved.step.flags)  # type: ignore[union-attr]
-        if resolved.is_memory:
-            limited = isinstance(resolved.step, MemoryLimit) and resolved.step.limit
-            replica_limit = resolved.step.replica if isinstance(resolved.step, MemoryLimit) else None
-        if resolved.is_replicas:
-            denied = isinstance(resolved.step, ReplicasRequired) and resolved.step.required
+        if resolved.is_notify or resolved.is_condition:
+            held.follow(resolved)
         if resolved.is_condition and resolved.in_multi and resolved.step.on:  # type: ignore[union-attr]
             reached[f"condition:multi-switch:{'oom' if resolved.is_memory else 'noreplicas'}"] += 1
         if record.verdict.rule:
@@ -218,21 +247,12 @@ def labels(result: ReplayResult) -> Counter[str]:
         transition = resolved.transition
         if transition is None or not resolved.sends_transition or isinstance(record.native_reply, NotSent):
             continue
-        condition = "noreplicas" if denied else "oom" if limited else None
+        condition = "noreplicas" if held.denied else "oom" if held.limited else None
         kind = _transition_labels(reached, resolved, transition, record.native_reply, condition, restarted)
-        if denied and limited and resolved.guarded is not None and not resolved.on_replica:
+        if held.denied and held.limited and resolved.guarded is not None and not resolved.on_replica:
             reached[f"condition:oom:{transition.verb.lower()}"] += 1  # (both on: each condition's label)
         if resolved.guarded is not None:
-            # a replica with a limit of its own meets the memory limit, obeyed or ignored (where it
-            # ignores it, the scripts answer READONLY and the module once answered OOM: case 11)
-            replica_limited = limited and replica_limit is not None
-            reply = record.native_reply
-            refused = isinstance(reply, ErrorReply) and error_code(reply.message) in GATE_CODES
-            path = "first-write" if refused or resolved.index in wrote else "write-nothing"
-            _pair_labels(reached, resolved, transition,
-                         (limited, denied, bool(result.history.db), notified, replica_limited), path)  # fmt: skip
-            if resolved.on_replica and replica_limited:
-                reached[f"condition:replica-limit:{'obeyed' if replica_limit == REPLICA_OBEYS else 'ignored'}"] += 1
+            _guarded_labels(reached, result, record, transition, held, resolved.index in wrote)
         if transition.fenced:
             fenced_success |= kind != "fenced" and not kind.startswith(("error", "refused"))
             stale_refused |= kind == "fenced"
@@ -240,16 +260,24 @@ def labels(result: ReplayResult) -> Counter[str]:
         reached["invariant:fence"] += 1
     if result.records and not result.divergence:
         reached["invariant:attempts-monotonic"] += int(reached["reply:CLAIM:claimed"] > 1)
-    reached.update(class_labels(result))
-    reached.update(upgrade_labels(result))
-    reached.update(notify_labels(result))
-    reached.update(condition_labels(result))
-    reached.update(time_labels(result))
-    reached.update(size_labels(result))
-    reached.update(counter_labels(result))
-    reached.update(accounting.labels(result.records))  # the queue's accounting's checks (issue 29)
-    reached.update(model_labels(result))
-    return reached
+
+
+def _guarded_labels(reached: Counter[str], result: ReplayResult, record: StepRecord, transition: Transition,
+                    held: _Held, wrote: bool) -> None:  # fmt: skip
+    """A guarded call's pair labels (every two conditions it met, on its path: its first write, or
+    none) and a replica's own memory limit met (`wrote`: the call wrote)."""
+    resolved = record.resolved
+    # a replica with a limit of its own meets the memory limit, obeyed or ignored (where it
+    # ignores it, the scripts answer READONLY and the module once answered OOM: case 11)
+    replica_limited = held.limited and held.replica_limit is not None
+    reply = record.native_reply
+    refused = isinstance(reply, ErrorReply) and error_code(reply.message) in GATE_CODES
+    path = "first-write" if refused or wrote else "write-nothing"
+    conditions = (held.limited, held.denied, bool(result.history.db), held.notified, replica_limited)
+    _pair_labels(reached, resolved, transition, conditions, path)
+    if resolved.on_replica and replica_limited:
+        obeyed = "obeyed" if held.replica_limit == REPLICA_OBEYS else "ignored"
+        reached[f"condition:replica-limit:{obeyed}"] += 1
 
 
 def _pair_labels(reached: Counter[str], resolved: Resolved, transition: Transition,

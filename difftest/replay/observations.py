@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from difftest.history import format as hist
-from difftest.history.format import History, encode_bytes
+from difftest.history.format import JSON, History, encode_bytes
 from difftest.history.resolve import resolve
 from difftest.judge.contract import Verdict
 from difftest.judge.verdicts import Observation
@@ -36,7 +36,7 @@ from difftest.spec.replies import (
     Simple,
     Verbatim,
 )
-from difftest.spec.snapshot import Entry, Epochs, Snapshot
+from difftest.spec.snapshot import Entry, Epochs, Snapshot, Value
 
 if TYPE_CHECKING:  # reading and judging observations needs no server: replay is only named here
     from difftest.replay.replayer import ReplayResult
@@ -49,7 +49,7 @@ class ObservationError(ValueError):
     """A malformed observation file."""
 
 
-def _b(value: Any) -> bytes:
+def _b(value: object) -> bytes:
     if isinstance(value, str):
         return value.encode()
     if isinstance(value, dict) and set(value) == {"hex"}:
@@ -57,7 +57,7 @@ def _b(value: Any) -> bytes:
     raise ObservationError(f"expected a string or {{'hex': ...}}, got {value!r}")
 
 
-def reply_to_json(reply: Reply) -> Any:
+def reply_to_json(reply: Reply) -> JSON:
     if reply is None or (isinstance(reply, int) and not isinstance(reply, bool)):
         return reply
     if isinstance(reply, bytes):
@@ -84,11 +84,11 @@ def reply_to_json(reply: Reply) -> Any:
     raise ObservationError(f"cannot write reply {reply!r}")
 
 
-def _pairs_to_json(pairs: tuple[tuple[Reply, Reply], ...]) -> list[Any]:
+def _pairs_to_json(pairs: tuple[tuple[Reply, Reply], ...]) -> list[JSON]:
     return [[reply_to_json(key), reply_to_json(value)] for key, value in pairs]
 
 
-def _resp3_to_json(reply: Reply) -> Any:
+def _resp3_to_json(reply: Reply) -> JSON:
     """A RESP3 reply's JSON (a worker's RESP3 connection), or None for any other reply."""
     if isinstance(reply, Double):
         return {"double": encode_bytes(reply.text)}
@@ -107,13 +107,13 @@ def _resp3_to_json(reply: Reply) -> Any:
     return None
 
 
-def _pairs_from_json(value: Any) -> tuple[tuple[Reply, Reply], ...]:
+def _pairs_from_json(value: object) -> tuple[tuple[Reply, Reply], ...]:
     if not isinstance(value, list) or not all(isinstance(p, list) and len(p) == 2 for p in value):
         raise ObservationError(f"not a list of pairs: {value!r}")
     return tuple((reply_from_json(k), reply_from_json(v)) for k, v in value)
 
 
-def _resp3_from_json(kind: str, inner: Any) -> Reply:
+def _resp3_from_json(kind: str, inner: object) -> Reply:
     if kind == "double":
         return Double(_b(inner))
     if kind == "boolean" and isinstance(inner, bool):
@@ -134,7 +134,7 @@ def _resp3_from_json(kind: str, inner: Any) -> Reply:
     raise ObservationError(f"not a reply: {{{kind!r}: {inner!r}}}")
 
 
-def reply_from_json(value: Any) -> Reply:
+def reply_from_json(value: object) -> Reply:
     if value is None or isinstance(value, int):
         return value
     if isinstance(value, list):
@@ -159,10 +159,10 @@ def reply_from_json(value: Any) -> Reply:
     raise ObservationError(f"not a reply: {value!r}")
 
 
-def snapshot_to_json(snapshot: Snapshot) -> list[Any]:
-    rows = []
+def snapshot_to_json(snapshot: Snapshot) -> list[JSON]:
+    rows: list[JSON] = []
     for key, entry in sorted(snapshot.items()):
-        value: Any
+        value: JSON
         if isinstance(entry.value, bytes):
             value = encode_bytes(entry.value)
         elif isinstance(entry.value, Mapping):  # (a hash, or a zset: a dict, or the model's Members)
@@ -176,10 +176,11 @@ def snapshot_to_json(snapshot: Snapshot) -> list[Any]:
     return rows
 
 
-def snapshot_from_json(rows: list[Any]) -> Snapshot:
+# (Any: the rows as json.loads reads them, their values checked by _b as they are read)
+def snapshot_from_json(rows: list[list[Any]]) -> Snapshot:
     snapshot: dict[bytes, Entry] = {}
     for key, kind, value, pttl in rows:
-        logical: Any
+        logical: Value
         if kind == "string":
             logical = _b(value)
         elif kind in ("hash", "zset"):
@@ -209,7 +210,7 @@ class _RunIds:
         return {key: self.names.get(value, value) for key, value in epochs.items()}
 
 
-def _snapshots(observation: Observation) -> dict[str, Any]:
+def _snapshots(observation: Observation) -> dict[str, JSON]:
     native = snapshot_to_json(observation.native_after)
     lua = "same" if observation.lua_after == observation.native_after else snapshot_to_json(observation.lua_after)
     return {"native_after": native, "lua_after": lua}

@@ -15,7 +15,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
@@ -50,6 +50,7 @@ from difftest.spec.snapshot import (
     Epochs,
     Keyspace,
     Snapshot,
+    Walk,
     WalkReader,
     apply_tracked,
     is_tracked,
@@ -58,6 +59,9 @@ from difftest.spec.snapshot import (
     with_epochs,
 )
 from executors.lua.adapter import load_scripts
+
+if TYPE_CHECKING:
+    import valkey
 
 # past this, a server's AOF is rewritten between histories, so that it does not grow without end
 # (measured: 200 histories took 4 s at the start of a campaign and 11 s after 1,200 without it)
@@ -217,7 +221,7 @@ class _SideWalks:
     before it reported."""
 
     def __init__(self) -> None:
-        self.raw: Any = None
+        self.raw: Walk | None = None
         self.snapshot: Snapshot = Keyspace()
         self.epochs: Epochs = {}
         # keeps the Entry of every key a whole walk left unchanged: a step's cost is then in the keys
@@ -226,7 +230,7 @@ class _SideWalks:
         self.tracked = False  # a tracked walk was applied since the last verification
         self.ever_tracked = False  # one was applied in this history
 
-    def read(self, walk: Any) -> tuple[Snapshot, Epochs]:
+    def read(self, walk: Walk) -> tuple[Snapshot, Epochs]:
         # (a tracked walk's reply equal to the last one: the same keys written to the same rows, on
         # the keyspace that reply already made, which it leaves as it is)
         if walk != self.raw:
@@ -242,7 +246,7 @@ class _SideWalks:
         """The keyspace the last walk read made (None before any)."""
         return None if self.raw is None else (self.snapshot, self.epochs)
 
-    def adopt(self, walk: Any, snapshot: Snapshot, epochs: Epochs) -> None:
+    def adopt(self, walk: Walk, snapshot: Snapshot, epochs: Epochs) -> None:
         """The other side's snapshot and epochs taken as this side's (its walk, `walk`, said the same)."""
         self.raw, self.snapshot, self.epochs = walk, snapshot, epochs
         if is_tracked(walk):
@@ -261,7 +265,7 @@ class _Walks:
         self.native, self.lua = _SideWalks(), _SideWalks()
         self.steps_since_verified = 0
 
-    def parse(self, lua_walk: Any, native_walk: Any) -> tuple[Snapshot, Snapshot, Epochs]:
+    def parse(self, lua_walk: Walk, native_walk: Walk) -> tuple[Snapshot, Snapshot, Epochs]:
         self.steps_since_verified += 1
         shared_before = self.lua.snapshot is self.native.snapshot
         native_after, epochs = self.native.read(native_walk)
@@ -293,8 +297,8 @@ class _Sent:
 
     native_out: list[StepOutcome] = field(default_factory=list)
     lua_out: list[StepOutcome] = field(default_factory=list)
-    lua_results: list[tuple[Reply, Any]] = field(default_factory=list)
-    native_results: list[tuple[Reply, Any]] = field(default_factory=list)
+    lua_results: list[tuple[Reply, Walk | None]] = field(default_factory=list)  # (None: not walked)
+    native_results: list[tuple[Reply, Walk | None]] = field(default_factory=list)
     flags: str = ""
     lua_events: list[Events] = field(default_factory=list)
     native_events: list[Events] = field(default_factory=list)
@@ -537,24 +541,17 @@ class Replayer:
                       walked: frozenset[int]) -> ReplayResult:  # fmt: skip
         """`_replay`, the bulk calls at the indexes `walked` walked."""
         started = time.perf_counter()
-        stages = self.stages
         replicas = self._start(history)
-        assert self.lua is not None and self.native is not None
         result = ReplayResult(history, replicas=self.replicas is not None)
         mark = time.perf_counter()
-        stages["reset"] += mark - started
+        self.stages["reset"] += mark - started
         state = JudgeState()
         self._walks = walks
-        resolved = resolve(history.steps)
-        if walked:
-            resolved = tuple(replace(r, unwalked=False) if r.unwalked and r.index in walked else r
-                             for r in resolved)  # fmt: skip
-        runs = segments(resolved, alone_from)
         # --replicas compares from the first step on; a history's own replicas (it calls one) from its
         # first call to a replica on, so that a verdict at a step depends on no later step: an
         # artifact, the history up to its divergence, replays to the same verdict alone
         comparing = self.replicas is not None
-        for segment in runs:
+        for segment in segments(_walked(resolve(history.steps), walked), alone_from):
             if segment[0].on_replica and replicas is not None:
                 # both replicas caught up and compared first, the history's first step too (a replica
                 # kept linked since an earlier history still applies that history's stream and the
@@ -574,29 +571,41 @@ class Replayer:
                 if len(segment) > 1 and alone_from is None:
                     return self.replay(history, alone_from=segment[0].index)
                 return self._died(result, state, segment, sent.native_out, death, started)
-            mark = _lap(stages, "send", mark)
-            sent.flags = self.native.notify_flags
-            if sent.flags:  # each step's events, read from each subscriber up to the step's marker
-                sent.lua_events, sent.native_events = self.lua.events(sent.lua_out), self.native.events(sent.native_out)
-                mark = _lap(stages, "events", mark)
+            mark = self._read_events(sent, _lap(self.stages, "send", mark))
             # every replica caught up and compared now, before the clock moves; a contract divergence
             # in the segment is reported first (it comes at an earlier step)
             propagation = None
             if replicas is not None and comparing and can_write(segment):
                 propagation = replicas.check()
-                mark = _lap(stages, "replicas", mark)
+                mark = _lap(self.stages, "replicas", mark)
             state, mark = self._judge_segment(result, state, walks, segment, sent, mark, started)
             if result.divergence is not None:
                 return result
             if propagation is not None:
                 return self._propagated(result, state, segment, propagation, started)
             if walks.verification_due():
-                missed = self._unverified(walks)
-                mark = _lap(stages, "verify", mark)
-                if missed is not None:
-                    raise _Unannounced(missed)
+                mark = self._verify(walks, mark)
         result.elapsed_s = time.perf_counter() - started
         return result
+
+    def _read_events(self, sent: _Sent, mark: float) -> float:
+        """The keyspace events of a sent segment's steps read into `sent`, where the native notifies
+        any (each subscriber read up to each step's marker); the time it ended."""
+        assert self.lua is not None and self.native is not None
+        sent.flags = self.native.notify_flags
+        if not sent.flags:
+            return mark
+        sent.lua_events, sent.native_events = self.lua.events(sent.lua_out), self.native.events(sent.native_out)
+        return _lap(self.stages, "events", mark)
+
+    def _verify(self, walks: _Walks, mark: float) -> float:
+        """The tracked walks held to whole ones (their verification due); the time it ended. Raises
+        _Unannounced for a key a tracked walk missed."""
+        missed = self._unverified(walks)
+        mark = _lap(self.stages, "verify", mark)
+        if missed is not None:
+            raise _Unannounced(missed)
+        return mark
 
     def _start(self, history: History) -> Replicas | None:
         """Both servers reset for `history` (and the replicas linked again); the replicas it compares."""
@@ -628,62 +637,85 @@ class Replayer:
         """A sent segment's steps judged in order and recorded in `result`, up to a divergence (then
         `result.divergence`); a step whose rule re-syncs the pair sends the segment's later Lua steps
         again. Returns the state after the last step judged, and the time it ended."""
-        assert self.lua is not None and self.native is not None
+        assert self.native is not None
         stages = self.stages
         now_ms = self.group.clock.now_ms
         run_id = self.native.run_id.encode()
         for position, resolved in enumerate(segment):
             if position >= sent.lua_fresh_to:
                 self._send_again(segment, position, sent)
-            lua_reply, lua_walk = sent.lua_results[position]
-            native_reply, native_walk = sent.native_results[position]
-            if resolved.unwalked:  # a bulk's call before its last: the keyspace the spec's model says
-                made = assumed(state, Observation(resolved, now_ms, run_id, lua_reply, native_reply, state.before,
-                                                  state.before, state.before_epochs,
-                                                  self._denied(resolved, state.before)))  # fmt: skip
-                if made is None:
-                    raise _Unpredicted(resolved.index)
-                observation = made
-                lua_after, native_after, epochs = made.lua_after, made.native_after, made.native_epochs
-            else:
-                lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
-                mark = _lap(stages, "walk", mark)
-                observation = Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after,
-                                          epochs, self._denied(resolved, state.before))  # fmt: skip
+            observation, mark = self._observe(state, walks, resolved, sent.lua_results[position][0],
+                                              sent.native_results[position][0], sent, position, now_ms, run_id,
+                                              mark)  # fmt: skip
             after_state, verdict = judge(state, observation)
             result.observations.append(observation)
-            result.records.append(StepRecord(resolved.index, resolved.step, verdict, lua_reply, native_reply,
-                                             resolved))  # fmt: skip
+            result.records.append(StepRecord(resolved.index, resolved.step, verdict, observation.lua_reply,
+                                             observation.native_reply, resolved))  # fmt: skip
             if not verdict.ok:
                 result.divergence = Divergence(
-                    resolved.index, resolved.step, verdict.reason, lua_reply, native_reply,
-                    state.before, lua_after, native_after, epochs, verdict.finding or "divergence",
-                    prediction=verdict.prediction,
+                    resolved.index, resolved.step, verdict.reason, observation.lua_reply, observation.native_reply,
+                    state.before, observation.lua_after, observation.native_after, observation.native_epochs,
+                    verdict.finding or "divergence", prediction=verdict.prediction,
                 )  # fmt: skip
                 result.elapsed_s = time.perf_counter() - started
                 return state, mark
             resyncs = bool(verdict.rule and RULES[verdict.rule].resync)
             if sent.flags:
-                problem = events_problem(resolved, resyncs, sent.flags, sent.lua_events[position],
-                                         sent.native_events[position], native_reply, self.native.db)  # fmt: skip
-                if problem is not None:
-                    result.divergence = Divergence(
-                        resolved.index, resolved.step, problem, lua_reply, native_reply, state.before, lua_after,
-                        native_after, epochs, EVENTS, None, sent.lua_events[position], sent.native_events[position],
-                    )  # fmt: skip
+                result.divergence = self._events_divergence(state, observation, resyncs, sent, position)
+                if result.divergence is not None:
                     result.elapsed_s = time.perf_counter() - started
                     return state, mark
             state = after_state
             mark = _lap(stages, "judge", mark)
             if resyncs:
-                # the Lua keyspace now: after the last step it ran (this one's walk, where it was the last:
-                # as parsed, a tracked one too; a re-sync's first in a segment reads it whole)
-                last = sent.lua_fresh_to - 1
-                parsed = walks.lua.current() if last == position and not resolved.unwalked else None
-                self._resync(state, sent.lua_results[last][1], parsed)
-                sent.lua_fresh_to, sent.window, sent.resynced_at = position + 1, 1, position
+                self._resync_after(state, walks, resolved, sent, position)
                 mark = _lap(stages, "resync", mark)
         return state, mark
+
+    def _observe(self, state: JudgeState, walks: _Walks, resolved: Resolved, lua_reply: Reply, native_reply: Reply,
+                 sent: _Sent, position: int, now_ms: int, run_id: bytes,
+                 mark: float) -> tuple[Observation, float]:  # fmt: skip
+        """What both sides did at a segment's step: their replies, and the keyspaces their walks read (a
+        bulk's call before its last: the keyspace the spec's model says); the time it ended. Raises
+        _Unpredicted for an unwalked call the model gives no keyspace for."""
+        if resolved.unwalked:
+            made = assumed(state, Observation(resolved, now_ms, run_id, lua_reply, native_reply, state.before,
+                                              state.before, state.before_epochs,
+                                              self._denied(resolved, state.before)))  # fmt: skip
+            if made is None:
+                raise _Unpredicted(resolved.index)
+            return made, mark
+        lua_walk, native_walk = sent.lua_results[position][1], sent.native_results[position][1]
+        assert lua_walk is not None and native_walk is not None  # (a walked step: both sides walked)
+        lua_after, native_after, epochs = walks.parse(lua_walk, native_walk)
+        mark = _lap(self.stages, "walk", mark)
+        return Observation(resolved, now_ms, run_id, lua_reply, native_reply, lua_after, native_after, epochs,
+                           self._denied(resolved, state.before)), mark  # fmt: skip
+
+    def _events_divergence(self, state: JudgeState, observation: Observation, resyncs: bool, sent: _Sent,
+                           position: int) -> Divergence | None:  # fmt: skip
+        """The divergence of a step's keyspace events, where the two sides' departs; None where they agree."""
+        assert self.native is not None
+        resolved = observation.resolved
+        lua_events, native_events = sent.lua_events[position], sent.native_events[position]
+        problem = events_problem(resolved, resyncs, sent.flags, lua_events, native_events, observation.native_reply,
+                                 self.native.db)  # fmt: skip
+        if problem is None:
+            return None
+        return Divergence(
+            resolved.index, resolved.step, problem, observation.lua_reply, observation.native_reply, state.before,
+            observation.lua_after, observation.native_after, observation.native_epochs, EVENTS, None, lua_events,
+            native_events,
+        )  # fmt: skip
+
+    def _resync_after(self, state: JudgeState, walks: _Walks, resolved: Resolved, sent: _Sent, position: int) -> None:
+        """The pair re-synced after a step whose rule says so; the segment's Lua steps after it due again."""
+        # the Lua keyspace now: after the last step it ran (this one's walk, where it was the last:
+        # as parsed, a tracked one too; a re-sync's first in a segment reads it whole)
+        last = sent.lua_fresh_to - 1
+        parsed = walks.lua.current() if last == position and not resolved.unwalked else None
+        self._resync(state, sent.lua_results[last][1], parsed)
+        sent.lua_fresh_to, sent.window, sent.resynced_at = position + 1, 1, position
 
     def _send_again(self, segment: list[Resolved], position: int, sent: _Sent) -> None:
         """After a re-sync, the segment's next window of steps from `position` runs again on the Lua
@@ -792,7 +824,7 @@ class Replayer:
         result.elapsed_s = time.perf_counter() - started
         return result
 
-    def _resync(self, state: JudgeState, lua_walk: Any, parsed: tuple[Snapshot, Epochs] | None = None) -> None:
+    def _resync(self, state: JudgeState, lua_walk: Walk | None, parsed: tuple[Snapshot, Epochs] | None = None) -> None:
         """The Lua server's keyspace (`lua_walk`: as it is now; `parsed`: that walk as the walks
         parsed it, when they did) becomes the native's (epochs included): equal ground again. Only
         the keys that differ are written (a key held alike keeps its TTL to the millisecond)."""
@@ -807,7 +839,7 @@ class Replayer:
             if lua_walk is None or is_tracked(lua_walk):
                 # (only the keys its last step wrote, or none: a segment that ends inside a bulk step,
                 # cut at SEGMENT_STEPS, walks none after its last call: the whole keyspace read now)
-                lua_walk = admin.call(WALK_COMMAND)
+                lua_walk = _walk_reply(admin.call(WALK_COMMAND))
             held = with_epochs(*parse_canonical(lua_walk))
         commands, at_expiry = resync_commands(held, with_epochs(state.before, state.before_epochs), self.lua.db)
         if commands:
@@ -833,7 +865,7 @@ class Replayer:
             # no walk of the Lua server's went unread: one now reports the re-sync's own writes, so that
             # its walks stay tracked (not whole at every step of a bulk stuck on a wrong-typed key) and
             # VERIFY finds those writes reported (at a segment's last step, nothing after it walks)
-            self._walks.lua.read(admin.call(*self.lua.walk_command))
+            self._walks.lua.read(_walk_reply(admin.call(*self.lua.walk_command)))
         else:
             self.lua.forget_walks()  # the next Lua walk whole: the segment's later walks were never applied
 
@@ -896,7 +928,7 @@ class Replayer:
         return frozenset((key, perm) for key in keys for perm in ("read", "write") if known[(rules, key, perm)])
 
 
-def check_compiles(client: Any, scripts: dict[str, bytes], directory: Path | None) -> None:
+def check_compiles(client: valkey.Valkey, scripts: dict[str, bytes], directory: Path | None) -> None:
     """Every script as the Lua server's own compiler sees it (SCRIPT LOAD compiles, runs nothing):
     one that does not compile is one line naming its file and the compiler's message and line,
     before any step (else every call of it would be a NOSCRIPT reply, read as a divergence)."""
@@ -960,6 +992,19 @@ def aof_size(info: Reply) -> int:
             if line.startswith(b"aof_current_size:"):
                 return int(line.split(b":", 1)[1])
     return 0
+
+
+def _walk_reply(reply: Reply) -> Walk:
+    """A walk's reply read on its own (a list of strings: anything else a harness's failure)."""
+    assert isinstance(reply, list), reply
+    return reply
+
+
+def _walked(resolved: tuple[Resolved, ...], walked: frozenset[int]) -> tuple[Resolved, ...]:
+    """A history's resolved steps, the bulk calls at the indexes `walked` walked after all."""
+    if not walked:
+        return resolved
+    return tuple(replace(r, unwalked=False) if r.unwalked and r.index in walked else r for r in resolved)
 
 
 def _lap(stages: defaultdict[str, float], stage: str, since: float) -> float:

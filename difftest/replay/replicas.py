@@ -41,14 +41,14 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from difftest.servers.group import Server, ServerGroup
 from difftest.servers.wire import Wire
-from difftest.spec.replies import ErrorReply
-from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, Entry, Snapshot, diff, parse_canonical, with_epochs
+from difftest.spec.replies import ErrorReply, Reply
+from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, Entry, Snapshot, Walk, diff, parse_canonical, with_epochs
 
 KIND = "propagation"  # the divergence's kind, beside the contract's "divergence"
 # `run --replicas` by default? Only if replicas cost under 20% of the compared steps/s in
@@ -64,7 +64,14 @@ SHOWN_KEYS = 4  # a reason names at most this many keys (and says how many more 
 SHOWN_FIELDS = 4
 
 
-def primary_options() -> dict[str, Any]:
+class ServerOptions(TypedDict, total=False):
+    """The options a server of a pair is started with (ServerGroup.add's keywords)."""
+
+    tcp_port: int
+    extra_config: tuple[str, ...]
+
+
+def primary_options() -> ServerOptions:
     """How a server with a replica is started: a TCP port its replica connects to, and the
     settings above."""
     return {"tcp_port": 0, "extra_config": PRIMARY_CONFIG}
@@ -122,7 +129,7 @@ def propagation_problem(side: str, primary: Snapshot, replica: Snapshot) -> str 
     return f"{KIND}: the {side} server's replica differs from its primary: {'; '.join(shown)}{more}"
 
 
-def snapshot_of(walk: Any) -> Snapshot:
+def snapshot_of(walk: Walk) -> Snapshot:
     """A raw walk (difftest/spec/snapshot.py's walker) as one snapshot, `lease_epoch` fields in place."""
     return with_epochs(*parse_canonical(walk))
 
@@ -236,7 +243,8 @@ class Replicas:
         targets, primary_walks = [], []
         for pair in self.pairs:
             primary, _ = pair.wires()
-            targets.append(_field(primary.read(), b"master_repl_offset"))
+            offset = _field(primary.read(), b"master_repl_offset")
+            targets.append(offset if isinstance(offset, int) else None)
             primary_walks.append(primary.read_raw())
         unsent: dict[int, BaseException] = {}
         for number, pair in enumerate(self.pairs):
@@ -246,7 +254,7 @@ class Replicas:
                 unsent[number] = lost
         for number, (pair, target, primary_walk) in enumerate(zip(self.pairs, targets, primary_walks, strict=True)):
             gone = unsent.get(number)
-            replica_walk = self._lost(pair, gone) if gone is not None else self._caught_up_walk(pair, target)
+            replica_walk = self._caught_up_walk(pair, target) if gone is None else self._lost(pair, gone)
             if replica_walk is None:  # the native's replica died of what its primary sent it: a finding
                 reason = f"{KIND}: the {pair.side} server's replica died (see {pair.replica.logfile.name})"
                 return Propagation(pair.side, reason, snapshot_of(primary_walk), {})
@@ -258,7 +266,7 @@ class Replicas:
                 return Propagation(pair.side, problem, held, copied)
         return None
 
-    def _caught_up_walk(self, pair: _Pair, target: int | None) -> Any:
+    def _caught_up_walk(self, pair: _Pair, target: int | None) -> Walk | None:
         """The replica's walk, once it has applied its primary's stream up to `target` (its own offset
         says so) and reads the frozen millisecond; asked again, in one round trip each time, until
         both hold (the stream is on its way: most often the first answer holds already). None when
@@ -268,6 +276,7 @@ class Replicas:
         _, replica = pair.wires()
         while True:
             try:
+                walk: Walk | ErrorReply  # (the wire's raw reply: a walk's strings, or the error refusing it)
                 info, now, walk = (replica.read(), replica.read(), replica.read_raw())
             except (ValkeyConnectionError, OSError) as lost:
                 return self._lost(pair, lost)
@@ -288,9 +297,10 @@ class Replicas:
                                    f"see {pair.replica.logfile}")  # fmt: skip
             replica.send(_REPLICA_ROUND)  # each round trip blocks on the replica: no sleep needed
 
-    def _lost(self, pair: _Pair, lost: BaseException) -> Any:
+    def _lost(self, pair: _Pair, lost: BaseException) -> Walk | None:
         """A replica's connection closed: None once its process is seen to have ended (the socket
-        closes a moment before the process is reaped) if it is the native's; else `lost` goes on."""
+        closes a moment before the process is reaped) if it is the native's; else `lost` goes on (never a
+        walk: typed as `_caught_up_walk`'s answer, which it stands for)."""
         deadline = time.monotonic() + DEATH_TIMEOUT_S
         while pair.replica.running and time.monotonic() < deadline:
             time.sleep(0.01)  # waiting for the process to be reaped, not for an answer
@@ -307,7 +317,7 @@ class Replicas:
         return [pair.replica for pair in self.pairs]
 
 
-def _field(info: Any, name: bytes) -> Any:
+def _field(info: Reply, name: bytes) -> int | bytes | None:
     """A field of an INFO reply: an int when it is digits, else its bytes; None when absent."""
     text = info if isinstance(info, bytes) else b""
     for line in text.splitlines():
@@ -317,7 +327,7 @@ def _field(info: Any, name: bytes) -> Any:
     return None
 
 
-def _ms(reply: Any) -> int:
+def _ms(reply: object) -> int:
     """TIME's reply in ms; -1 for anything else (an error while a full sync loads)."""
     if not isinstance(reply, list) or len(reply) != 2:
         return -1

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from difftest.base.problems import SetupProblem
 from difftest.history.format import (
@@ -31,7 +30,7 @@ from difftest.servers.walker import FORGET_WALK, WALK_COMMAND, module_walk_wante
 from difftest.servers.wire import Element, Future, Pipe, Wire
 from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply, NotSent, Refused, Reply
-from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT
+from difftest.spec.snapshot import CANONICAL_WALK_SCRIPT, Raw, Walk
 from executors.lua.adapter import (
     PausedThenClaim,
     PlainCommand,
@@ -86,7 +85,7 @@ class StepOutcome:
 
     reply: Reply | Future | Element
     walk: Future | Element | None  # None: a run without walks (`Side.run`)
-    workers: dict[int, Any]  # the side's open split claims after this step (a shallow copy)
+    workers: dict[int, _OpenClaim]  # the side's open split claims after this step (a shallow copy)
     marker: int = 0  # keyspace notifications on: the marker published after the step's walk
 
 
@@ -433,14 +432,15 @@ class Side:
         self.close_transaction(walk)  # a transaction the segment ends in (an artifact cut inside it) runs
         return outcomes
 
-    def _answer(self, item: Any) -> Any:
+    def _answer(self, item: Reply | Future | Element | None) -> Raw:
+        """A reply or a walk as the wire decoded it (a walk's reply untyped: Raw)."""
         if isinstance(item, Future):
             return self.pipe.get(item)
         if isinstance(item, Element):
             return self.pipe.get_element(item)
         return item
 
-    def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Any]]:
+    def finish(self, outcomes: list[StepOutcome]) -> list[tuple[Reply, Walk | None]]:
         self.pipe.sync()
         return [(self._answer(o.reply), self._answer(o.walk)) for o in outcomes]
 
@@ -598,10 +598,10 @@ class Side:
     def transition(self, step: Resolved) -> Reply | Future:
         raise NotImplementedError
 
-    def capture_workers(self) -> dict[int, Any]:
+    def capture_workers(self) -> dict[int, _OpenClaim]:
         return {}
 
-    def restore_workers(self, saved: dict[int, Any]) -> None:
+    def restore_workers(self, saved: dict[int, _OpenClaim]) -> None:
         pass
 
 
@@ -720,9 +720,9 @@ class LuaSide(ScriptHost):
     def transaction_command(self, step: Resolved) -> tuple[str | None, Sequence[bytes]] | Reply:
         return self.scripted_in_transaction(step)
 
-    def capture_workers(self) -> dict[int, Any]:
+    def capture_workers(self) -> dict[int, _OpenClaim]:
         return dict(self.open_claims)
 
-    def restore_workers(self, saved: dict[int, Any]) -> None:
+    def restore_workers(self, saved: dict[int, _OpenClaim]) -> None:
         """Back to the open claims as they were after an earlier step (a re-run after re-sync)."""
         self.open_claims = dict(saved)

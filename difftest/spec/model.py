@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from difftest.spec.commands import (
     ATTEMPTS,
@@ -781,6 +782,10 @@ _RAW_VERBS = frozenset({b"SET", b"DEL", b"HSET", b"HDEL", b"ZADD", b"RPUSH", b"S
                         b"PERSIST"})  # fmt: skip
 
 
+# a raw verb's write: (verb, key, the arguments after it, the keyspace before, now, the epochs) -> as raw_write
+_RawWrite: TypeAlias = Callable[[bytes, bytes, tuple[bytes, ...], Snapshot, int, Epochs | None], Snapshot | str]
+
+
 def raw_write(
     command: tuple[bytes, ...], before: Snapshot, now_ms: int, epochs: Epochs | None = None
 ) -> Snapshot | str:
@@ -791,78 +796,138 @@ def raw_write(
     verb = command[0].upper() if command else b""
     if verb not in _RAW_VERBS or len(command) < 2:
         return "raw-command"
-    key, rest = command[1], command[2:]
-    entry = before.get(key)
+    return _RAW_WRITES[verb](verb, command[1], command[2:], before, now_ms, epochs)
+
+
+def _raw_set(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+             epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """SET key value: any type replaced, its TTL dropped."""
+    if len(rest) != 1:
+        return "raw-command"
     after = dict(before.items())
-    if verb == b"SET":
-        if len(rest) != 1:
-            return "raw-command"
-        after[key] = Entry("string", rest[0], -1)  # any type replaced, its TTL dropped
-    elif verb == b"DEL":
-        for name in command[1:]:
-            after.pop(name, None)
-    elif verb == b"HSET":
-        if not rest or len(rest) % 2:
-            return "raw-command"
-        if entry is not None and entry.kind != "hash":
-            return before
-        fields = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
-        for i in range(0, len(rest), 2):
-            if rest[i] != b"lease_epoch":  # set aside in every snapshot (a hash of it alone is an empty one)
-                fields[rest[i]] = rest[i + 1]
-        after[key] = Entry("hash", fields, entry.pttl if entry is not None else -1)
-    elif verb == b"HDEL":
-        if entry is None or entry.kind != "hash" or not isinstance(entry.value, dict):
-            return before
-        fields = {f: v for f, v in entry.value.items() if f not in rest}
-        if fields:
-            after[key] = Entry("hash", fields, entry.pttl)
-        elif b"lease_epoch" in rest:
-            del after[key]  # every field gone, the epoch a row may hold too
-        elif len(fields) == len(entry.value):
-            return before  # none of them there (a hash of an epoch alone shows empty): nothing changes
-        elif epochs is not None and key not in epochs:
-            del after[key]  # its last field gone, and no epoch on either side to keep it
-        else:
-            return "raw-command"  # its last field gone: whether an epoch alone keeps it, one side may know
-    elif verb == b"ZADD":
-        if not rest or len(rest) % 2:
-            return "raw-command"
-        if entry is not None and entry.kind != "zset":
-            return before
-        members = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
-        for i in range(0, len(rest), 2):
-            score = zset_score(rest[i])
-            if score is None:
-                return "raw-command"
-            members[rest[i + 1]] = score
-        after[key] = Entry("zset", members, entry.pttl if entry is not None else -1)
-    elif verb in (b"RPUSH", b"SADD"):
-        kind = "list" if verb == b"RPUSH" else "set"
-        if not rest:
-            return "raw-command"
-        if entry is not None and entry.kind != kind:
-            return before
-        if kind == "list":
-            items = entry.value if entry is not None and isinstance(entry.value, tuple) else ()
-            after[key] = Entry("list", (*items, *rest), entry.pttl if entry is not None else -1)
-        else:
-            had = entry.value if entry is not None and isinstance(entry.value, frozenset) else frozenset()
-            after[key] = Entry("set", had | frozenset(rest), entry.pttl if entry is not None else -1)
-    elif verb == b"PERSIST":
-        if entry is not None:
-            after[key] = Entry(entry.kind, entry.value, -1)
-    else:  # PEXPIRE key ms, PEXPIREAT key at-ms
-        if len(rest) != 1 or not rest[0].lstrip(b"-").isdigit():
-            return "raw-command"
-        if entry is None:
-            return before
-        at = int(rest[0]) + (now_ms if verb == b"PEXPIRE" else 0)
-        if at <= now_ms:
-            del after[key]  # a time not in the future deletes the key at once
-        else:
-            after[key] = Entry(entry.kind, entry.value, at - now_ms)
+    after[key] = Entry("string", rest[0], -1)
     return after
+
+
+def _raw_del(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+             epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """DEL key...: every key named gone."""
+    after = dict(before.items())
+    for name in (key, *rest):
+        after.pop(name, None)
+    return after
+
+
+def _raw_hset(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+              epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """HSET key field value...: the fields set on a hash (a new one where the key is free)."""
+    if not rest or len(rest) % 2:
+        return "raw-command"
+    entry = before.get(key)
+    if entry is not None and entry.kind != "hash":
+        return before
+    fields = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
+    for i in range(0, len(rest), 2):
+        if rest[i] != b"lease_epoch":  # set aside in every snapshot (a hash of it alone is an empty one)
+            fields[rest[i]] = rest[i + 1]
+    after = dict(before.items())
+    after[key] = Entry("hash", fields, entry.pttl if entry is not None else -1)
+    return after
+
+
+def _raw_hdel(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+              epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """HDEL key field...: the fields gone from a hash, the hash with its last one (where that is sure)."""
+    entry = before.get(key)
+    if entry is None or entry.kind != "hash" or not isinstance(entry.value, dict):
+        return before
+    fields = {f: v for f, v in entry.value.items() if f not in rest}
+    after = dict(before.items())
+    if fields:
+        after[key] = Entry("hash", fields, entry.pttl)
+    elif b"lease_epoch" in rest:
+        del after[key]  # every field gone, the epoch a row may hold too
+    elif len(fields) == len(entry.value):
+        return before  # none of them there (a hash of an epoch alone shows empty): nothing changes
+    elif epochs is not None and key not in epochs:
+        del after[key]  # its last field gone, and no epoch on either side to keep it
+    else:
+        return "raw-command"  # its last field gone: whether an epoch alone keeps it, one side may know
+    return after
+
+
+def _raw_zadd(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+              epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """ZADD key score member...: the members added or rescored (unjudged for a score not spelled)."""
+    if not rest or len(rest) % 2:
+        return "raw-command"
+    entry = before.get(key)
+    if entry is not None and entry.kind != "zset":
+        return before
+    members = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
+    for i in range(0, len(rest), 2):
+        score = zset_score(rest[i])
+        if score is None:
+            return "raw-command"
+        members[rest[i + 1]] = score
+    after = dict(before.items())
+    after[key] = Entry("zset", members, entry.pttl if entry is not None else -1)
+    return after
+
+
+def _raw_push(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+              epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """RPUSH key item... / SADD key member...: the items appended to a list, the members to a set."""
+    kind = "list" if verb == b"RPUSH" else "set"
+    if not rest:
+        return "raw-command"
+    entry = before.get(key)
+    if entry is not None and entry.kind != kind:
+        return before
+    pttl = entry.pttl if entry is not None else -1
+    after = dict(before.items())
+    if kind == "list":
+        items = entry.value if entry is not None and isinstance(entry.value, tuple) else ()
+        after[key] = Entry("list", (*items, *rest), pttl)
+    else:
+        had = entry.value if entry is not None and isinstance(entry.value, frozenset) else frozenset()
+        after[key] = Entry("set", had | frozenset(rest), pttl)
+    return after
+
+
+def _raw_persist(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+                 epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """PERSIST key: its TTL dropped."""
+    after = dict(before.items())
+    entry = before.get(key)
+    if entry is not None:
+        after[key] = Entry(entry.kind, entry.value, -1)
+    return after
+
+
+def _raw_expire(verb: bytes, key: bytes, rest: tuple[bytes, ...], before: Snapshot, now_ms: int,
+                epochs: Epochs | None) -> Snapshot | str:  # fmt: skip
+    """PEXPIRE key ms / PEXPIREAT key at-ms: its TTL set, the key gone at a time not in the future."""
+    if len(rest) != 1 or not rest[0].lstrip(b"-").isdigit():
+        return "raw-command"
+    entry = before.get(key)
+    if entry is None:
+        return before
+    at = int(rest[0]) + (now_ms if verb == b"PEXPIRE" else 0)
+    after = dict(before.items())
+    if at <= now_ms:
+        del after[key]  # a time not in the future deletes the key at once
+    else:
+        after[key] = Entry(entry.kind, entry.value, at - now_ms)
+    return after
+
+
+# each raw verb's write (the verbs of _RAW_VERBS)
+_RAW_WRITES: dict[bytes, _RawWrite] = {
+    b"SET": _raw_set, b"DEL": _raw_del, b"HSET": _raw_hset, b"HDEL": _raw_hdel, b"ZADD": _raw_zadd,
+    b"RPUSH": _raw_push, b"SADD": _raw_push, b"PERSIST": _raw_persist, b"PEXPIRE": _raw_expire,
+    b"PEXPIREAT": _raw_expire,
+}  # fmt: skip
 
 
 def raw_prediction(command: tuple[bytes, ...], before: Snapshot, now_ms: int, limited: bool,

@@ -13,13 +13,22 @@ import bisect
 import weakref
 from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import immutables
 import msgpack
+from immutables import MapItems, MapKeys, MapValues
 
 if TYPE_CHECKING:  # the judge reads snapshots and must not need a client library
     import valkey
+
+# A value valkey-py or msgpack decoded from a walk's reply (bytes, an integer, or a list of them): both
+# libraries leave it untyped; the walker script's layout says what each is
+Raw: TypeAlias = Any
+# a walk's reply: two strings (a whole walk's entries and epochs), a third (other databases' keys), or
+# four (a tracked walk's, `is_tracked`)
+Walk: TypeAlias = list[Raw]
+_Default = TypeVar("_Default")
 
 Value: TypeAlias = bytes | dict[bytes, bytes] | Mapping[bytes, bytes] | frozenset[bytes] | tuple[bytes, ...] | None
 
@@ -56,6 +65,7 @@ class Keyspace(Mapping[bytes, Entry]):
         else:
             self._map = immutables.Map(entries.items() if entries else ())
         # the map's own get, bound: the judge's lookups cost what a dict's do, not a method's call
+        # (Any: an attribute cannot spell the map's get's overloads; Mapping.get's types hold for callers)
         self.get: Callable[..., Any] = self._map.get
         self._base = weakref.ref(base) if isinstance(base, Keyspace) and written is not None else None
         self.written = written if self._base is not None else None
@@ -90,13 +100,14 @@ class Keyspace(Mapping[bytes, Entry]):
     def __len__(self) -> int:
         return len(self._map)
 
-    def items(self) -> Any:
+    # the map's own views (immutables.Map's, not Mapping's: cheaper, and what its stubs give)
+    def items(self) -> MapItems[bytes, Entry]:  # type: ignore[override]
         return self._map.items()
 
-    def keys(self) -> Any:
+    def keys(self) -> MapKeys[bytes]:  # type: ignore[override]
         return self._map.keys()
 
-    def values(self) -> Any:
+    def values(self) -> MapValues[Entry]:  # type: ignore[override]
         return self._map.values()
 
     def __eq__(self, other: object) -> bool:
@@ -117,7 +128,7 @@ class Keyspace(Mapping[bytes, Entry]):
     def __repr__(self) -> str:
         return f"Keyspace({dict(sorted(self._map.items()))!r})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[dict[bytes, Entry]], tuple[dict[bytes, Entry]]]:
         return (dict, (dict(self._map.items()),))
 
 
@@ -141,7 +152,13 @@ class BytesMap(Mapping[bytes, bytes]):
     def __getitem__(self, key: bytes) -> bytes:
         return self._map[key]
 
-    def get(self, key: bytes, default: Any = None) -> Any:
+    @overload
+    def get(self, key: bytes) -> bytes | None: ...
+
+    @overload
+    def get(self, key: bytes, default: bytes | _Default) -> bytes | _Default: ...
+
+    def get(self, key: bytes, default: object = None) -> object:
         return self._map.get(key, default)
 
     def __contains__(self, key: object) -> bool:
@@ -153,7 +170,7 @@ class BytesMap(Mapping[bytes, bytes]):
     def __len__(self) -> int:
         return len(self._map)
 
-    def items(self) -> Any:
+    def items(self) -> MapItems[bytes, bytes]:  # type: ignore[override]
         return self._map.items()
 
     def __eq__(self, other: object) -> bool:
@@ -170,7 +187,7 @@ class BytesMap(Mapping[bytes, bytes]):
     def __repr__(self) -> str:
         return repr(dict(sorted(self._map.items())))
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[dict[bytes, bytes]], tuple[dict[bytes, bytes]]]:
         return (dict, (dict(self._map.items()),))
 
 
@@ -305,7 +322,7 @@ def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(pairs, pairs, strict=False))
 
 
-def _logical(kind: str, raw: list[Any]) -> Value:
+def _logical(kind: str, raw: list[Raw]) -> Value:
     if kind == "string":
         return bytes(raw[0])
     if kind in ("hash", "zset"):
@@ -317,7 +334,7 @@ def _logical(kind: str, raw: list[Any]) -> Value:
     return None  # a type the walker does not read (stream, module types): compared by type only
 
 
-def parse_walk(rows: list[list[Any]]) -> dict[bytes, Entry]:
+def parse_walk(rows: list[list[Raw]]) -> dict[bytes, Entry]:
     """The walker script's reply as a Snapshot (pure)."""
     snapshot: dict[bytes, Entry] = {}
     for key, kind, raw, pttl in rows:
@@ -482,7 +499,7 @@ class Stamps(BytesMap):
         return Stamps(self._map.set(row, epoch))
 
 
-def _unpack(packed: bytes) -> list[Any]:
+def _unpack(packed: bytes) -> list[Raw]:
     """A MessagePack list from the walker (cmsgpack packs an empty table as an empty map)."""
     value = msgpack.unpackb(packed, raw=True)
     return list(value) if value else []
@@ -509,7 +526,7 @@ def unqualified(name: bytes) -> tuple[int | None, bytes]:
     return None, name
 
 
-def parse_canonical(raw: list[Any]) -> tuple[Snapshot, Epochs]:
+def parse_canonical(raw: Walk) -> tuple[Snapshot, Epochs]:
     """The canonical walker's reply: the snapshot with epochs set aside, and the epochs by key; the
     keys of other databases (a third string, when any holds keys) named by `qualified`."""
     packed_entries, packed_epochs = raw[0], raw[1]
@@ -531,10 +548,10 @@ class WalkReader:
     (docs/design-notes.md, "How long a history may be")."""
 
     def __init__(self) -> None:
-        self._rows: dict[bytes, tuple[Any, Entry]] = {}  # key -> (its row as last read, its Entry)
+        self._rows: dict[bytes, tuple[Raw, Entry]] = {}  # key -> (its row as last read, its Entry)
         self._last: Keyspace | None = None  # the snapshot the last read made
 
-    def read(self, raw: list[Any]) -> tuple[Snapshot, Epochs]:
+    def read(self, raw: Walk) -> tuple[Snapshot, Epochs]:
         """The walk's snapshot, a Keyspace made from the last read's: its `written` keys are those
         whose row changed (new entries) and those gone."""
         packed_entries, packed_epochs = raw[0], raw[1]
@@ -579,17 +596,17 @@ class WalkReader:
 TRACKED_PARTS = 4
 
 
-def is_tracked(raw: list[Any]) -> bool:
+def is_tracked(raw: Walk) -> bool:
     """Whether a walk's reply is a tracked walk's: the keys written since the last walk only."""
     return len(raw) == TRACKED_PARTS
 
 
-def _entry(kind: Any, value: Any, pttl: Any) -> Entry:
+def _entry(kind: bytes | str, value: Iterable[bytes] | None, pttl: int) -> Entry:
     kind_text = kind.decode() if isinstance(kind, bytes) else str(kind)
     return Entry(kind_text, _logical(kind_text, list(value) if value else []), int(pttl))
 
 
-def apply_tracked(snapshot: Snapshot, epochs: Epochs, raw: list[Any]) -> tuple[Snapshot, Epochs]:
+def apply_tracked(snapshot: Snapshot, epochs: Epochs, raw: Walk) -> tuple[Snapshot, Epochs]:
     """The keyspace after a tracked walk (pure): `snapshot` and `epochs` (the keyspace as the walks
     before it reported) with the written keys' entries and epochs in place of their old ones, and
     the keys gone dropped. New dicts; the unwritten keys keep their Entry objects."""
