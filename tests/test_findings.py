@@ -90,6 +90,25 @@ def test_statuses_counts_and_the_verdict_words_follow_the_file() -> None:
     assert merged[FAIL_THRICE]["last_at"] == 9.0
 
 
+def test_a_finding_and_a_night_hold_only_the_keys_their_types_name() -> None:
+    from difftest.findings.entries import Finding, Meeting, Night, NightFinding, Nights
+
+    found = known.parse(entry("divergence:aaaaaaaaaaaa"), Path("kf.toml"))
+    failures = [{"signature": FAIL_THRICE, "batch": 1, "artifact": "a", "steps": 5, "reason": "r", "described": "d",
+                 "link": "l", "reproduce": "difftest replay a"}]  # fmt: skip
+    meetings = {FAIL_THRICE: {"count": 3, "first_at": 1.0, "last_at": 9.0, "first_batch": 1, "last_batch": 4}}
+    findings = tally.distinct(failures, meetings, found, TODAY)
+    assert all(set(f) <= set(Finding.__annotations__) | set(Meeting.__annotations__) for f in findings)
+    assert [f["status"] for f in findings] == [known.NEW, known.NOT_MET]
+    line = tally.history_line(findings, 5.0, 7)
+    assert set(line) == set(Night.__annotations__)
+    assert line["findings"] == [{"signature": FAIL_THRICE, "status": known.NEW, "count": 3}]
+    assert all(set(f) <= set(NightFinding.__annotations__) for f in line["findings"])
+    nights = tally.across_nights([line], findings, 6.0)
+    assert nights == {FAIL_THRICE: {"nights": 2, "first_night": 5.0, "last_night": 6.0, "status": known.NEW}}
+    assert set(nights[FAIL_THRICE]) <= set(Nights.__annotations__)
+
+
 # ---- campaigns on real servers ------------------------------------------------------------------------
 
 

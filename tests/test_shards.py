@@ -117,6 +117,36 @@ def test_shards_that_went_on_past_their_findings_merge_every_batch_and_every_fin
     assert merge(quiet, tmp_path / "out2")["verdict"] == "known"
 
 
+def test_a_merge_writes_only_keys_the_summary_type_names(tmp_path: Path) -> None:
+    # the typed summary (difftest/report/document.py) is the whole shape: a key a merge writes that it
+    # does not name would be written untyped; each finding and divergence likewise
+    from difftest.findings.entries import Divergence, Finding
+    from difftest.report.document import BatchEntry, Summary
+
+    one = shard(1, 2, [batch(0), batch(2, diverged=True)], stop_at_first=False,
+                findings=[finding("aaaaaaaaaaaa", "new", 3, 2, 20.0)])  # fmt: skip
+    two = shard(2, 2, [batch(1), batch(3)], stop_at_first=False, findings=[finding("cccccccccccc", "known", 1, 3, 3.0)])
+    merged = merge([(tmp_path / "a", one), (tmp_path / "b", two)], tmp_path / "out")
+    assert set(merged) <= set(Summary.__annotations__), set(merged) - set(Summary.__annotations__)
+    assert Summary.__required_keys__ <= set(merged)
+    assert all(set(f) <= set(Finding.__annotations__) for f in merged["findings"])
+    assert all(set(d) <= set(Divergence.__annotations__) for d in merged["divergences"])
+    assert all(set(b) <= set(BatchEntry.__annotations__) for b in merged["batches"])
+    # the keys in the order merges have always written them: the file reads as before
+    assert list(merged)[:6] == ["verdict", "seed", "budget", "shard", "shards", "restarts"]
+    assert list(merged)[-3:] == ["host", "progress", "batches"]
+
+
+def test_a_summary_older_than_findings_and_stop_at_first_still_merges(tmp_path: Path) -> None:
+    # older summaries lack keys the type names as optional (findings, stop_at_first, sizes, ...): read as before
+    one = shard(1, 2, [batch(0), batch(2)])
+    two = shard(2, 2, [batch(1), batch(3)])
+    for document in (one, two):
+        assert "findings" not in document and "stop_at_first" not in document and "sizes" not in document
+    merged = merge([(tmp_path / "a", one), (tmp_path / "b", two)], tmp_path / "out")
+    assert merged["verdict"] == "agree" and merged["findings"] == [] and merged["sizes"] is None
+
+
 def test_shards_that_agree_merge_into_every_batch(tmp_path: Path) -> None:
     parts = [(tmp_path / "b", shard(2, 2, [batch(1), batch(3)])), (tmp_path / "a", shard(1, 2, [batch(0), batch(2)]))]
     merged = merge(parts, tmp_path / "out")

@@ -37,11 +37,12 @@ from multiprocessing import get_context
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from difftest.base.files import environmental_cause, is_environmental
 from difftest.base.problems import SetupProblem
 from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
+from difftest.findings.entries import Meeting as MeetingFields
 from difftest.replay import labels as coverage
 from difftest.servers.leftovers import sweep_leftovers
 
@@ -89,7 +90,7 @@ class CampaignConfig:
     corpus: bool = True
     # the build under test as recorded in the summary and every artifact (difftest/replay/build.py); None:
     # recorded from `module` and `lua_scripts` when an artifact is saved
-    build: dict[str, Any] | None = None
+    build: dict[str, object] | None = None
     # True: the first divergence stops the campaign (the mutant runner: one kill is enough); False: it
     # goes on past findings, each new signature shrunk once (`difftest run`'s default)
     stop_at_first: bool = True
@@ -124,11 +125,25 @@ class Meeting:
     first_batch: int = -1
     last_batch: int = -1
 
+    def fields(self) -> MeetingFields:
+        """The meeting as a summary's finding holds it."""
+        return {"count": self.count, "first_at": self.first_at, "last_at": self.last_at,
+                "first_batch": self.first_batch, "last_batch": self.last_batch}  # fmt: skip
+
     def met(self, batch: int, at: float) -> None:
         if self.count == 0:
             self.first_at, self.first_batch = at, batch
         self.count += 1
         self.last_at, self.last_batch = at, batch
+
+
+class ProgressPoint(TypedDict):
+    """After a finished batch: the seconds since the start, and the batches, histories and steps so far."""
+
+    t_s: float
+    batches: int
+    histories: int
+    steps: int
 
 
 @dataclass
@@ -189,10 +204,10 @@ class CampaignResult:
         return sorted((r for w in self.reports for r in w.records), key=lambda r: (r.finished_at, r.batch))
 
     @property
-    def progress(self) -> list[dict[str, float]]:
+    def progress(self) -> list[ProgressPoint]:
         """The time series: after each finished batch, the time since the start and the cumulative
         batches, histories and steps (what the report's steps/s chart draws)."""
-        points: list[dict[str, float]] = []
+        points: list[ProgressPoint] = []
         histories = steps = 0
         for number, record in enumerate(self.records, start=1):
             histories += record.histories
@@ -219,15 +234,13 @@ class CampaignResult:
         return sorted((f for r in self.reports for f in r.failures), key=lambda f: (f.batch, f.signature))
 
     @property
-    def meetings(self) -> dict[str, dict[str, Any]]:
+    def meetings(self) -> dict[str, MeetingFields]:
         """Every finding met, by signature, summed over the workers."""
-        from dataclasses import asdict
-
         from difftest.findings.tally import add_meetings
 
-        summed: dict[str, dict[str, Any]] = {}
+        summed: dict[str, MeetingFields] = {}
         for report in self.reports:
-            add_meetings(summed, {name: asdict(meeting) for name, meeting in report.meetings.items()})
+            add_meetings(summed, {name: meeting.fields() for name, meeting in report.meetings.items()})
         return summed
 
 
@@ -528,7 +541,7 @@ def _save_failure(config: CampaignConfig, batch: int, minimal: ReplayResult, nam
     return failure
 
 
-def _build_of(config: CampaignConfig) -> dict[str, Any]:
+def _build_of(config: CampaignConfig) -> dict[str, object]:
     """The build record of a campaign started without one (the mutant runner, the tests)."""
     from difftest.replay import build
     from difftest.servers import valkeys

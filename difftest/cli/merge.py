@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from difftest.base.exits import (
     EXIT_COVERAGE,
@@ -25,6 +25,10 @@ from difftest.base.problems import EnvironmentFailure, SetupProblem
 from difftest.cli.arguments import subcommand
 from difftest.cli.rundirs import MALFORMED, malformed, summary_of, write_reports
 
+if TYPE_CHECKING:
+    from difftest.findings.entries import Night
+    from difftest.report.document import Summary
+
 
 def command_merge(args: argparse.Namespace) -> int:
     """`difftest merge OUT DIR...`: one report from the run directories of a campaign's shards."""
@@ -42,10 +46,12 @@ def command_merge(args: argparse.Namespace) -> int:
         document["findings_history"] = across_nights(nights, document.get("findings", []), now)
     from difftest.replay.build import program, replay_command
     from difftest.report import html as html_report
+    from difftest.report.document import build_fields
 
     document["program"] = program()  # the commands below and in report.html, as they run from here
+    build, replicas = build_fields(document), bool(document.get("replicas"))
     for failure in document["divergences"]:
-        failure["reproduce"] = replay_command(failure["artifact"], document, bool(document.get("replicas")))
+        failure["reproduce"] = replay_command(failure["artifact"], build, replicas)
     document["reproduce"] = html_report.reproduce_command(document)
     lost = write_reports(document, args.out)  # a full disk loses the files, never the verdict below
     if history is not None and lost is None:
@@ -70,7 +76,7 @@ def _history_file(args: argparse.Namespace) -> Path | None:
     return None if args.findings_history.strip().lower() == "none" else Path(args.findings_history)
 
 
-def _append_night(path: Path, night: dict[str, Any]) -> EnvironmentFailure | None:
+def _append_night(path: Path, night: Night) -> EnvironmentFailure | None:
     from difftest.base.files import environment_failure, is_environmental
     from difftest.report import findings_history
 
@@ -83,7 +89,7 @@ def _append_night(path: Path, night: dict[str, Any]) -> EnvironmentFailure | Non
     return None
 
 
-def _merged(dirs: list[Path], out: Path) -> dict[str, Any]:
+def _merged(dirs: list[Path], out: Path) -> Summary:
     """The shards' summaries merged into one, and OUT made (a new or empty directory); else one line."""
     from difftest.report.shards import ShardMismatch, merge
 
@@ -105,7 +111,7 @@ def _merged(dirs: list[Path], out: Path) -> dict[str, Any]:
     return document
 
 
-def _add_coverage(document: dict[str, Any], dirs: list[Path], out: Path) -> None:
+def _add_coverage(document: Summary, dirs: list[Path], out: Path) -> None:
     """The shards' code coverage, if they measured it: native profiles summed, Lua line counts added."""
     from difftest.instrument import lua as lua_coverage
     from difftest.instrument.native import merge_runs
@@ -118,7 +124,7 @@ def _add_coverage(document: dict[str, Any], dirs: list[Path], out: Path) -> None
         document["lua_coverage"] = lua
 
 
-def _verdict(document: dict[str, Any], lost: EnvironmentFailure | None, require_coverage: bool) -> int:
+def _verdict(document: Summary, lost: EnvironmentFailure | None, require_coverage: bool) -> int:
     """What went wrong on stderr, the merged run's verdict line, and its exit code."""
     from difftest.campaign.progress import verdict_line
     from difftest.findings.tally import verdict_words

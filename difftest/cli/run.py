@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from difftest.base.exits import (
     EXIT_COVERAGE,
@@ -44,6 +44,9 @@ from difftest.cli.arguments import (
 from difftest.cli.known import print_findings, stale_entries
 from difftest.cli.rundirs import check_reports, make_run_dir, new_run_dir, remove_if_empty, write_reports
 from difftest.findings.known import add_known_findings_options, known_findings_of
+
+if TYPE_CHECKING:
+    from difftest.report.document import Summary
 
 
 def _database_of(args: argparse.Namespace) -> str | None:
@@ -160,7 +163,7 @@ def _measured(args: argparse.Namespace, config: CampaignConfig, examples: int | 
         return run_campaign(config, on_progress=progress)
 
 
-def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str, Any], EnvironmentFailure | None]:
+def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[Summary, EnvironmentFailure | None]:
     """summary.json's document, with the commands that reproduce the run and each divergence, and the
     code coverage collected; what the machine refused while collecting it, if it did."""
     from difftest.base.files import environment_failure, is_environmental
@@ -169,6 +172,7 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str
     from difftest.replay.build import program, replay_command
     from difftest.report import html as html_report
     from difftest.report import reports
+    from difftest.report.document import build_fields
 
     config = result.config
     directory = config.reports
@@ -178,7 +182,7 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str
     document["known_findings_default"] = args.known_findings is None and not args.no_known_findings
     document["program"] = program()  # how the printed commands start, as run from here
     for entry in document["divergences"]:  # as printed below, and as report.html shows them
-        entry["reproduce"] = replay_command(entry["artifact"], document, config.replicas)
+        entry["reproduce"] = replay_command(entry["artifact"], build_fields(document), config.replicas)
     document["reproduce"] = html_report.reproduce_command(document)
     try:
         if args.native_coverage:  # native-coverage.json, and report.html's section from the summary
@@ -192,7 +196,7 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[dict[str
     return document, None
 
 
-def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any], database: str | None,
+def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: Summary, database: str | None,
                    unwritten: EnvironmentFailure | None) -> None:  # fmt: skip
     """The terminal's account of the run: the summary table, the coverage, each divergence with its
     artifact (or, when the file is lost, its history), the code coverage, and where the reports are."""
@@ -231,7 +235,7 @@ def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: d
     sys.stdout.flush()
 
 
-def _print_problems(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any],
+def _print_problems(args: argparse.Namespace, result: CampaignResult, document: Summary,
                     lost: EnvironmentFailure | None, unsaved: list[Failure], missing: list[str],
                     examples: int | None) -> None:  # fmt: skip
     """On stderr: the files the machine refused, a void run's budget, the labels a --require-coverage
@@ -251,7 +255,7 @@ def _print_problems(args: argparse.Namespace, result: CampaignResult, document: 
     sys.stderr.flush()
 
 
-def _verdict(args: argparse.Namespace, result: CampaignResult, document: dict[str, Any],
+def _verdict(args: argparse.Namespace, result: CampaignResult, document: Summary,
              lost: EnvironmentFailure | None, unsaved: list[Failure], missing: list[str]) -> int:  # fmt: skip
     """The run's last line, its verdict whatever happened to the files, and its exit code."""
     from difftest.campaign.progress import verdict_line

@@ -8,10 +8,13 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from difftest.base.files import environment_failure, is_environmental
 from difftest.base.problems import EnvironmentFailure, SetupProblem
+
+if TYPE_CHECKING:
+    from difftest.report.document import Summary
 
 
 def _writable_parent(path: Path) -> Path | None:
@@ -55,7 +58,7 @@ def new_run_dir(reports: Path, label: str) -> Path:
     return directory
 
 
-def write_reports(document: dict[str, Any], directory: Path) -> EnvironmentFailure | None:
+def write_reports(document: Summary, directory: Path) -> EnvironmentFailure | None:
     """The run's report files, each whole or not at all; what the machine refused, if it did."""
     from difftest.report import reports
 
@@ -69,7 +72,9 @@ def write_reports(document: dict[str, Any], directory: Path) -> EnvironmentFailu
     return None
 
 
-def summary_of(directory: Path) -> dict[str, object]:
+def summary_of(directory: Path) -> Summary:
+    """The run directory's summary.json, parsed once here (one line, exit 2, if it is not a run's summary)."""
+    from difftest.report.document import parsed
     from difftest.report.reports import SUMMARY, VERDICTS
 
     path = directory / SUMMARY
@@ -87,7 +92,7 @@ def summary_of(directory: Path) -> dict[str, object]:
         said = "has no verdict" if verdict is None else f"has the verdict {json.dumps(verdict)[:40]}"
         raise SetupProblem(f"{path} {said}, not one difftest writes ({', '.join(VERDICTS)}): "
                            "restore the file from its run, or run the campaign again")  # fmt: skip
-    return document
+    return parsed(document)
 
 
 # what a hand-edited or foreign summary raises where a field has the wrong shape

@@ -10,12 +10,16 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_KNOWN, EXIT_OK, EXIT_TERMINATED, EXIT_VOID
 from difftest.base.problems import SetupProblem
+
+if TYPE_CHECKING:
+    from difftest.fuzz.store import Store
+    from difftest.fuzz.worker import FuzzConfig
 
 
 @contextlib.contextmanager
@@ -147,46 +151,20 @@ def _fuzz(args: argparse.Namespace) -> int:
     import datetime
 
     from difftest.findings.known import DIVERGENCE, known_findings_of
-    from difftest.fuzz.service import serve, service_name
-    from difftest.fuzz.worker import FuzzConfig
 
-    build = args.build  # the command line checked the module and recorded the build (difftest/cli/fuzz.py)
     # a bad entry is one line now, before any server starts; a long service reads today's acceptances once
     accepted = known_findings_of(args).accepted(DIVERGENCE, datetime.date.today())
     native = args.native_coverage or args.guidance != "off"
     module = _module_to_load(args, native)
-    from difftest.servers.compiled import clock_library
-
-    clock_library()
-    if args.lua_scripts is not None:
-        from difftest.replay.replayer import check_scripts
-
-        check_scripts(args.lua_scripts)
+    _check_before_servers(args)
     run_dir = (args.reports / "fuzz" / f"service-{os.getpid()}").absolute()
     with database_of(args) as database, _lua_lines(args.lua_coverage, run_dir) as lua:
-        config = FuzzConfig(database=database, module=module, reports=args.reports.absolute(), build=build,
-                            service=service_name(), workers=args.workers, lua_scripts=args.lua_scripts,
-                            seconds=args.seconds, histories=args.histories, restarts=not args.no_restarts,
-                            sizes=not args.no_production_size, accepted=accepted,
-                            native_counters=native, lua_lines=lua, guidance=args.guidance,
-                            class_corpus=not args.no_class_corpus, seed=args.seed,
-                            profiles=(run_dir / "profiles") if native else None)  # fmt: skip
-        budget = "until stopped"
-        if args.seconds is not None:
-            budget = f"for {args.seconds:g} s"
-        elif args.histories is not None:
-            budget = f"for {args.histories:,} histories"
-        print(f"fuzz: service {config.service}, {args.workers} worker(s) {budget}; database {_shown(database)}; "
-              f"guidance {args.guidance}; findings in {args.reports / 'fuzz' / 'findings'}",
+        config = _config(args, database, module, accepted, lua, (run_dir / "profiles") if native else None)
+        print(f"fuzz: service {config.service}, {args.workers} worker(s) {_budget_words(args)}; database "
+              f"{_shown(database)}; guidance {args.guidance}; findings in {args.reports / 'fuzz' / 'findings'}",
               flush=True)  # fmt: skip
         started = time.monotonic()
-        try:
-            stopped_by, mine = serve(config, sys.stdout, None if args.no_dashboard else (args.dashboard or 0))
-        finally:
-            with contextlib.suppress(OSError):
-                for leftover in sorted(run_dir.rglob("*"), reverse=True):
-                    leftover.rmdir() if leftover.is_dir() else leftover.unlink()
-                run_dir.rmdir()
+        stopped_by, mine = _serve_in(config, run_dir, None if args.no_dashboard else (args.dashboard or 0))
         from difftest.fuzz.store import Store
 
         store = Store(database)
@@ -195,6 +173,52 @@ def _fuzz(args: argparse.Namespace) -> int:
         finally:
             store.close()
     return _verdict(stopped_by, mine, time.monotonic() - started)
+
+
+def _check_before_servers(args: argparse.Namespace) -> None:
+    """The clock library built and the scripts checked: a problem is one line before any server starts."""
+    from difftest.servers.compiled import clock_library
+
+    clock_library()
+    if args.lua_scripts is not None:
+        from difftest.replay.replayer import check_scripts
+
+        check_scripts(args.lua_scripts)
+
+
+def _config(args: argparse.Namespace, database: str, module: Path, accepted: frozenset[str], lua: bool,
+            profiles: Path | None) -> FuzzConfig:  # fmt: skip
+    from difftest.fuzz.service import service_name
+    from difftest.fuzz.worker import FuzzConfig
+
+    build = args.build  # the command line checked the module and recorded the build (difftest/cli/fuzz.py)
+    return FuzzConfig(database=database, module=module, reports=args.reports.absolute(), build=build,
+                      service=service_name(), workers=args.workers, lua_scripts=args.lua_scripts,
+                      seconds=args.seconds, histories=args.histories, restarts=not args.no_restarts,
+                      sizes=not args.no_production_size, accepted=accepted,
+                      native_counters=profiles is not None, lua_lines=lua, guidance=args.guidance,
+                      class_corpus=not args.no_class_corpus, seed=args.seed, profiles=profiles)  # fmt: skip
+
+
+def _budget_words(args: argparse.Namespace) -> str:
+    if args.seconds is not None:
+        return f"for {args.seconds:g} s"
+    if args.histories is not None:
+        return f"for {args.histories:,} histories"
+    return "until stopped"
+
+
+def _serve_in(config: FuzzConfig, run_dir: Path, dashboard: int | None) -> tuple[int, dict[str, int]]:
+    """The service run with its files under `run_dir`, which goes when it ends (what it holds is its own)."""
+    from difftest.fuzz.service import serve
+
+    try:
+        return serve(config, sys.stdout, dashboard)
+    finally:
+        with contextlib.suppress(OSError):
+            for leftover in sorted(run_dir.rglob("*"), reverse=True):
+                leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+            run_dir.rmdir()
 
 
 def _module_to_load(args: argparse.Namespace, native: bool) -> Path:
@@ -249,7 +273,7 @@ def _lua_lines(on: bool, run_dir: Path) -> Iterator[bool]:
         yield True
 
 
-def status_text(store: Any, reports: Path | None) -> str:
+def status_text(store: Store, reports: Path | None) -> str:
     """What the dashboard shows, for a terminal."""
     from difftest.fuzz.dashboard import RECENT_S, status_document
 
@@ -281,7 +305,8 @@ def status_text(store: Any, reports: Path | None) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Any, histories_type: Any, seconds_type: Any,
+def add_arguments(fuzz: argparse.ArgumentParser, workers_type: Callable[[str], int],
+                  histories_type: Callable[[str], int], seconds_type: Callable[[str], float],
                   default_workers: int) -> None:  # fmt: skip
     from difftest.fuzz.service import STATE_DIR
 

@@ -17,10 +17,11 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from difftest.base.files import write_atomically
 from difftest.base.problems import SetupProblem
+from difftest.fuzz.records import CorpusEntry
 
 FORMAT = "difftest-corpus"
 VERSION = 1
@@ -29,9 +30,9 @@ VERSION = 1
 class CorpusStore(Protocol):
     """What the file needs of a store (difftest/fuzz/store.py's Store)."""
 
-    def corpus(self) -> list[dict[str, Any]]: ...
+    def corpus(self) -> list[CorpusEntry]: ...
 
-    def add_corpus(self, digest: str, entry: dict[str, Any]) -> bool: ...
+    def add_corpus(self, digest: str, entry: CorpusEntry) -> bool: ...
 
 
 def digest_of(text: str) -> str:
@@ -39,13 +40,14 @@ def digest_of(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def export_text(entries: list[dict[str, Any]], source: str) -> str:
+def export_text(entries: list[CorpusEntry], source: str) -> str:
     """The file's text for these corpus entries (oldest first, as the store lists them)."""
     header = {"format": f"{FORMAT} {VERSION}", "histories": len(entries), "exported_at": round(time.time(), 3),
               "from": source}  # fmt: skip
     lines = [json.dumps(header)]
     for entry in entries:
-        lines.append(json.dumps({name: entry.get(name) for name in ("history", "reached", "at", "by")}))
+        fields: dict[str, object] = dict(entry)
+        lines.append(json.dumps({name: fields.get(name) for name in ("history", "reached", "at", "by")}))
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +65,7 @@ def export_corpus(store: CorpusStore, path: Path, source: str) -> int:
 class Read:
     """A corpus file read and checked: the entries to add, and the lines refused with why."""
 
-    entries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (digest, entry)
+    entries: list[tuple[str, CorpusEntry]] = field(default_factory=list)  # (digest, entry)
     refused: list[str] = field(default_factory=list)  # "line N: why"
 
 
@@ -94,8 +96,9 @@ def read_corpus(text: str, origin: str) -> Read:
             read.refused.append(f"line {number}: {str(problem).splitlines()[0] if str(problem) else 'unreadable'}")
             continue
         text_now = dumps(history)  # this difftest's text of it: the digest its workers would give it
-        kept = {"history": text_now, "reached": entry.get("reached") or {}, "at": entry.get("at") or time.time(),
-                "by": entry.get("by") or "import"}  # fmt: skip
+        # the file's own fields, as export_text wrote them (a hand-made file's shape is its own)
+        kept = cast(CorpusEntry, {"history": text_now, "reached": entry.get("reached") or {},
+                                  "at": entry.get("at") or time.time(), "by": entry.get("by") or "import"})  # fmt: skip
         read.entries.append((digest_of(text_now), kept))
     return read
 

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from difftest.fuzz.records import SeriesPoint, Snapshot
 from difftest.fuzz.store import STALE_S, Store
 from difftest.fuzz.worker import local_artifact, reproduce_line
 
@@ -24,7 +25,7 @@ MAX_POINTS = 720  # the series sent to the page at most (and printed nowhere els
 RECENT_S = 600.0  # stopped workers heard within this long are listed (older ones only counted)
 
 
-def status_document(store: Store, reports: Path | None = None) -> dict[str, Any]:
+def status_document(store: Store, reports: Path | None = None) -> Snapshot:
     """The snapshot with what a person reads off it: each finding's reproduce line on this machine,
     each worker's liveness, throughput per minute."""
     snapshot = store.snapshot()
@@ -52,7 +53,7 @@ def status_document(store: Store, reports: Path | None = None) -> dict[str, Any]
     return snapshot
 
 
-def thinned(points: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+def thinned(points: list[SeriesPoint], most: int) -> list[SeriesPoint]:
     """At most `most` points, evenly spaced over the series, its first and last kept (a day's series
     of a few services is tens of thousands of points; a chart 720 pixels wide shows fewer)."""
     if len(points) <= most:
@@ -83,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: Any) -> None:  # Any: BaseHTTPRequestHandler's own signature
         pass  # quiet: the service's own lines are what the terminal shows
 
 
@@ -97,7 +98,7 @@ class _DashboardServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.away_since: float | None = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot | dict[str, object]:
         """The status document, or while the store does not answer, what the page says instead (its
         figures stay those it last showed)."""
         from redis.exceptions import RedisError

@@ -30,8 +30,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
+from difftest.fuzz.records import Finding, WorkerRecord
 from difftest.fuzz.store import Store
 
 BACKOFF_FIRST_S = 0.5
@@ -43,6 +44,10 @@ ORDERED = frozenset({"finding", "restore", "seen_again", "note_raw", "pend", "un
 STORE_METHOD = {"restore": "restore_finding", "seen_again": "seen_again", "note_raw": "note_raw", "pend": "pend",
                 "unpend": "unpend", "corpus": "add_corpus", "native_total": "set_native_total", "beat": "beat",
                 "lua": "add_lua"}  # fmt: skip
+
+
+T = TypeVar("T")
+Entry = list[object]  # a kept write as its journal line holds it: its op, then the Store method's arguments (JSON)
 
 
 def _store_errors() -> tuple[type[BaseException], ...]:
@@ -65,15 +70,16 @@ class Outbox:
         self.away_since: float | None = None  # monotonic, while the store does not answer
         self.retry_at = 0.0
         self.delay = BACKOFF_FIRST_S
-        self.ordered: list[list[Any]] = []
+        self.ordered: list[Entry] = []
         self.labels: Counter[str] = Counter()
         self.native = b""
         self.lua: set[str] = set()
-        self.record: list[Any] | None = None  # the last beat not yet written: [worker, record, process]
+        # the last beat not yet written: (worker, record, process)
+        self.record: tuple[str, WorkerRecord, str] | None = None
         self.sent_seq = 0  # the sequence number of the last record the store acknowledged
         self.outcomes: list[tuple[str, bool]] = []  # (signature, new?) of findings sent, for the worker
-        self.recorded: dict[str, list[Any]] = {}  # this worker's findings: written again if the store loses them
-        self.pending: dict[str, list[Any]] = {}  # its failures pending: the same
+        self.recorded: dict[str, Entry] = {}  # this worker's findings: written again if the store loses them
+        self.pending: dict[str, Entry] = {}  # its failures pending: the same
         self._file: IO[str] | None = None
 
     # ---- state ------------------------------------------------------------------------------------------
@@ -103,8 +109,9 @@ class Outbox:
 
     # ---- reads ------------------------------------------------------------------------------------------
 
-    def read(self, name: str, *args: Any, default: Any = None) -> Any:
-        """The store's answer, or `default` while it is away (without waiting for it when a try is not due)."""
+    def read(self, name: str, *args: object, default: object = None) -> Any:
+        """The store's answer, or `default` while it is away (without waiting for it when a try is not due);
+        Any: the answer of the Store method named, whichever it is."""
         if not self._may_try():
             return default
         try:
@@ -118,23 +125,23 @@ class Outbox:
 
     # ---- writes ------------------------------------------------------------------------------------------
 
-    def send(self, op: str, *args: Any) -> None:
+    def send(self, op: str, *args: object) -> None:
         """A write kept in order (ORDERED): sent now if the store answers, else when it is back."""
         if op not in ORDERED:
             raise ValueError(f"outbox: {op!r} is not a kept write; kept are {sorted(ORDERED)}")
-        entry = [op, *args]
+        entry: Entry = [op, *args]
         if op == "finding":
-            self.recorded[args[0]] = ["restore", *args]
+            self.recorded[str(args[0])] = ["restore", *args]
         elif op == "pend":
-            self.pending[args[0]] = entry
+            self.pending[str(args[0])] = entry
         elif op == "unpend":
-            self.pending.pop(args[0], None)
+            self.pending.pop(str(args[0]), None)
         self.ordered.append(entry)
         self.flush()
         if any(kept is entry for kept in self.ordered):  # not sent: journalled until it is
             self._journal(entry)
 
-    def _direct(self, write: Callable[[], Any]) -> Any:
+    def _direct(self, write: Callable[[], T]) -> T | None:
         """A summed write's answer when nothing is kept before it and the store answers; else None (kept)."""
         if self.away or self.ordered:
             return None
@@ -146,26 +153,26 @@ class Outbox:
 
     def add_labels(self, labels: Counter[str]) -> list[str]:
         """Count the labels; returns those no history reached before (none known while the store is away)."""
-        fresh: list[str] | None = self._direct(lambda: self.store.add_labels(labels))
+        fresh = self._direct(lambda: self.store.add_labels(labels))
         if fresh is None:
             self.labels.update(labels)
         return fresh or []
 
     def add_native(self, bitmap: bytes) -> int:
-        fresh: int | None = self._direct(lambda: self.store.add_native(bitmap))
+        fresh = self._direct(lambda: self.store.add_native(bitmap))
         if fresh is None:
             self.native = _or(self.native, bitmap)
         return fresh or 0
 
     def add_lua(self, lines: set[str]) -> int:
-        fresh: int | None = self._direct(lambda: self.store.add_lua(lines))
+        fresh = self._direct(lambda: self.store.add_lua(lines))
         if fresh is None:
             self.lua.update(lines)
         return fresh or 0
 
-    def beat(self, worker: str, record: dict[str, Any], process: str) -> None:
+    def beat(self, worker: str, record: WorkerRecord, process: str) -> None:
         """The worker's record (with its counts and `seq`): written now, or the last one when the store is back."""
-        self.record = [worker, record, process]
+        self.record = (worker, record, process)
         self.flush()
         if self.record is not None:  # not taken: journalled (the last one in the journal counts)
             self._journal(["beat", worker, record, process])
@@ -202,20 +209,30 @@ class Outbox:
             self.away_since = None
         return True
 
-    def _apply(self, entry: list[Any]) -> None:
+    def _apply(self, entry: Entry) -> None:
         op, args = entry[0], entry[1:]
         if op == "finding":
-            self.outcomes.append((args[0], self.store.record_finding(*args)))
+            name, worker, fields = args
+            # a finding's fields as Worker.record_failure sent them
+            self.outcomes.append((str(name), self.store.record_finding(str(name), str(worker), cast(Finding, fields))))
         elif op == "labels":
-            self.store.add_labels(Counter(args[0]))
+            self.store.add_labels(Counter(cast(dict[str, int], args[0])))
         elif op == "native":
-            self.store.add_native(bytes.fromhex(args[0]))
+            self.store.add_native(bytes.fromhex(str(args[0])))
         elif op in STORE_METHOD:
             getattr(self.store, STORE_METHOD[op])(*args)
         else:
             raise ValueError(f"outbox: a journal line of unknown kind {op!r}")
 
-    def _write_record(self, worker: str, record: dict[str, Any], process: str) -> None:
+    def forget_recorded(self, name: str) -> str | None:
+        """A finding this worker sent that another worker had recorded first, forgotten; its artifact
+        directory here, if it had one."""
+        entry = self.recorded.pop(name, None)
+        fields = entry[3] if entry is not None and len(entry) > 3 else None
+        artifact = fields.get("artifact") if isinstance(fields, dict) else None
+        return str(artifact) if artifact else None
+
+    def _write_record(self, worker: str, record: WorkerRecord, process: str) -> None:
         before = self.store.beat(worker, record, process)
         seq = int(record.get("seq", 0))
         lost = self.sent_seq and (before is None or before.get("pid") != record.get("pid")
@@ -232,7 +249,7 @@ class Outbox:
 
     # ---- the journal ---------------------------------------------------------------------------------------
 
-    def _journal(self, entry: list[Any]) -> None:
+    def _journal(self, entry: Entry) -> None:
         if self.journal is None:
             return
         if self._file is None:

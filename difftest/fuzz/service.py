@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from multiprocessing.connection import wait
+from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TextIO, TypeVar
 
 from difftest.fuzz.outbox import JOURNALS, send_journals
+from difftest.fuzz.records import SeriesPoint
 from difftest.fuzz.store import COUNTED, Store
 from difftest.fuzz.worker import FuzzConfig, local_artifact, reproduce_line, run_worker, worker_id
 
@@ -76,7 +78,7 @@ def local_store(state: Path) -> Iterator[str]:
 class Service:
     config: FuzzConfig
     out: TextIO = sys.stdout
-    context: Any = field(default_factory=lambda: get_context("spawn"))
+    context: SpawnContext = field(default_factory=lambda: get_context("spawn"))
     processes: dict[int, BaseProcess] = field(default_factory=dict)
     replaced: int = 0
     signalled: list[int] = field(default_factory=list)
@@ -190,7 +192,7 @@ class Service:
             self.say(f"FINDING {name} ({finding.get('described', '')}): {finding.get('reason', '')}")
             self.say(f"artifact: {artifact} (reproduce: {reproduce_line(finding, artifact)})")
 
-    def loop(self, on_sample: Callable[[dict[str, Any]], None] | None) -> None:
+    def loop(self, on_sample: Callable[[SeriesPoint], None] | None) -> None:
         last_sample = last_print = 0.0
         while not self.signalled and not self.budget_spent():
             sentinels = [p.sentinel for p in self.processes.values() if p.exitcode is None]
@@ -241,7 +243,7 @@ class Service:
         return killed
 
 
-def progress_line(point: dict[str, Any], elapsed: float) -> str:
+def progress_line(point: SeriesPoint, elapsed: float) -> str:
     return (f"fuzz: {elapsed:,.0f} s, {point['histories']:,} histories, {point['steps']:,} steps, "
             f"{point['labels']} labels, {point['native']:,} native counters, {point['lua']} Lua lines, "
             f"{point['findings']} finding(s), {point['workers']} worker(s)")  # fmt: skip
@@ -251,7 +253,7 @@ def service_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = None) -> tuple[int, dict[str, Any]]:
+def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = None) -> tuple[int, dict[str, int]]:
     """Run the service until a budget ends or SIGTERM/SIGINT; returns the signal that stopped it (0:
     a budget) and what this service's workers did (histories, findings, met_again)."""
     from difftest.servers.leftovers import sweep_leftovers
@@ -259,19 +261,14 @@ def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = 
     store = Store(config.database)
     store.check()
     sweep_leftovers()
-    handed = store.orphan_stale(config.service)
     service = Service(config, out)
-    if handed:
-        service.say(f"fuzz: {handed} failure(s) a stopped service left unrecorded will be recorded first")
-    service.send_journals()  # what an earlier service's workers kept while the store was away
+    _take_over(service, store)
     server = None
     if dashboard is not None:
         from difftest.fuzz.dashboard import start_dashboard
 
         server = start_dashboard(config.database, dashboard)
         service.say(f"fuzz: dashboard on http://127.0.0.1:{server.server_address[1]}/")
-    for finding in store.findings():  # known before this service started: not printed again
-        service.shown.add(str(finding.get("signature")))
 
     def note(signum: int, _: object) -> None:
         service.signalled.append(signum)
@@ -282,17 +279,7 @@ def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = 
             service.start(slot)
         service.loop(None)
     finally:
-        killed = service.drain()
-        if killed:
-            service.say(f"fuzz: worker(s) {', '.join(map(str, killed))} did not drain in {DRAIN_S:.0f} s: killed")
-        service.send_journals()
-        with contextlib.suppress(Exception):
-            service.store.sample(config.service)
-            service.announce_findings()
-        left = sorted(service.journals().glob("*.jsonl")) if service.journals().is_dir() else []
-        if left:
-            service.say(f"fuzz: the store is away: {len(left)} worker journal(s) in {service.journals()} keep what "
-                        "is not recorded yet; the next `difftest fuzz` with these --reports sends them")  # fmt: skip
+        _wind_down(service)
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -303,6 +290,33 @@ def serve(config: FuzzConfig, out: TextIO = sys.stdout, dashboard: int | None = 
     store.close()
     service.store.close()
     return (service.signalled[0] if service.signalled else 0), mine
+
+
+def _take_over(service: Service, store: Store) -> None:
+    """What earlier services left: their stale failures handed to this one, their workers' journals
+    sent, and the findings already known (not printed again)."""
+    handed = store.orphan_stale(service.config.service)
+    if handed:
+        service.say(f"fuzz: {handed} failure(s) a stopped service left unrecorded will be recorded first")
+    service.send_journals()  # what an earlier service's workers kept while the store was away
+    for finding in store.findings():  # known before this service started: not printed again
+        service.shown.add(str(finding.get("signature")))
+
+
+def _wind_down(service: Service) -> None:
+    """The workers drained (or killed), their journals sent, the findings announced, and what the
+    store could not take said."""
+    killed = service.drain()
+    if killed:
+        service.say(f"fuzz: worker(s) {', '.join(map(str, killed))} did not drain in {DRAIN_S:.0f} s: killed")
+    service.send_journals()
+    with contextlib.suppress(Exception):
+        service.store.sample(service.config.service)
+        service.announce_findings()
+    left = sorted(service.journals().glob("*.jsonl")) if service.journals().is_dir() else []
+    if left:
+        service.say(f"fuzz: the store is away: {len(left)} worker journal(s) in {service.journals()} keep what "
+                    "is not recorded yet; the next `difftest fuzz` with these --reports sends them")  # fmt: skip
 
 
 __all__ = ["FuzzConfig", "local_store", "replace", "serve", "service_name"]

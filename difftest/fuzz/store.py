@@ -24,10 +24,11 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from difftest.base.problems import SetupProblem
 from difftest.campaign.exampledb import client_of, describe
+from difftest.fuzz.records import CorpusEntry, Finding, Pending, SeriesPoint, Snapshot, StoreCoverage, WorkerRecord
 
 FORMAT = "difftest-fuzz"
 VERSION = 2
@@ -41,7 +42,8 @@ TIMEOUT_S = 3.0
 COUNTED = ("histories", "steps", "findings", "met_again", "met_known")  # a worker's counts, summed into the totals
 
 
-def _json(raw: bytes | str | None) -> Any:
+def _json(raw: bytes | str | None) -> object:
+    """A record's JSON as read from the store (None for no record): its callers say which record it is."""
     return json.loads(raw) if raw else None
 
 
@@ -54,7 +56,7 @@ class Store:
 
     def __init__(self, spec: str, timeout_s: float = TIMEOUT_S) -> None:
         self.spec = spec
-        # redis-py's replies are bytes; its stubs say bytes | str
+        # redis-py's replies are bytes and its pipelines untyped; its stubs say bytes | str: Any, kept here
         self.client: Any = client_of(spec, timeout_s=timeout_s, retries=False)
 
     @property
@@ -89,31 +91,31 @@ class Store:
 
     # ---- counts and workers ----------------------------------------------------------------------------
 
-    def beat(self, worker: str, record: dict[str, Any], process: str) -> dict[str, Any] | None:
+    def beat(self, worker: str, record: WorkerRecord, process: str) -> WorkerRecord | None:
         """A worker's record now (what it does, its counts, its `seq`), its counts whole under its
         process's name; returns the record this replaced (a worker whose last record is missing or
         older than it wrote is talking to a store that lost writes)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.key("workers"), worker)
         pipe.hset(self.key("workers"), worker, json.dumps({**record, "beat": time.time()}))
-        pipe.hset(self.key("counts"), process, json.dumps({k: int(record.get(k, 0)) for k in COUNTED}))
+        counts: dict[str, object] = dict(record)
+        pipe.hset(self.key("counts"), process, json.dumps({k: int(str(counts.get(k, 0))) for k in COUNTED}))
         before = pipe.execute()[0]
-        found: dict[str, Any] | None = _json(before)
-        return found
+        return cast(WorkerRecord | None, _json(before))
 
     def forget_worker(self, worker: str) -> None:
         self.client.hdel(self.key("workers"), worker)
 
-    def workers(self) -> dict[str, dict[str, Any]]:
+    def workers(self) -> dict[str, WorkerRecord]:
         raw = self.client.hgetall(self.key("workers"))
-        return {k.decode(): _json(v) for k, v in sorted(raw.items())}
+        return {k.decode(): cast(WorkerRecord, _json(v)) for k, v in sorted(raw.items())}
 
     def totals(self) -> dict[str, int]:
         """Every worker process's counts summed (each written whole, so a lost or repeated write
         leaves no gap or double)."""
         sums = dict.fromkeys(COUNTED, 0)
         for raw in self.client.hvals(self.key("counts")):
-            for name, value in (_json(raw) or {}).items():
+            for name, value in cast(dict[str, int], _json(raw) or {}).items():
                 sums[name] = sums.get(name, 0) + int(value)
         return sums
 
@@ -158,7 +160,7 @@ class Store:
         members = sorted(set(lines))
         return int(self.client.sadd(self.key("lua"), *members)) if members else 0
 
-    def coverage(self) -> dict[str, Any]:
+    def coverage(self) -> StoreCoverage:
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.key("labels"))
         pipe.hgetall(self.key("labels-first"))
@@ -173,10 +175,10 @@ class Store:
 
     # ---- the time series ---------------------------------------------------------------------------------
 
-    def sample(self, service: str) -> dict[str, Any]:
+    def sample(self, service: str) -> SeriesPoint:
         """A time point of the totals and the coverage, appended to the series; returns it."""
         totals, coverage = self.totals(), self.coverage()
-        point = {"t": round(time.time(), 3), "service": service, "histories": totals.get("histories", 0),
+        point: SeriesPoint = {"t": round(time.time(), 3), "service": service, "histories": totals.get("histories", 0),
                  "steps": totals.get("steps", 0), "labels": len(coverage["labels"]), "native": coverage["native"],
                  "lua": coverage["lua"], "findings": int(self.client.scard(self.key("findings"))),
                  "workers": len(self.live_workers())}  # fmt: skip
@@ -186,11 +188,11 @@ class Store:
         pipe.execute()
         return point
 
-    def series(self) -> list[dict[str, Any]]:
-        points = [_json(raw) for raw in self.client.lrange(self.key("series"), 0, -1)]
+    def series(self) -> list[SeriesPoint]:
+        points = [cast(SeriesPoint, _json(raw)) for raw in self.client.lrange(self.key("series"), 0, -1)]
         return sorted(points, key=lambda p: p["t"])
 
-    def live_workers(self) -> dict[str, dict[str, Any]]:
+    def live_workers(self) -> dict[str, WorkerRecord]:
         now = time.time()
         return {w: r for w, r in self.workers().items() if r.get("state") != "stopped" and now - r["beat"] < STALE_S}
 
@@ -203,7 +205,7 @@ class Store:
     def note_raw(self, raw: str, signature: str) -> None:
         self.client.hset(self.key("raw"), raw, signature)
 
-    def record_finding(self, signature: str, worker: str, fields: dict[str, Any]) -> bool:
+    def record_finding(self, signature: str, worker: str, fields: Finding) -> bool:
         """The finding written whole by the first worker to claim its signature (True); for any
         other, it is met again (False)."""
         key = self.key(f"finding:{signature}")
@@ -216,7 +218,7 @@ class Store:
             self.seen_again(signature)
         return won
 
-    def restore_finding(self, signature: str, worker: str, fields: dict[str, Any]) -> bool:
+    def restore_finding(self, signature: str, worker: str, fields: Finding) -> bool:
         """A finding this worker recorded, written again if the store lost it (True), else nothing."""
         key = self.key(f"finding:{signature}")
         if not self.client.hsetnx(key, "claimed_by", worker):
@@ -224,7 +226,7 @@ class Store:
         self._write_finding(key, signature, fields)
         return True
 
-    def _write_finding(self, key: str, signature: str, fields: dict[str, Any]) -> None:
+    def _write_finding(self, key: str, signature: str, fields: Finding) -> None:
         """A claimed finding's fields and its place in `findings`, in a transaction: no reader sees it half-written."""
         flat = {k: str(v) if k in TEXT_FIELDS else json.dumps(v) for k, v in fields.items()}
         pipe = self.client.pipeline(transaction=True)
@@ -235,26 +237,26 @@ class Store:
     def seen_again(self, signature: str) -> None:
         self.client.hincrby(self.key(f"finding:{signature}"), "seen", 1)
 
-    def finding(self, signature: str) -> dict[str, Any]:
+    def finding(self, signature: str) -> Finding:
         raw = self.client.hgetall(self.key(f"finding:{signature}"))
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for k, v in raw.items():
             name, text = k.decode(), v.decode()
             out[name] = text if name in TEXT_FIELDS else _json(text)
-        return out
+        return cast(Finding, out)  # its fields as record_finding wrote them
 
-    def findings(self) -> list[dict[str, Any]]:
+    def findings(self) -> list[Finding]:
         names = sorted(m.decode() for m in self.client.smembers(self.key("findings")))
         found = [self.finding(name) for name in names]
         return sorted(found, key=lambda f: f.get("found_at") or 0)
 
     # ---- failures not yet recorded whole -----------------------------------------------------------------
 
-    def pend(self, field: str, worker: str, history: str, build: dict[str, Any]) -> None:
+    def pend(self, field: str, worker: str, history: str, build: dict[str, object]) -> None:
         """A failing history, kept before its shrink starts under `field` (pending_field: to unpend
         it when recorded)."""
-        self.client.hset(self.key("pending"), field, json.dumps({"history": history, "build": build,
-                                                                   "worker": worker, "at": time.time()}))  # fmt: skip
+        pending: Pending = {"history": history, "build": build, "worker": worker, "at": time.time()}
+        self.client.hset(self.key("pending"), field, json.dumps(pending))
 
     def unpend(self, field: str) -> None:
         self.client.hdel(self.key("pending"), field)
@@ -282,20 +284,19 @@ class Store:
                 moved += self.orphan(owner)
         return moved
 
-    def take_orphan(self) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = _json(self.client.lpop(self.key("orphans")))
-        return found
+    def take_orphan(self) -> Pending | None:
+        return cast(Pending | None, _json(self.client.lpop(self.key("orphans"))))
 
     def pending(self) -> int:
         return int(self.client.hlen(self.key("pending"))) + int(self.client.llen(self.key("orphans")))
 
     # ---- the corpus ---------------------------------------------------------------------------------------
 
-    def add_corpus(self, digest: str, entry: dict[str, Any]) -> bool:
+    def add_corpus(self, digest: str, entry: CorpusEntry) -> bool:
         return bool(self.client.hsetnx(self.key("corpus"), digest, json.dumps(entry)))
 
-    def corpus(self) -> list[dict[str, Any]]:
-        entries = [_json(v) for v in self.client.hvals(self.key("corpus"))]
+    def corpus(self) -> list[CorpusEntry]:
+        entries = [cast(CorpusEntry, _json(v)) for v in self.client.hvals(self.key("corpus"))]
         return sorted(entries, key=lambda e: e.get("at", 0))
 
     def corpus_size(self) -> int:
@@ -303,7 +304,7 @@ class Store:
 
     # ---- everything, for the dashboard and `difftest fuzz status` ----------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         coverage = self.coverage()
         return {"format": f"{FORMAT} {VERSION}", "database": describe(self.spec), "at": time.time(),
                 "totals": self.totals(), "workers": self.workers(), "series": self.series(),

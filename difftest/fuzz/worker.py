@@ -26,13 +26,26 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
 from difftest.findings import signature as signatures
 from difftest.fuzz.outbox import Outbox, journal_path
 from difftest.fuzz.store import COUNTED, Store, pending_field
 from difftest.replay import labels as coverage
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized, SynchronizedArray
+
+    from difftest.fuzz.counters import Counters
+    from difftest.fuzz.records import Finding as StoreFinding
+    from difftest.fuzz.records import WorkerRecord
+    from difftest.history.format import History
+    from difftest.replay.replayer import Replayer, ReplayResult
+    from difftest.servers.group import ServerGroup
+
+    SharedCount = Synchronized[int]  # the service's shared counter of generated histories (its budget)
+    SharedCounts = SynchronizedArray[int]  # the service's shared array of each slot's counts
 
 BATCH = 20  # histories per Hypothesis run: short enough that draining and budgets act soon
 BEAT_S = 0.5  # a worker's record and the totals are written at most this often (and at every change of state)
@@ -111,10 +124,11 @@ class Worker:
     config: FuzzConfig
     slot: int
     store: Outbox  # the store through an outbox: what it cannot take while it is away is kept
-    replayer: Any
-    shared: Any  # the service's shared counter of generated histories (its budget), or None
-    counts_shared: Any = None  # the service's shared array of each slot's counts (what it reports, store or not)
-    counters: Any = None  # difftest.fuzz.counters.Counters with the coverage build
+    replayer: Replayer
+    shared: SharedCount | None  # the service's shared counter of generated histories (its budget), or None
+    # the service's shared array of each slot's counts (what it reports, store or not)
+    counts_shared: SharedCounts | None = None
+    counters: Counters | None = None  # with the coverage build
     lua_log: Path | None = None
     lua_offset: int = 0
     lua_seen: set[str] = field(default_factory=set)
@@ -147,14 +161,15 @@ class Worker:
         self.seq += 1
         self._settle()
         state = self.state + (" (the store is away)" if self.store.away else "")
-        record = {"host": socket.gethostname(), "pid": os.getpid(), "service": self.config.service,
-                  "slot": self.slot, "state": state, "histories": self.histories, "steps": self.steps,
-                  "findings": self.findings, "met_again": self.met_again, "met_known": self.met_known,
-                  "started": self.started,
-                  "seed": self.batch_seed, "seq": self.seq, "kept": self.store.kept()}  # fmt: skip
-        if self.counts_shared is not None:  # in the store's order of its counts
+        record: WorkerRecord = {"host": socket.gethostname(), "pid": os.getpid(), "service": self.config.service,
+                                "slot": self.slot, "state": state, "histories": self.histories, "steps": self.steps,
+                                "findings": self.findings, "met_again": self.met_again, "met_known": self.met_known,
+                                "started": self.started,
+                                "seed": self.batch_seed, "seq": self.seq, "kept": self.store.kept()}  # fmt: skip
+        if self.counts_shared is not None:  # in the store's order of its counts (COUNTED)
             width = len(COUNTED)
-            self.counts_shared[width * self.slot : width * (self.slot + 1)] = [record[name] for name in COUNTED]
+            counts = [self.histories, self.steps, self.findings, self.met_again, self.met_known]
+            self.counts_shared[width * self.slot : width * (self.slot + 1)] = counts
         self.store.beat(self.id, record, f"{self.id}@{os.getpid()}")
         self._settle()
 
@@ -166,18 +181,18 @@ class Worker:
             if not new:
                 self.findings -= 1
                 self.met_again += 1
-                directory = self.store.recorded.pop(name, [None, None, None, {}])[3].get("artifact")
+                directory = self.store.forget_recorded(name)
                 if directory:
                     shutil.rmtree(directory, ignore_errors=True)
 
-    def reached(self, history: Any, result: Any, generated: bool) -> float:
+    def reached(self, history: History, result: ReplayResult, generated: bool) -> float:
         """Record one compared history; returns its guidance score (what it reached, by the mode)."""
         labels = coverage.labels(result)
         new_labels = self.store.add_labels(labels)
         # what the history touched: its labels, native counters and Lua lines, each by a name
         touched = {f"label:{label}" for label in labels}
         reach = float(sum(1 for label in labels if label.startswith(("contract:", "sweep:"))))
-        new: dict[str, Any] = {}
+        new: dict[str, list[str] | int] = {}  # what it reached first: labels, and how many counters and lines
         if new_labels:
             new["labels"] = new_labels
         if self.counters is not None:
@@ -230,7 +245,7 @@ class Worker:
         self.lua_offset += cut
         return {f"{verb}:{line}" for verb, line in parse_log(text[:cut])}
 
-    def _keep(self, history: Any, new: dict[str, Any]) -> None:
+    def _keep(self, history: History, new: dict[str, list[str] | int]) -> None:
         from difftest.fuzz.corpusfile import digest_of
         from difftest.history.format import dumps
 
@@ -244,7 +259,7 @@ class Worker:
 
     # ---- failures ----------------------------------------------------------------------------------------
 
-    def record_failure(self, result: Any, raw: str, pending: str | None) -> str:
+    def record_failure(self, result: ReplayResult, raw: str, pending: str | None) -> str:
         """A shrunk failure recorded (a new finding, or one met again); returns its signature. Its
         artifact is written here first, so a store that is away loses nothing (outbox.py)."""
         from difftest.replay.artifacts import save_divergence
@@ -266,6 +281,7 @@ class Worker:
             directory = finding_directory(self.config.reports, name)
             save_divergence(result, directory, self.config.build)
             divergence = result.divergence
+            assert divergence is not None  # a failure recorded is a replay that diverged
             self.findings += 1  # until the store says another worker recorded it first (_settle)
             self.store.send("finding", name, self.id, {
                 "signature": name, "parts": parts, "described": signatures.describe(parts),
@@ -315,7 +331,8 @@ def finding_directory(reports: Path, name: str) -> Path:
     return directory
 
 
-def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, Any], budget: ShrinkBudget) -> bool:
+def _first_failure(worker: Worker, history: History, result: ReplayResult, shrink: dict[str, str],
+                   budget: ShrinkBudget) -> bool:  # fmt: skip
     """A batch's first failing history: False for a known defect met again (counted, not shrunk
     again); else True, the history kept as pending in the store and the shrink's budget started."""
     from difftest.history.format import dumps
@@ -341,7 +358,7 @@ def _first_failure(worker: Worker, history: Any, result: Any, shrink: dict[str, 
     return True
 
 
-def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
+def _batch(worker: Worker, seed: int, explicit: list[History]) -> None:
     """One Hypothesis run of the worker's batch size (the explicit histories first)."""
     from hypothesis import target
 
@@ -353,11 +370,11 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
     config = worker.config
     shape = HistoryShape(max_steps=config.max_steps, restarts=config.restarts, crashes=config.restarts,
                          replica_calls=True, sizes=config.sizes)  # fmt: skip
-    known: dict[str, Any] = {}  # failing replays by failure_key, in the order found
-    shrink: dict[str, Any] = {}  # the first failure's raw signature and pending field
+    known: dict[str, ReplayResult] = {}  # failing replays by failure_key, in the order found
+    shrink: dict[str, str] = {}  # the first failure's raw signature and pending field
     budget = ShrinkBudget(config.shrink_tries, config.shrink_seconds)
 
-    def on_history(history: Any, in_test: bool = True) -> None:
+    def on_history(history: History, in_test: bool = True) -> None:
         key = failure_key(history)
         result = known.get(key)
         if result is None:
@@ -392,11 +409,10 @@ def _batch(worker: Worker, seed: int, explicit: list[Any]) -> None:
         worker.record_failure(minimal, shrink["raw"], shrink["pending"])
 
 
-def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int, counts_shared: Any = None) -> None:
+def run_worker(config: FuzzConfig, slot: int, shared: SharedCount | None, parent: int,
+               counts_shared: SharedCounts | None = None) -> None:  # fmt: skip
     """A worker process's life: servers up, orphans adopted, batches until drained or out of budget."""
     from difftest.campaign.driver import bind_to_parent, quiet_swallowed_interrupts
-    from difftest.replay.replayer import Replayer
-    from difftest.servers.group import ServerGroup
     from difftest.servers.local import pin_to_core
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -405,30 +421,14 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int, counts_s
         return
     if config.pin:
         pin_to_core(slot)
-    profiles = None
-    if config.profiles is not None:  # this worker's servers write their raw profiles here, and only they
-        profiles = config.profiles / f"worker-{slot}"
-        profiles.mkdir(parents=True, exist_ok=True)
-        os.environ["LLVM_PROFILE_FILE"] = str(profiles / "native-%p%c.profraw")
+    profiles = _profiles_dir(config, slot)
     store = Store(config.database)
-    who = worker_id(config, slot)
-    outbox = Outbox(store, journal_path(config.reports, who),
+    outbox = Outbox(store, journal_path(config.reports, worker_id(config, slot)),
                     lambda line: print(f"fuzz: worker {slot}: {line}", file=sys.stderr, flush=True))  # fmt: skip
-    worker: Worker | None = None
-    group: Any = None
+    started = _Started()
     try:
         with quiet_swallowed_interrupts():
-            group = ServerGroup()
-            with Replayer(config.module, group=group, lua_scripts=config.lua_scripts) as replayer:
-                worker = Worker(config, slot, outbox, replayer, shared, counts_shared)
-                if profiles is not None:
-                    from difftest.fuzz.counters import Counters
-
-                    worker.counters = Counters(profiles)
-                if config.lua_lines:
-                    worker.lua_log = Path(replayer.lua_server.logfile)
-                worker.adopt_orphans()
-                _batches(worker, _first_histories(config, slot, outbox))
+            _work(config, slot, outbox, (shared, counts_shared), profiles, started)
     except Exception as problem:
         if not _draining:
             raise
@@ -437,17 +437,55 @@ def run_worker(config: FuzzConfig, slot: int, shared: Any, parent: int, counts_s
         print(f"difftest fuzz: worker {slot}: the history under way was cut short while draining "
               f"({type(problem).__name__})", file=sys.stderr, flush=True)  # fmt: skip
     finally:
-        if worker is not None:
-            _stopped(worker)
-        if group is not None:
-            group.close()
+        if started.worker is not None:
+            _stopped(started.worker)
+        if started.group is not None:
+            started.group.close()
         if profiles is not None:
             shutil.rmtree(profiles, ignore_errors=True)
         outbox.close()
         store.close()
 
 
-def _batches(worker: Worker, explicit: list[Any]) -> None:
+@dataclass
+class _Started:
+    """What a worker process has started so far, for its `finally` to stop (None: not yet)."""
+
+    worker: Worker | None = None
+    group: ServerGroup | None = None
+
+
+def _profiles_dir(config: FuzzConfig, slot: int) -> Path | None:
+    """This worker's directory of raw native profiles (--native-counters), its servers told to write there."""
+    if config.profiles is None:
+        return None
+    profiles = config.profiles / f"worker-{slot}"  # this worker's servers write their raw profiles here, and only they
+    profiles.mkdir(parents=True, exist_ok=True)
+    os.environ["LLVM_PROFILE_FILE"] = str(profiles / "native-%p%c.profraw")
+    return profiles
+
+
+def _work(config: FuzzConfig, slot: int, outbox: Outbox, shared: tuple[SharedCount | None, SharedCounts | None],
+          profiles: Path | None, started: _Started) -> None:  # fmt: skip
+    """The worker's servers and replayer up, its orphans adopted, then its batches; `shared`: the
+    service's shared counters."""
+    from difftest.replay.replayer import Replayer
+    from difftest.servers.group import ServerGroup
+
+    started.group = ServerGroup()
+    with Replayer(config.module, group=started.group, lua_scripts=config.lua_scripts) as replayer:
+        worker = started.worker = Worker(config, slot, outbox, replayer, *shared)
+        if profiles is not None:
+            from difftest.fuzz.counters import Counters
+
+            worker.counters = Counters(profiles)
+        if config.lua_lines:
+            worker.lua_log = Path(replayer.lua_server.logfile)
+        worker.adopt_orphans()
+        _batches(worker, _first_histories(config, slot, outbox))
+
+
+def _batches(worker: Worker, explicit: list[History]) -> None:
     """Batch after batch (the explicit histories in the first) until drained, out of budget or time."""
     config = worker.config
     rng = random.Random(config.seed if config.seed is not None else None)
@@ -478,7 +516,7 @@ def _stopped(worker: Worker) -> None:
             worker.store.add_native(worker.counters.bitmap())
 
 
-def _first_histories(config: FuzzConfig, slot: int, store: Outbox) -> list[Any]:
+def _first_histories(config: FuzzConfig, slot: int, store: Outbox) -> list[History]:
     """What a worker replays before generating: its share of the service's corpus, and for the
     first worker the class corpus (one short history per behaviour label)."""
     from difftest.history.format import HistoryError, loads
@@ -502,7 +540,7 @@ def drained() -> bool:
 __all__ = ["BATCH", "GUIDANCE_MODES", "FuzzConfig", "guidance_mode", "run_worker"]
 
 
-def local_artifact(reports: Path, finding: dict[str, Any]) -> Path:
+def local_artifact(reports: Path, finding: StoreFinding) -> Path:
     """The finding's artifact on this machine: where it was saved, else a copy written from the store."""
     from difftest.base.files import write_atomically
 
@@ -520,7 +558,7 @@ def local_artifact(reports: Path, finding: dict[str, Any]) -> Path:
     return directory
 
 
-def reproduce_line(finding: dict[str, Any], artifact: Path) -> str:
+def reproduce_line(finding: StoreFinding, artifact: Path) -> str:
     from difftest.replay.build import replay_command
 
     replicas = bool((finding.get("report") or {}).get("replicas"))

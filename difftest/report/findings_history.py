@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from difftest.base.files import write_atomically
 from difftest.base.problems import SetupProblem
+from difftest.findings.entries import Night
 
 FILE_NAME = "findings-history.jsonl"
 
@@ -23,7 +24,7 @@ def default_file(out: Path) -> Path:
     return out.parent / FILE_NAME
 
 
-def read(path: Path) -> list[dict[str, Any]]:
+def read(path: Path) -> list[Night]:
     """The nights recorded so far (none when the file is not there); a line that is not a night's
     record is one line naming it (exit 2): the file is data that every later night builds on."""
     if not path.is_file():
@@ -39,11 +40,11 @@ def read(path: Path) -> list[dict[str, Any]]:
         if not isinstance(night, dict) or "at" not in night or not isinstance(night.get("findings"), list):
             raise SetupProblem(f"{path}:{number}: not a night of the findings history ({{\"at\": ..., \"findings\": "
                                "[...]}}): mend or remove the line, or pass --findings-history none")  # fmt: skip
-        nights.append(night)
+        nights.append(cast(Night, night))  # checked above: a night's "at" and "findings"
     return nights
 
 
-def append(path: Path, night: dict[str, Any]) -> None:
+def append(path: Path, night: Night) -> None:
     """The file with `night` added as its last line, whole or (OSError) as it was."""
     before = path.read_text() if path.is_file() else ""
     if before and not before.endswith("\n"):

@@ -11,9 +11,11 @@ import math
 import shlex
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
+from difftest.findings.entries import Divergence, Nights
 from difftest.judge.contract import TABLE_ORDER
+from difftest.report.document import BatchEntry, Budget, ModelShare, Summary, build_fields
 
 # the verdicts a summary can carry, and how the page shows each (class, headline)
 VERDICTS = {
@@ -80,6 +82,24 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:.3g}"
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """A line chart's plotting area inside its SVG, and its axes' top values: where a point is drawn."""
+
+    left: int  # px, as the SVG's attributes print them
+    top: int
+    width: int
+    height: int
+    x_max: float
+    y_max: float
+
+    def sx(self, x: float) -> float:
+        return self.left + self.width * x / self.x_max
+
+    def sy(self, y: float) -> float:
+        return self.top + self.height * (1 - y / self.y_max)
+
+
 def line_chart(
     points: Sequence[tuple[float, float]],
     *,
@@ -93,45 +113,57 @@ def line_chart(
 ) -> str:
     """An SVG line chart of (x, y) points from x = 0, with an optional dashed horizontal reference."""
     left, right, top, bottom = 64, 16, 14, 44
-    plot_w, plot_h = width - left - right, height - top - bottom
     if not points:
         return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="60" '
                 f'aria-label="{esc(title)}"><title>{esc(title)}</title>'
                 '<text x="8" y="30">no time series recorded for this run</text></svg>')  # fmt: skip
     x_ticks = nice_ticks(max(x for x, _ in points))
     y_ticks = nice_ticks(max([y for _, y in points] + ([reference] if reference else [])))
-    x_max, y_max = x_ticks[-1], y_ticks[-1]
-
-    def sx(x: float) -> float:
-        return left + plot_w * x / x_max
-
-    def sy(y: float) -> float:
-        return top + plot_h * (1 - y / y_max)
-
+    plot = _Plot(left, top, width - left - right, height - top - bottom, x_ticks[-1], y_ticks[-1])
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" aria-label="{esc(title)}"><title>{esc(title)}</title>']  # fmt: skip
-    for y in y_ticks:
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#e4e4e4"/>')
-        parts.append(f'<text x="{left - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{_number(y)}</text>')
-    for x in x_ticks:
-        parts.append(f'<text x="{sx(x):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_number(x)}</text>')
-    parts.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#777"/>')
-    parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#777"/>')
-    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">{esc(x_label)}</text>')
-    parts.append(f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" '
-                 f'text-anchor="middle">{esc(y_label)}</text>')  # fmt: skip
+    parts += _axes(plot, x_ticks, y_ticks, x_label, y_label, height)
     if reference is not None:
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(reference):.1f}" y2="{sy(reference):.1f}" '
-                     f'stroke="{TEAL}" stroke-dasharray="6 4" stroke-width="1.5"/>')  # fmt: skip
-        parts.append(f'<text x="{left + plot_w - 4}" y="{sy(reference) - 5:.1f}" text-anchor="end" '
-                     f'style="fill:{TEAL}">{esc(reference_label)}</text>')  # fmt: skip
-    path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
-    parts.append(f'<polyline points="{path}" fill="none" stroke="{BLUE}" stroke-width="2"/>')
-    for x, y in points:
-        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{BLUE}"><title>'
-                     f"{_number(x)} s: {_number(y)}</title></circle>")  # fmt: skip
+        parts += _reference_line(plot, reference, reference_label)
+    parts += _series(plot, points)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _axes(plot: _Plot, x_ticks: list[float], y_ticks: list[float], x_label: str, y_label: str,
+          height: int) -> list[str]:  # fmt: skip
+    """The grid lines and tick values, both axes and their labels."""
+    left, top, right, bottom = plot.left, plot.top, plot.left + plot.width, plot.top + plot.height
+    parts = []
+    for y in y_ticks:
+        parts.append(f'<line x1="{left}" x2="{right}" y1="{plot.sy(y):.1f}" y2="{plot.sy(y):.1f}" stroke="#e4e4e4"/>')
+        parts.append(f'<text x="{left - 6}" y="{plot.sy(y) + 4:.1f}" text-anchor="end">{_number(y)}</text>')
+    for x in x_ticks:
+        parts.append(f'<text x="{plot.sx(x):.1f}" y="{bottom + 16}" text-anchor="middle">{_number(x)}</text>')
+    parts.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{bottom}" stroke="#777"/>')
+    parts.append(f'<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#777"/>')
+    parts.append(f'<text x="{left + plot.width / 2:.1f}" y="{height - 6}" text-anchor="middle">{esc(x_label)}</text>')
+    parts.append(f'<text transform="translate(14 {top + plot.height / 2:.1f}) rotate(-90)" '
+                 f'text-anchor="middle">{esc(y_label)}</text>')  # fmt: skip
+    return parts
+
+
+def _reference_line(plot: _Plot, reference: float, label: str) -> list[str]:
+    """The dashed horizontal line at `reference`, labelled at its right end."""
+    right, y = plot.left + plot.width, plot.sy(reference)
+    line = (f'<line x1="{plot.left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="{TEAL}" stroke-dasharray="6 4" stroke-width="1.5"/>')  # fmt: skip
+    return [line, f'<text x="{right - 4}" y="{y - 5:.1f}" text-anchor="end" style="fill:{TEAL}">{esc(label)}</text>']
+
+
+def _series(plot: _Plot, points: Sequence[tuple[float, float]]) -> list[str]:
+    """The points joined by a line, each a dot with its values on hover."""
+    path = " ".join(f"{plot.sx(x):.1f},{plot.sy(y):.1f}" for x, y in points)
+    parts = [f'<polyline points="{path}" fill="none" stroke="{BLUE}" stroke-width="2"/>']
+    for x, y in points:
+        parts.append(f'<circle cx="{plot.sx(x):.1f}" cy="{plot.sy(y):.1f}" r="3" fill="{BLUE}"><title>'
+                     f"{_number(x)} s: {_number(y)}</title></circle>")  # fmt: skip
+    return parts
 
 
 def bar_chart(rows: Sequence[tuple[str, int, bool]], *, title: str, colour: str = BLUE, width: int = 720,
@@ -173,14 +205,14 @@ SPEED_WINDOWS = 40  # the speed chart's windows over the run ...
 MIN_WINDOW_S = 1.0  # ... each at least this long
 
 
-def batch_spans(summary: dict[str, Any]) -> list[tuple[float, float, float]]:
+def batch_spans(summary: Summary) -> list[tuple[float, float, float]]:
     """When each finished batch's steps were compared, as (start s, end s, steps): from the end of
     its worker's previous batch (or the start) to its own end. Without the batches' workers (an
     older summary), from the previous point of the `progress` time series."""
     batches = summary.get("batches") or []
     if batches and all("worker" in b and "finished_s" in b for b in batches):
         count = len(summary.get("shards") or []) or 1  # merged shards: worker w of each shard is its own
-        by_worker: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        by_worker: dict[tuple[int, int], list[BatchEntry]] = {}
         for entry in batches:
             by_worker.setdefault((int(entry["batch"]) % count, int(entry["worker"])), []).append(entry)
         spans = []
@@ -199,7 +231,7 @@ def batch_spans(summary: dict[str, Any]) -> list[tuple[float, float, float]]:
     return spans
 
 
-def speed_series(summary: dict[str, Any]) -> tuple[float, list[tuple[float, float]]]:
+def speed_series(summary: Summary) -> tuple[float, list[tuple[float, float]]]:
     """Compared steps/s over fixed windows of wall time, from the start to the last finished batch:
     (the window's length, [(its middle, steps/s)]). Each batch's steps are spread evenly over the
     time its worker spent on it, so batches of several workers finishing close together do not
@@ -224,7 +256,7 @@ def speed_series(summary: dict[str, Any]) -> tuple[float, list[tuple[float, floa
     return width, [(round((index + 0.5) * width, 3), total / width) for index, total in enumerate(totals)]
 
 
-def budget_text(budget: dict[str, Any]) -> str:
+def budget_text(budget: Budget) -> str:
     if budget.get("examples") is not None:
         return f"{budget['examples']:,} histories"
     if budget.get("seconds") is not None:
@@ -232,12 +264,12 @@ def budget_text(budget: dict[str, Any]) -> str:
     return "unknown"
 
 
-def _typed(value: Any) -> str:
+def _typed(value: float) -> str:
     """A budget as typed back: 20, not 20.0; 1234567.5, not :g's 1.23457e+06."""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-def reproduce_command(summary: dict[str, Any]) -> str:
+def reproduce_command(summary: Summary) -> str:
     """The command line that runs this campaign again: every option that changes the histories (seed,
     budget, shard, restarts, the example database, which replays its stored failures first) or which
     divergence is found first (workers; with --seconds also how many batches finish in time). The
@@ -246,10 +278,11 @@ def reproduce_command(summary: dict[str, Any]) -> str:
     # the program as the run found it could be started from where it ran (difftest/replay/build.py)
     program = summary.get("program") or ["difftest"]
     words = [*program, "run", "--seed", str(summary.get("seed"))]
-    if budget.get("examples") is not None:
-        words += ["--examples", _typed(budget["examples"])]
-    if budget.get("seconds") is not None:
-        words += ["--seconds", _typed(budget["seconds"])]
+    examples, seconds = budget.get("examples"), budget.get("seconds")
+    if examples is not None:
+        words += ["--examples", _typed(examples)]
+    if seconds is not None:
+        words += ["--seconds", _typed(seconds)]
     # a merge stands for the unsharded one-worker run it equals (docs/ci.md, "Sharding a campaign over machines")
     workers = 1 if summary.get("shards") else summary.get("workers")
     if workers:
@@ -281,7 +314,7 @@ def reproduce_command(summary: dict[str, Any]) -> str:
     return shlex.join(words)
 
 
-def replay_line(summary: dict[str, Any], failure: dict[str, Any]) -> str:
+def replay_line(summary: Summary, failure: Divergence) -> str:
     """The replay command of one divergence's artifact: as recorded when the run printed it, else
     rebuilt from the summary's build fields."""
     if failure.get("reproduce"):
@@ -289,13 +322,13 @@ def replay_line(summary: dict[str, Any], failure: dict[str, Any]) -> str:
     from difftest.replay.build import build_flags
 
     words = [*(summary.get("program") or ["difftest"]), "replay", str(failure.get("artifact", failure.get("link")))]
-    words += build_flags(summary)
+    words += build_flags(build_fields(summary))
     if summary.get("replicas"):
         words.append("--replicas")
     return shlex.join(words)
 
 
-def verdict_of(summary: dict[str, Any]) -> str:
+def verdict_of(summary: Summary) -> str:
     """The summary's verdict (older summaries have none: derived as the run command decides)."""
     if summary.get("verdict"):
         return str(summary["verdict"])
@@ -304,7 +337,7 @@ def verdict_of(summary: dict[str, Any]) -> str:
     return "divergence" if summary.get("divergences") else "agree"
 
 
-def _model_text(share: dict[str, Any] | None) -> str:
+def _model_text(share: ModelShare | None) -> str:
     """The share of steps the spec's model judged (summary.json's `model`), in words."""
     if not share or not share.get("steps"):
         return "not recorded" if not share else "no step"
@@ -313,7 +346,7 @@ def _model_text(share: dict[str, Any] | None) -> str:
     return text + (f"; not predicted: {unjudged}" if unjudged else "")
 
 
-def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _facts(summary: Summary) -> list[tuple[str, str]]:
     shard = summary.get("shard")
     facts = [
         ("seed", esc(summary.get("seed"))),
@@ -342,7 +375,7 @@ def _facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
-def stopped_early(summary: dict[str, Any]) -> str | None:
+def stopped_early(summary: Summary) -> str | None:
     """Why the run ended before its budget, if it did: then a label it did not reach says nothing of
     whether the generator can reach it (the run stops at the first divergence: docs/usage.md, "What
     `run` does and prints")."""
@@ -351,7 +384,7 @@ def stopped_early(summary: dict[str, Any]) -> str | None:
             "void": "no history was compared"}.get(verdict_of(summary))  # fmt: skip
 
 
-def _detail(failure: dict[str, Any]) -> str:
+def _detail(failure: Divergence) -> str:
     """The failing step in brief (summary.json's `detail`, artifacts.brief): its call, both replies and
     the keys that differ with both sides' values. Older summaries have none: report.txt has it all."""
     detail = failure.get("detail")
@@ -419,7 +452,7 @@ def _events_table(events: dict[str, list[str]], fired: dict[str, int], whole: st
     return out
 
 
-def _divergences(summary: dict[str, Any]) -> list[str]:
+def _divergences(summary: Summary) -> list[str]:
     found = summary.get("divergences", [])
     if not found:
         return ["<p>None: every compared step matched exactly or under a contract row.</p>"]
@@ -439,20 +472,21 @@ def _divergences(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _findings(summary: dict[str, Any]) -> list[str]:
+def _findings(summary: Summary) -> list[str]:
     """Every distinct finding (difftest/findings/tally.py): new, expired, known, stale, not met."""
     found = summary.get("findings", [])
     if not found:
         return [] if "findings" not in summary else ["<p>None met.</p>"]
     out = ["<table><tr><th>signature</th><th>status</th><th>met</th><th>first and last meeting</th>"
            "<th>what</th><th>known because</th></tr>"]  # fmt: skip
+    history: dict[str, Nights] = summary.get("findings_history") or {}
     for entry in found:
         when = ""
         if entry.get("count"):
-            first, last = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(entry.get(k, 0))))
-                           for k in ("first_at", "last_at"))  # fmt: skip
+            first, last = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(at)))
+                           for at in (entry.get("first_at", 0), entry.get("last_at", 0)))  # fmt: skip
             when = f"{first} (batch {entry.get('first_batch')}) to {last} (batch {entry.get('last_batch')})"
-        nights = (summary.get("findings_history") or {}).get(entry["signature"])
+        nights = history.get(entry["signature"])
         if nights:  # a merge that keeps the findings history: across nights too
             since = time.strftime("%Y-%m-%d", time.gmtime(float(nights["first_night"])))
             when += f"; met on {nights['nights']} night(s) since {since}"
@@ -475,7 +509,7 @@ def _findings(summary: dict[str, Any]) -> list[str]:
 CONTRACT_BAR_W = 220  # px: the longest bar of the contract table (log scale)
 
 
-def _contract(summary: dict[str, Any]) -> list[str]:
+def _contract(summary: Summary) -> list[str]:
     """The contract's rows in its own order (the spec's table, then the project's rows), each with the
     steps it judged as a bar on a log scale: one table, so the page stays short."""
     coverage: dict[str, int] = summary.get("coverage", {})
@@ -502,7 +536,7 @@ def _contract(summary: dict[str, Any]) -> list[str]:
             f"order (the spec's rows, then the project's own); {unhit}.</p>"]  # fmt: skip
 
 
-def _coverage(summary: dict[str, Any]) -> list[str]:
+def _coverage(summary: Summary) -> list[str]:
     coverage: dict[str, int] = summary.get("coverage", {})
     missing = set(summary.get("coverage_missing", [label for label, count in coverage.items() if count == 0]))
     rows = [(label, int(count), label in missing) for label, count in coverage.items()]
@@ -533,7 +567,7 @@ def _coverage(summary: dict[str, Any]) -> list[str]:
     return out
 
 
-def _lua_coverage(summary: dict[str, Any]) -> list[str]:
+def _lua_coverage(summary: Summary) -> list[str]:
     """`run --lua-coverage`: the lines of each retired script the histories ran (difftest/instrument/lua.py)."""
     if not summary.get("lua_coverage"):
         return []
@@ -542,7 +576,7 @@ def _lua_coverage(summary: dict[str, Any]) -> list[str]:
     return ["<h2>Lua script coverage</h2>", *html_section(summary["lua_coverage"])]
 
 
-def _native_coverage(summary: dict[str, Any]) -> list[str]:
+def _native_coverage(summary: Summary) -> list[str]:
     """`run --native-coverage`: the module's own lines, regions and branches reached (difftest/instrument/native.py)."""
     if not summary.get("native_coverage"):
         return []
@@ -551,7 +585,7 @@ def _native_coverage(summary: dict[str, Any]) -> list[str]:
     return ["<h2>Native code coverage</h2>", *html_section(summary["native_coverage"])]
 
 
-def _speed(summary: dict[str, Any]) -> list[str]:
+def _speed(summary: Summary) -> list[str]:
     width, points = speed_series(summary)
     average = summary.get("compared_steps_per_s")
     chart = line_chart(points, title="compared steps per second over the run", x_label="seconds since the start",
@@ -565,7 +599,7 @@ def _speed(summary: dict[str, Any]) -> list[str]:
     return [f"<figure>{chart}<figcaption>{caption}</figcaption></figure>"]
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: Summary) -> str:
     """The whole page for one summary (a run's or a merge's); links are relative to its directory."""
     verdict = verdict_of(summary)
     css_class, headline = VERDICTS.get(verdict, ("warn", verdict))

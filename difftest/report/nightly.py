@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from difftest.base.exits import EXIT_KNOWN
+from difftest.report.document import Summary, parsed
 from difftest.servers.valkeys import STATIC_BUILDS, SUPPORTED, supported_text
 
 EXIT_OK = 0  # plan: matrices written; summary: the campaign agreed and every mutant was caught
@@ -184,11 +185,19 @@ def command_carry(args: argparse.Namespace) -> int:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    """A JSON object from disk (None: missing or not one); mutants' outcomes.json is read as it is,
+    its shape the mutation runner's own (mutants/), not typed here."""
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return document if isinstance(document, dict) else None
+
+
+def _read_summary(path: Path) -> Summary | None:
+    """A merged campaign's summary.json, parsed once here (None: missing or not a JSON object)."""
+    document = _read(path)
+    return None if document is None else parsed(document)
 
 
 def run_url() -> str | None:
@@ -211,7 +220,7 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
     """Markdown lines for a merged campaign, and whether it is good (verdict agree)."""
     if directory is None:
         return [], True
-    document = _read(directory / "summary.json")
+    document = _read_summary(directory / "summary.json")
     if document is None:
         return [f"**Campaign**: :x: no merged report in `{directory}`: a shard is missing or the merge "
                 "failed (see the merge step's log)"], False  # fmt: skip
@@ -241,7 +250,7 @@ def campaign_section(directory: Path | None, artifact: str | None) -> tuple[list
     lines.append(f"- unreached labels: {', '.join(f'`{m}`' for m in missing) if missing else 'none'}")
     nights = document.get("findings_history") or {}
     for finding in document.get("findings") or []:  # every distinct finding (new, known, stale ...)
-        across = nights.get(str(finding.get("signature"))) or {}
+        across = nights.get(str(finding.get("signature")))
         since = f", on {across['nights']} night(s)" if across else ""
         lines.append(f"- finding `divergence:{finding.get('signature')}`: {finding.get('status')}, met "
                      f"{finding.get('count', 0)} time(s){since} {finding.get('described') or ''}".rstrip())  # fmt: skip

@@ -12,19 +12,21 @@ import json
 import os
 import platform
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from difftest.base.files import write_atomically
-from difftest.campaign.driver import BatchRecord, CampaignResult
+from difftest.campaign.driver import BatchRecord, CampaignConfig, CampaignResult, Failure
 from difftest.campaign.exampledb import describe
 from difftest.findings import tally
+from difftest.findings.entries import Divergence, Finding
 from difftest.findings.known import KNOWN, KnownFindings
 from difftest.replay import labels as coverage
 from difftest.report import html as html_report
+from difftest.report.document import BatchEntry, ModelShare, Summary, ordered, parsed
 from difftest.servers import valkeys
 
 SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "report.html"
@@ -32,8 +34,8 @@ SUMMARY, COVERAGE, JUNIT, HTML = "summary.json", "coverage.txt", "junit.xml", "r
 VERDICTS = ("agree", "divergence", "known", "interrupted", "void")
 
 
-def verdict(divergences: list[Any], interrupted: bool, histories: int | None = None,
-            findings: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+def verdict(divergences: Sequence[object], interrupted: bool, histories: int | None = None,
+            findings: list[Finding] | None = None) -> str:  # fmt: skip
     """The campaign's verdict as `difftest run` exits on it: a divergence outranks an interruption;
     a campaign that compared no history is void, not "agree" (it tested nothing); one that met only
     accepted findings is "known" (never "agree": the executors did diverge)."""
@@ -46,7 +48,7 @@ def verdict(divergences: list[Any], interrupted: bool, histories: int | None = N
     return "known" if tally.counts(findings or [])[KNOWN] else "agree"
 
 
-def batch_entry(record: BatchRecord, started_at: float) -> dict[str, Any]:
+def batch_entry(record: BatchRecord, started_at: float) -> BatchEntry:
     return {
         "batch": record.batch,
         "worker": record.worker,
@@ -58,18 +60,16 @@ def batch_entry(record: BatchRecord, started_at: float) -> dict[str, Any]:
     }
 
 
-def coverage_fields(labels: Counter[str]) -> dict[str, Any]:
+def add_coverage(document: Summary, labels: Counter[str]) -> None:
     """The summary's coverage keys, from the labels' counts."""
-    return {
-        "coverage": {label: labels[label] for label in coverage.REQUIRED},
-        "coverage_missing": coverage.missing(labels),
-        "also_reached": {k: v for k, v in sorted(labels.items()) if k not in coverage.REQUIRED},
-        # the steps the spec's model judged (the rest the pair alone): difftest/spec/model.py
-        "model": coverage.model_share(labels),
-    }
+    document["coverage"] = {label: labels[label] for label in coverage.REQUIRED}
+    document["coverage_missing"] = coverage.missing(labels)
+    document["also_reached"] = {k: v for k, v in sorted(labels.items()) if k not in coverage.REQUIRED}
+    # the steps the spec's model judged (the rest the pair alone): difftest/spec/model.py; its keys are ModelShare's
+    document["model"] = cast(ModelShare, coverage.model_share(labels))
 
 
-def labels_of(summary: dict[str, Any]) -> Counter[str]:
+def labels_of(summary: Summary) -> Counter[str]:
     """Every label's count back from a summary (the required ones and the others)."""
     labels: Counter[str] = Counter()
     labels.update({k: v for k, v in summary.get("coverage", {}).items() if v})
@@ -78,21 +78,51 @@ def labels_of(summary: dict[str, Any]) -> Counter[str]:
 
 
 def summary(result: CampaignResult, known: KnownFindings | None = None, today: datetime.date | None = None,
-            stale: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
+            stale: Iterable[str] = ()) -> Summary:  # fmt: skip
     """The run's summary document; `known` (the known-findings file) tells each finding's status,
     `stale` names its entries whose history no longer reproduces."""
-    config = result.config
-    saved = []
-    for failure in result.failures:
-        entry = {k: v for k, v in failure.__dict__.items() if v != "" or k not in ("unsaved", "history")}
-        # the artifact relative to the run directory: what report.html links to
-        entry["link"] = os.path.relpath(failure.artifact, config.reports)
-        saved.append(entry)
+    saved = [_saved(failure, result.config.reports) for failure in result.failures]
     known = known or KnownFindings(None)
     findings = tally.distinct(saved, result.meetings, known, today or datetime.date.today(), stale)
+    divergences = _divergences(saved, findings)
+    document = _run_fields(result.config)
+    document.update({
+        "verdict": verdict(divergences, result.interrupted, result.histories, findings),
+        "histories": result.histories,
+        "steps": result.steps,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "compared_steps_per_s": round(result.steps / result.elapsed_s, 1) if result.elapsed_s else 0.0,
+        "interrupted": result.interrupted,
+        "divergences": divergences,
+        "findings": findings,
+        "known_findings": str(known.path) if known.path else None,
+        "stop_at_first": result.config.stop_at_first,
+    })  # fmt: skip
+    add_coverage(document, result.labels)
+    document["host"] = platform.node()
+    document["progress"] = result.progress
+    document["batches"] = sorted((batch_entry(r, result.started_at) for r in result.records), key=lambda b: b["batch"])
+    return ordered(document, _ORDER)
+
+
+def _saved(failure: Failure, reports: Path) -> Divergence:
+    """A saved failure as the summary holds it: its fields (why the artifact was not saved only when
+    it was not), and the artifact relative to the run directory, which report.html links to."""
+    entry: Divergence = {"batch": failure.batch, "reason": failure.reason, "steps": failure.steps,
+                         "artifact": failure.artifact, "detail": failure.detail}  # fmt: skip
+    if failure.unsaved:
+        entry["unsaved"] = failure.unsaved
+    if failure.history:
+        entry["history"] = failure.history
+    entry.update({"signature": failure.signature, "described": failure.described,
+                  "link": os.path.relpath(failure.artifact, reports)})  # fmt: skip
+    return entry
+
+
+def _divergences(saved: list[Divergence], findings: list[Finding]) -> list[Divergence]:
+    """The first artifact of each new (or expired) finding; a failure without a signature (a run of an
+    older kind) is one too."""
     failing = {str(entry["signature"]) for entry in tally.failing(findings)}
-    # a divergence: the first artifact of each new (or expired) finding; a failure without a signature
-    # (a run of an older kind) is one too
     divergences, named = [], set()
     for entry in saved:
         name = entry.get("signature", "")
@@ -100,9 +130,15 @@ def summary(result: CampaignResult, known: KnownFindings | None = None, today: d
             continue
         divergences.append(entry)
         named.add(name)
+    return divergences
+
+
+def _run_fields(config: CampaignConfig) -> Summary:
+    """What the run was asked to do and what it ran on: the seed, budget and options, the build."""
     index, count = config.shard
-    return {
-        "verdict": verdict(divergences, result.interrupted, result.histories, findings),
+    # the verdict and the counts (placeholders here: the type requires them) are summary()'s
+    document: Summary = {
+        "verdict": "",
         "seed": config.seed,
         "budget": {"examples": config.examples, "seconds": config.seconds},
         "shard": {"index": index, "count": count} if count > 1 else None,
@@ -118,25 +154,24 @@ def summary(result: CampaignResult, known: KnownFindings | None = None, today: d
         # the servers' Valkey version (--valkey's, or the binary's own); an attached pair's is its images'
         "valkey": valkeys.version_in_use() if config.backend in ("local", "docker") else None,
         "valkey_requested": bool(os.environ.get(valkeys.ENVIRONMENT)),
-        # the build under test: paths and sha256 of the module and scripts (difftest/replay/build.py)
-        **(config.build or {}),
-        "histories": result.histories,
-        "steps": result.steps,
-        "elapsed_s": round(result.elapsed_s, 3),
-        "compared_steps_per_s": round(result.steps / result.elapsed_s, 1) if result.elapsed_s else 0.0,
-        "interrupted": result.interrupted,
-        "divergences": divergences,
-        "findings": findings,
-        "known_findings": str(known.path) if known.path else None,
-        "stop_at_first": config.stop_at_first,
-        **coverage_fields(result.labels),
-        "host": platform.node(),
-        "progress": result.progress,
-        "batches": sorted((batch_entry(r, result.started_at) for r in result.records), key=lambda b: b["batch"]),
+        "histories": 0,
+        "steps": 0,
+        "divergences": [],
     }
+    # the build under test: paths and sha256 of the module and scripts (difftest/replay/build.py), whose
+    # keys are a Summary's
+    document.update(cast(Summary, config.build or {}))
+    return document
 
 
-def junit(document: dict[str, Any]) -> str:
+# summary.json's keys in the order a run has always written them (the build's keys after valkey_requested)
+_ORDER = ("verdict", "seed", "budget", "shard", "restarts", "sizes", "replicas", "max_steps", "workers", "database",
+          "module", "lua_scripts", "valkey", "valkey_requested", "module_sha256", "module_given", "lua_scripts_dir",
+          "lua_scripts_sha256", "histories", "steps", "elapsed_s", "compared_steps_per_s", "interrupted",
+          "divergences")  # fmt: skip
+
+
+def junit(document: Summary) -> str:
     """One test case per finished batch of histories (a divergence fails its batch), one per distinct
     finding (new or expired: failed; known, stale, not met: skipped, with why), and one per coverage
     label (a label the campaign did not reach is skipped, not failed)."""
@@ -169,7 +204,7 @@ def junit(document: dict[str, Any]) -> str:
     return str(to_xml_report_string([TestSuite("difftest campaign", cases, properties=properties)]))
 
 
-def write_document(document: dict[str, Any], directory: Path) -> None:
+def write_document(document: Summary, directory: Path) -> None:
     """summary.json, coverage.txt, junit.xml and report.html of one summary, under `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     # each whole or not at all (a full disk leaves no half file); summary.json first, the others derive from it
@@ -185,6 +220,6 @@ def write(result: CampaignResult, directory: Path) -> None:
 
 def rerender(directory: Path) -> Path:
     """report.html again from the directory's summary.json (a run's or a merge's); its path."""
-    document = json.loads((directory / SUMMARY).read_text())
+    document = parsed(json.loads((directory / SUMMARY).read_text()))
     write_atomically(directory / HTML, html_report.render(document))
     return directory / HTML

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
+from difftest.campaign.driver import ProgressPoint
 from difftest.findings import tally
-from difftest.report.reports import coverage_fields, verdict
+from difftest.findings.entries import Divergence, Finding
+from difftest.report.document import BatchEntry, Budget, Summary, ordered
+from difftest.report.reports import add_coverage, verdict
 
 ShardSpec = tuple[int, int]  # (K, N), 1 <= K <= N
 
@@ -39,23 +43,25 @@ def owns(shard: ShardSpec, batch: int) -> bool:
     return batch % count == index - 1
 
 
-def shard_of(document: dict[str, Any]) -> ShardSpec:
+def shard_of(document: Summary) -> ShardSpec:
     shard = document.get("shard")
     return (int(shard["index"]), int(shard["count"])) if shard else (1, 1)
 
 
-Shard = tuple[Path, dict[str, Any]]  # a shard's run directory and its summary.json
+Shard = tuple[Path, Summary]  # a shard's run directory and its summary.json
 
 
 def _same(parts: list[Shard], key: str, what: str) -> None:
-    first_dir, first = parts[0]
-    for directory, document in parts[1:]:
+    """Refuses shards whose `key` differs (a summary's key, given by name)."""
+    documents: list[tuple[Path, Mapping[str, object]]] = list(parts)
+    first_dir, first = documents[0]
+    for directory, document in documents[1:]:
         if document.get(key) != first.get(key):
             raise ShardMismatch(f"the shards do not fit together: {first_dir} has {what} {first.get(key)}, "
                                 f"{directory} has {what} {document.get(key)}")  # fmt: skip
 
 
-def _budget_batches(budget: dict[str, Any]) -> int | None:
+def _budget_batches(budget: Budget) -> int | None:
     """How many batches an example budget has (the campaign's batch_sizes, without a config)."""
     from difftest.campaign.driver import BATCH
 
@@ -97,43 +103,73 @@ def _check(parts: list[Shard]) -> None:
         raise ShardMismatch(f"shard {', '.join(absent)} missing: merge all {count} shards of the campaign")
 
 
-def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
+def merge(parts: list[Shard], out: Path) -> Summary:
     """One summary from the shards' (directory, summary) pairs; artifact links are made relative
     to `out`. Raises ShardMismatch for shards that do not fit together or miss a batch."""
     if not parts:
         raise ShardMismatch("no shard directories to merge")
     _check(parts)
-    owner: dict[int, _Batch] = {}
-    for directory, document in parts:
-        for entry in document["batches"]:
-            owner[int(entry["batch"])] = (directory, document, entry)
-    diverged = sorted(b for b, (_, _, entry) in owner.items() if entry.get("diverged"))
+    owner = _owners(parts)
+    first_doc = parts[0][1]
     # a run that went on past its findings (difftest run's default) keeps every batch; one that stopped
     # at its first (--stop-at-first, and summaries of older runs) ends at the first divergent batch
-    go_on = not parts[0][1].get("stop_at_first", True)
+    go_on = not first_doc.get("stop_at_first", True)
+    diverged = sorted(b for b, (_, _, entry) in owner.items() if entry.get("diverged"))
     first = diverged[0] if diverged and not go_on else None
-    budget = parts[0][1].get("budget", {})
-    total = _budget_batches(budget)
-    _check_finished(owner, first, total, parts[0][1])
-    kept = sorted(b for b in owner if first is None or b <= first)
-    entries = [owner[b][2] for b in kept]
+    total = _budget_batches(first_doc.get("budget", {}))
+    _check_finished(owner, first, total, first_doc)
+    entries = [owner[b][2] for b in sorted(owner) if first is None or b <= first]
+    findings = _findings(parts, out)
+    if go_on:
+        divergences = [_divergence_of(entry) for entry in tally.failing(findings) if entry.get("artifact")]
+    else:
+        divergences = _first_divergence(owner[first], first, out) if first is not None else []
+    document = _merged_fields(parts, entries, total)
+    document.update({
+        "verdict": verdict(divergences, document.get("interrupted", False), document["histories"], findings),
+        "divergences": divergences,
+        "findings": findings,
+        "stop_at_first": not go_on,
+    })  # fmt: skip
+    add_coverage(document, _labels(entries))
+    document["host"] = _joined(parts, "host")
+    document["progress"] = _progress(entries)
+    document["batches"] = entries
+    return ordered(document, _ORDER)
+
+
+def _owners(parts: list[Shard]) -> dict[int, _Batch]:
+    """Each finished batch by its number: the shard that ran it, and its entry."""
+    owner: dict[int, _Batch] = {}
+    for directory, document in parts:
+        for entry in document.get("batches", []):
+            owner[int(entry["batch"])] = (directory, document, entry)
+    return owner
+
+
+def _labels(entries: list[BatchEntry]) -> Counter[str]:
     labels: Counter[str] = Counter()
     for entry in entries:
         labels.update(entry.get("labels", {}))
-    findings = _findings(parts, out)
-    if go_on:
-        divergences = [dict(entry) for entry in tally.failing(findings) if entry.get("artifact")]
-    else:
-        divergences = _first_divergence(owner[first], first, out) if first is not None else []
+    return labels
+
+
+def _divergence_of(finding: Finding) -> Divergence:
+    """A failing finding with an artifact, as a divergence entry (its fields as they are)."""
+    # a finding with an artifact holds a divergence's keys (tally._SAVED), its own beside them (Divergence says so)
+    return cast(Divergence, dict(finding))
+
+
+def _merged_fields(parts: list[Shard], entries: list[BatchEntry], total: int | None) -> Summary:
+    """The merged run's options, build and counts: the shards' own where they agree (checked), summed or joined."""
+    first_doc = parts[0][1]
     histories = sum(int(e["histories"]) for e in entries)
     steps = sum(int(e["steps"]) for e in entries)
     elapsed = max(float(d.get("elapsed_s", 0.0)) for _, d in parts)
-    interrupted = total is None and any(d.get("interrupted") for _, d in parts)
-    first_doc = parts[0][1]
-    return {
-        "verdict": verdict(divergences, interrupted, histories, findings),
+    document: Summary = {
+        "verdict": "",
         "seed": first_doc.get("seed"),
-        "budget": budget,
+        "budget": first_doc.get("budget", {}),
         "shard": None,
         "shards": [str(directory) for directory, _ in sorted(parts, key=lambda p: shard_of(p[1]))],
         "restarts": first_doc.get("restarts"),
@@ -141,48 +177,52 @@ def merge(parts: list[Shard], out: Path) -> dict[str, Any]:
         "replicas": first_doc.get("replicas"),
         "max_steps": first_doc.get("max_steps"),
         "workers": sum(int(d.get("workers", 1)) for _, d in parts),
-        **_build_fields(parts),
         "histories": histories,
         "steps": steps,
         "elapsed_s": round(elapsed, 3),
         "compared_steps_per_s": round(steps / elapsed, 1) if elapsed else 0.0,
-        "interrupted": interrupted,
-        "divergences": divergences,
-        "findings": findings,
-        "known_findings": _joined(parts, "known_findings"),
-        "known_findings_default": all(d.get("known_findings_default") for _, d in parts),
-        "stop_at_first": not go_on,
-        **coverage_fields(labels),
-        "host": _joined(parts, "host"),
-        "progress": _progress(entries),
-        "batches": entries,
+        "interrupted": total is None and any(d.get("interrupted") for _, d in parts),
+        "divergences": [],
     }
+    _add_build_fields(document, parts)
+    document["known_findings"] = _joined(parts, "known_findings")
+    document["known_findings_default"] = all(d.get("known_findings_default") for _, d in parts)
+    return document
+
+
+# a merged summary's keys in the order merges have always written them
+_ORDER = ("verdict", "seed", "budget", "shard", "shards", "restarts", "sizes", "replicas", "max_steps", "workers",
+          "database", "module", "lua_scripts", "module_sha256", "lua_scripts_dir", "lua_scripts_sha256",
+          "module_given", "valkey", "valkey_requested", "histories", "steps", "elapsed_s", "compared_steps_per_s",
+          "interrupted", "divergences", "findings", "known_findings", "known_findings_default",
+          "stop_at_first")  # fmt: skip
 
 
 def _joined(parts: list[Shard], key: str) -> str | None:
     """The shards' values of `key`: the one they share, else all of them, comma-separated."""
-    values = sorted({str(d.get(key)) for _, d in parts if d.get(key) is not None})
+    documents: list[Mapping[str, object]] = [d for _, d in parts]
+    values = sorted({str(d.get(key)) for d in documents if d.get(key) is not None})
     return None if not values else values[0] if len(values) == 1 else ", ".join(values)
 
 
-def _build_fields(parts: list[Shard]) -> dict[str, Any]:
+def _add_build_fields(document: Summary, parts: list[Shard]) -> None:
     """The example database and the build under test (difftest/replay/build.py), each field joined as
     the paths are."""
-    return {
-        "database": _joined(parts, "database"),
-        "module": _joined(parts, "module"),
-        "lua_scripts": _joined(parts, "lua_scripts"),
-        **{key: _joined(parts, key) for key in ("module_sha256", "lua_scripts_dir", "lua_scripts_sha256")},
-        "module_given": any(d.get("module_given") for _, d in parts),
-        "valkey": parts[0][1].get("valkey"),
-        "valkey_requested": any(d.get("valkey_requested") for _, d in parts),
-    }
+    document["database"] = _joined(parts, "database")
+    document["module"] = _joined(parts, "module")
+    document["lua_scripts"] = _joined(parts, "lua_scripts")
+    document["module_sha256"] = _joined(parts, "module_sha256")
+    document["lua_scripts_dir"] = _joined(parts, "lua_scripts_dir")
+    document["lua_scripts_sha256"] = _joined(parts, "lua_scripts_sha256")
+    document["module_given"] = any(d.get("module_given") for _, d in parts)
+    document["valkey"] = parts[0][1].get("valkey")
+    document["valkey_requested"] = any(d.get("valkey_requested") for _, d in parts)
 
 
-_Batch = tuple[Path, dict[str, Any], dict[str, Any]]  # a finished batch: its shard's directory, summary, entry
+_Batch = tuple[Path, Summary, BatchEntry]  # a finished batch: its shard's directory, summary, entry
 
 
-def _check_finished(owner: dict[int, _Batch], first: int | None, total: int | None, shard: dict[str, Any]) -> None:
+def _check_finished(owner: dict[int, _Batch], first: int | None, total: int | None, shard: Summary) -> None:
     """Every batch the merged run needs finished in some shard: up to the first divergent one, else
     all of an example budget's (a time budget's: those that ran); `shard`: a shard's summary."""
     needed = range(first + 1) if first is not None else range(total) if total is not None else range(0)
@@ -194,13 +234,13 @@ def _check_finished(owner: dict[int, _Batch], first: int | None, total: int | No
                             f"finished (shard {', '.join(where)} interrupted?): run that shard again")  # fmt: skip
 
 
-def _first_divergence(owner: _Batch, first: int, out: Path) -> list[dict[str, Any]]:
+def _first_divergence(owner: _Batch, first: int, out: Path) -> list[Divergence]:
     """The first divergent batch's divergence, its artifact in its shard's directory, linked from `out`."""
     directory, document, _ = owner
     divergences = []
     for failure in document.get("divergences", []):
         if int(failure["batch"]) == first:
-            failure = dict(failure)
+            failure = Divergence(**failure)
             artifact = directory / str(failure.get("link") or f"failures/batch-{first}")
             failure["artifact"] = str(artifact)
             failure["link"] = os.path.relpath(artifact, out)
@@ -208,14 +248,14 @@ def _first_divergence(owner: _Batch, first: int, out: Path) -> list[dict[str, An
     return divergences
 
 
-def _findings(parts: list[Shard], out: Path) -> list[dict[str, Any]]:
+def _findings(parts: list[Shard], out: Path) -> list[Finding]:
     """The shards' distinct findings as one run's (difftest/findings/tally.py), each artifact found in
     its shard's directory and linked from `out`."""
     lists = []
     for directory, document in parts:
         entries = []
         for entry in document.get("findings", []):
-            entry = dict(entry)
+            entry = Finding(**entry)
             if entry.get("link"):
                 artifact = directory / str(entry["link"])
                 entry["artifact"], entry["link"] = str(artifact), os.path.relpath(artifact, out)
@@ -224,9 +264,9 @@ def _findings(parts: list[Shard], out: Path) -> list[dict[str, Any]]:
     return tally.merged(lists)
 
 
-def _progress(entries: list[dict[str, Any]]) -> list[dict[str, float]]:
+def _progress(entries: list[BatchEntry]) -> list[ProgressPoint]:
     """The shards ran side by side: their time series joined as if they all started at once."""
-    progress: list[dict[str, float]] = []
+    progress: list[ProgressPoint] = []
     done_h, done_s = 0, 0
     for number, entry in enumerate(sorted(entries, key=lambda e: (float(e["finished_s"]), e["batch"])), start=1):
         done_h, done_s = done_h + int(entry["histories"]), done_s + int(entry["steps"])
