@@ -25,11 +25,13 @@ from difftest.base.problems import EnvironmentFailure, SetupProblem
 from difftest.campaign.driver import Terminated
 from difftest.findings.known import add_known_findings_options, known_findings_of
 from mutants.child import default_jobs
+from mutants.generated import GeneratedMutant
 from mutants.known import gate
 from mutants.report import DEFAULT_THRESHOLDS, Thresholds
-from mutants.run import EXIT_SOME_MISSED, merge, run
+from mutants.run import EXIT_SOME_MISSED, RunConfig, merge, run
 from mutants.score import Budget
 from mutants.trend import FILE_NAME, default_file
+from mutants.triage import Triage
 from mutants.workspace import DEFAULT_CACHE
 
 CODES = "exit codes:\n" + "\n".join(f"  {code:<4} {meaning}" for code, meaning in MUTANTS_EXITS.items())
@@ -194,10 +196,8 @@ def _guarded(work: Callable[[], int], where: Path | None) -> int:
         return EXIT_INTERNAL
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["merge"]:
-        return _guarded(lambda: _merge_main(argv[1:]), None)
+def _run_parser() -> argparse.ArgumentParser:
+    """The run's command line (not merge's): which mutants, the budget, the thresholds, the release options."""
     defaults = Budget()
     parser = _parser("python -m mutants", "Build and score the mutant catalogue (`merge OUT DIR...`: join shards).")
     parser.add_argument("--generated", action="store_const", dest="set", const="generated", default="catalogue",
@@ -236,7 +236,48 @@ def main(argv: list[str] | None = None) -> int:
     _release(parser, "--reports")
     parser.add_argument("--reports", type=Path, default=None, help="default: reports/mutants-<time>")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
-    args = _parse(parser, argv)
+    return parser
+
+
+def _list_generated(generated: list[GeneratedMutant], triaged: dict[str, Triage]) -> int:
+    """--generated --list: each generated mutant on a line, then how many of each kind and triaged."""
+    for m in generated:
+        verdict = f" [triaged {triaged[m.id].verdict}]" if m.id in triaged else ""
+        _say(f"{m.id}\t{m.transition}\t{m.defect_class}\t{m.location}\t{m.why}{verdict}")
+    _say(f"{len(generated)} generated mutants ({sum(m.executor == 'native' for m in generated)} native, "
+         f"{sum(m.executor == 'lua' for m in generated)} lua), {len(triaged)} triaged")  # fmt: skip
+    return 0
+
+
+def _work(args: argparse.Namespace, reports: Path, budget: Budget) -> int:
+    """The run itself, once the command line is read: the known findings and the generated set checked
+    before anything is written, the run, the gate of known findings."""
+    known = known_findings_of(args)  # checked before anything runs: a bad entry is one line, exit 2
+    generated, triaged = None, None
+    if args.generated:  # the generated set and its triage, checked before anything is written
+        from mutants import generated as generation
+        from mutants import triage
+
+        generated = generation.generate(say=_complain)
+        triaged = triage.load([m.id for m in generated], args.triage or triage.TRIAGE_FILE)
+        if args.list:
+            return _list_generated(generated, triaged)
+    config = RunConfig(reports, budget, args.only, args.cache, jobs=args.jobs, shard=args.shard,
+                       thresholds=_chosen_thresholds(args), history=_history(args, reports), reuse=args.incremental,
+                       in_diff=args.in_diff, annotate=args.github_annotations, generated=generated,
+                       triaged=triaged)  # fmt: skip
+    code, _ = run(config, say=_say)
+    code = gate(code, reports, known, datetime.date.today(), _say, EXIT_SOME_MISSED)
+    if (reports / "outcomes.json").is_file():  # not when --in-diff left nothing to score
+        print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        return _guarded(lambda: _merge_main(argv[1:]), None)
+    args = _parse(_run_parser(), argv)
     if isinstance(args, int):
         return args
     if args.jobs < 1:
@@ -250,38 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(seed=args.seed, examples=args.examples, timeout_s=args.timeout, grace_s=args.grace,
                     restarts=not args.no_restarts, replicas=args.replicas,
                     sizes=not args.no_production_size)  # fmt: skip
-
-    def work() -> int:
-        known = known_findings_of(args)  # checked before anything runs: a bad entry is one line, exit 2
-        generated, triaged = None, None
-        if args.generated:  # the generated set and its triage, checked before anything is written
-            from mutants import generated as generation
-            from mutants import triage
-
-            generated = generation.generate(say=_complain)
-            triaged = triage.load([m.id for m in generated], args.triage or triage.TRIAGE_FILE)
-            if args.list:
-                for m in generated:
-                    verdict = f" [triaged {triaged[m.id].verdict}]" if m.id in triaged else ""
-                    _say(f"{m.id}\t{m.transition}\t{m.defect_class}\t{m.location}\t{m.why}{verdict}")
-                _say(f"{len(generated)} generated mutants ({sum(m.executor == 'native' for m in generated)} native, "
-                     f"{sum(m.executor == 'lua' for m in generated)} lua), {len(triaged)} triaged")  # fmt: skip
-                return 0
-        code, _ = run(reports, budget, args.only, args.cache, say=_say, jobs=args.jobs, shard=args.shard,
-                             thresholds=_chosen_thresholds(args), history=_history(args, reports),
-                             reuse=args.incremental, in_diff=args.in_diff,
-                             annotate=args.github_annotations, generated=generated, triaged=triaged)  # fmt: skip
-        code = gate(code, reports, known, datetime.date.today(), _say, EXIT_SOME_MISSED)
-        if (reports / "outcomes.json").is_file():  # not when --in-diff left nothing to score
-            print(f"report: {reports / 'report.html'} (outcomes: {reports / 'outcomes.json'})")
-        return code
-
     # Ctrl-C raises KeyboardInterrupt even where the runner was started with SIGINT ignored (a shell's
     # background job ignores it): as `difftest run` does, the handlers are the runner's own
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate),
                 signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}  # fmt: skip
     try:
-        return _guarded(work, reports)
+        return _guarded(lambda: _work(args, reports, budget), reports)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from mutants.catalogue import EXECUTOR_DIRS, REPO, TRANSITIONS, Mutant
+from mutants.records import Place, Record, Score, ScoreEntry, Scores
 from mutants.score import ERROR, MISSED, TIMEOUT, label_transitions
 
 # the executors' sources as the report names them (relative to the repository), wherever they were read from
@@ -72,9 +72,9 @@ def blocks(patch: str) -> list[Block]:
     return found
 
 
-def locations(mutant: Mutant) -> list[dict[str, Any]]:
+def locations(mutant: Mutant) -> list[Place]:
     """Where the mutant is: each change block of each of its patches, files named as the report does."""
-    found = []
+    found: list[Place] = []
     for executor in mutant.executors:
         for block in blocks(mutant.patch_for(executor)):
             found.append({"file": f"{SOURCE_NAMES[executor]}/{block.path}", "start": block.start, "end": block.end})
@@ -97,7 +97,7 @@ def exposure(labels: dict[str, int], transition: str) -> dict[str, int]:
     return {label: count for label, count in sorted(labels.items()) if label_transitions(label) & mine}
 
 
-def unreached(record: dict[str, Any]) -> list[str]:
+def unreached(record: Record) -> list[str]:
     """The required coverage labels of the mutant's transitions that its campaign never reached."""
     from difftest.replay.labels import REQUIRED
 
@@ -115,7 +115,7 @@ def _transitions(transition: str) -> set[str]:
 # ---- scores per transition, file and class -------------------------------------------------------------
 
 
-def keys(record: dict[str, Any], dimension: str) -> list[str]:
+def keys(record: Record, dimension: str) -> list[str]:
     """Where a record counts in a dimension: each transition it names ("all" is its own), each file
     its patches change, its defect class."""
     if dimension == "transition":
@@ -133,30 +133,32 @@ def _order(dimension: str, key: str) -> tuple[int, str]:
     return len(TRANSITIONS), key
 
 
-def scores(
-    records: Iterable[dict[str, Any]], score: Callable[[list[dict[str, Any]]], dict[str, Any]]
-) -> dict[str, dict[str, dict[str, Any]]]:
+def scores(records: Iterable[Record], score: Callable[[list[Record]], Score]) -> Scores:
     """Per dimension, per key: the `score` of its records (report.score: caught, viable, percent, the
     run's own definition of viable), the mutants counted, and those not caught."""
-    groups: dict[str, dict[str, list[dict[str, Any]]]] = {d: {} for d in DIMENSIONS}
+    groups: dict[str, dict[str, list[Record]]] = {d: {} for d in DIMENSIONS}
     for record in records:
         for dimension in DIMENSIONS:
             for key in keys(record, dimension):
                 groups[dimension].setdefault(key, []).append(record)
     return {
         dimension: {
-            key: {**score(found), "mutants": len(found), "not_caught": [r["id"] for r in survivors(found)]}
+            key: _entry(score(found), found)
             for key, found in sorted(entries.items(), key=lambda item: _order(dimension, item[0]))
         }
         for dimension, entries in groups.items()
     }
 
 
+def _entry(points: Score, found: list[Record]) -> ScoreEntry:
+    return {**points, "mutants": len(found), "not_caught": [r["id"] for r in survivors(found)]}
+
+
 def percent_text(percent: float | None) -> str:
     return "n/a" if percent is None else f"{percent:.1f} %"
 
 
-def score_lines(breakdown: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+def score_lines(breakdown: Scores) -> list[str]:
     """One console line per dimension: `by transition: CLAIM 5/5 (100.0 %), ...`."""
     return [
         f"by {dimension}: "
@@ -169,21 +171,21 @@ def score_lines(breakdown: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
 # ---- survivors ---------------------------------------------------------------------------------------------
 
 
-def survivors(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def survivors(records: Iterable[Record]) -> list[Record]:
     """The viable mutants not caught (missed, timed out, errored), in report order."""
     return [r for r in records if r["status"] in NOT_CAUGHT]
 
 
-def where_text(record: dict[str, Any]) -> str:
+def where_text(record: Record) -> str:
     """`executors/lua/sweep.lua:6` (each file's first change block; `-8` when it spans lines)."""
-    firsts: dict[str, dict[str, Any]] = {}
+    firsts: dict[str, Place] = {}
     for loc in record.get("locations") or []:
         firsts.setdefault(str(loc["file"]), loc)
     return ", ".join(f"{f}:{loc['start']}" + (f"-{loc['end']}" if loc["end"] != loc["start"] else "")
                      for f, loc in firsts.items()) or "(unknown)"  # fmt: skip
 
 
-def exposure_text(record: dict[str, Any]) -> str:
+def exposure_text(record: Record) -> str:
     """How far the campaign went and what of the mutant's transition it reached."""
     reached = record.get("exposure") or {}
     missing = unreached(record)
@@ -194,7 +196,7 @@ def exposure_text(record: dict[str, Any]) -> str:
     return text
 
 
-def survivor_line(record: dict[str, Any]) -> str:
+def survivor_line(record: Record) -> str:
     reused = " (reused)" if record.get("reused_from") else ""
     return f"not caught: {record['id']} ({record['status']}{reused}; {where_text(record)}; {exposure_text(record)})"
 
@@ -210,7 +212,7 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_annotations(records: Iterable[dict[str, Any]]) -> list[str]:
+def github_annotations(records: Iterable[Record]) -> list[str]:
     """A workflow command per survivor and file it changes (`::error file=...,line=...::`), on its first
     change block there: a missed mutant an error, one that timed out or errored a warning."""
     lines = []
@@ -219,7 +221,7 @@ def github_annotations(records: Iterable[dict[str, Any]]) -> list[str]:
         title = f"mutant {'survived' if record['status'] == MISSED else record['status']}: {record['id']}"
         message = (f"{record.get('transition', '')} / {record.get('defect_class', '')}: not caught in "
                    f"{exposure_text(record)}. {str(record.get('reason', ''))[:300]}").strip()  # fmt: skip
-        firsts: dict[str, dict[str, Any]] = {}
+        firsts: dict[str, Place] = {}
         for loc in record.get("locations") or []:
             firsts.setdefault(str(loc["file"]), loc)
         for file, loc in firsts.items():

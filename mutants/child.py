@@ -125,6 +125,42 @@ def _start(task: Task, index: int, core: int | None) -> _Running:
 Prepared = Task | Outcome  # a task to run, or an outcome known without a campaign (unviable)
 
 
+class _Builder:
+    """Prepares (builds) the tasks one by one in a thread, in order; `take` hands one over once it is ready."""
+
+    def __init__(self, preparers: Sequence[Callable[[], Prepared]]) -> None:
+        self.preparers = preparers
+        self.ready: dict[int, Prepared] = {}
+        self.lock = threading.Lock()
+        self.abandon = threading.Event()
+        self.thread = threading.Thread(target=self._prepare_all, name="mutants-builder", daemon=True)
+        self.thread.start()
+
+    def _prepare_all(self) -> None:
+        for index, prepare in enumerate(self.preparers):
+            if self.abandon.is_set():
+                return
+            item = prepare()
+            with self.lock:
+                self.ready[index] = item
+
+    def take(self, index: int) -> Prepared | None:
+        with self.lock:
+            return self.ready.pop(index, None)
+
+
+def _collect(running: dict[int, _Running], on_done: Callable[[int, Outcome], bool]) -> bool:
+    """The finished children's outcomes handed to `on_done` (their slots freed); False when it says stop."""
+    for slot, run in list(running.items()):
+        outcome = run.poll()
+        if outcome is None:
+            continue
+        del running[slot]
+        if not on_done(run.index, outcome):
+            return False
+    return True
+
+
 def run_tasks(
     preparers: Sequence[Callable[[], Prepared]],
     jobs: int,
@@ -136,35 +172,16 @@ def run_tasks(
     `on_done(index, outcome)` is called in this thread as each finishes; when it returns False the
     rest is abandoned (children stopped, no more builds). True when every task was run."""
     jobs = max(1, jobs)
-    ready: dict[int, Prepared] = {}
-    lock = threading.Lock()
-    abandon = threading.Event()
-
-    def prepare_all() -> None:
-        for index, prepare in enumerate(preparers):
-            if abandon.is_set():
-                return
-            item = prepare()
-            with lock:
-                ready[index] = item
-
-    builder = threading.Thread(target=prepare_all, name="mutants-builder", daemon=True)
-    builder.start()
+    builder = _Builder(preparers)
     running: dict[int, _Running] = {}  # by slot
     next_index = 0
     interrupted = False
     try:
         while next_index < len(preparers) or running:
-            for slot, run in list(running.items()):
-                outcome = run.poll()
-                if outcome is None:
-                    continue
-                del running[slot]
-                if not on_done(run.index, outcome):
-                    return False
+            if not _collect(running, on_done):
+                return False
             while len(running) < jobs and next_index < len(preparers):
-                with lock:
-                    item = ready.pop(next_index, None)
+                item = builder.take(next_index)
                 if item is None:
                     break  # not built yet: tasks start in order
                 index, next_index = next_index, next_index + 1
@@ -180,9 +197,9 @@ def run_tasks(
         interrupted = True
         raise
     finally:
-        abandon.set()
+        builder.abandon.set()
         for run in running.values():
             with contextlib.suppress(Exception):
                 run.stop()
         if not interrupted:
-            builder.join()  # the build under way (a few seconds) finishes and is cached
+            builder.thread.join()  # the build under way (a few seconds) finishes and is cached

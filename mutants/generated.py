@@ -24,9 +24,10 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from difftest.base.filelock import file_lock
 from difftest.base.problems import SetupProblem
@@ -43,6 +44,24 @@ class ToolMissing(SetupProblem):
     """cargo-mutants is not there and could not be installed: one line says how (exit 2, bad set-up)."""
 
 
+# one entry of `cargo mutants --list --json`: cargo-mutants' own format, read with .get and str()
+CargoMutantsEntry = dict[str, Any]
+
+
+class SavedMutant(TypedDict):
+    """A generated mutant as generated.json keeps it."""
+
+    id: str
+    executor: str
+    transition: str
+    defect_class: str
+    why: str
+    exposure: str
+    generator: str
+    location: str
+    patch: str
+
+
 @dataclass(frozen=True)
 class GeneratedMutant(Mutant):
     """A catalogue entry whose patch is held in memory (no file under mutants/catalogue/)."""
@@ -54,13 +73,13 @@ class GeneratedMutant(Mutant):
     def patch_for(self, executor: str) -> str:
         return self.patch_text
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> SavedMutant:
         return {"id": self.id, "executor": self.executor, "transition": self.transition,
                 "defect_class": self.defect_class, "why": self.why, "exposure": self.exposure,
                 "generator": self.generator, "location": self.location, "patch": self.patch_text}  # fmt: skip
 
     @classmethod
-    def from_json(cls, entry: dict[str, Any]) -> GeneratedMutant:
+    def from_json(cls, entry: SavedMutant) -> GeneratedMutant:
         return cls(id=entry["id"], executor=entry["executor"], transition=entry["transition"],
                    defect_class=entry["defect_class"], contract_rows=(), why=entry["why"],
                    exposure=entry["exposure"], needs=(), generator=entry["generator"],
@@ -91,7 +110,7 @@ def install_command(root: Path) -> list[str]:
     return ["cargo", "install", "cargo-mutants", "--locked", "--version", CARGO_MUTANTS_VERSION, "--root", str(root)]
 
 
-def cargo_mutants(say: Any = print, install: bool = True) -> Path:
+def cargo_mutants(say: Callable[[str], None] = print, install: bool = True) -> Path:
     """The cargo-mutants binary of CARGO_MUTANTS_VERSION: on PATH, in the cache, or installed into the
     cache now (once, a few minutes of compiling). ToolMissing (one line: how) when none can be had."""
     on_path = shutil.which("cargo-mutants")
@@ -111,7 +130,7 @@ def cargo_mutants(say: Any = print, install: bool = True) -> Path:
         return _install(root, cached, how, say)
 
 
-def _install(root: Path, cached: Path, how: str, say: Any) -> Path:
+def _install(root: Path, cached: Path, how: str, say: Callable[[str], None]) -> Path:
     say(f"installing cargo-mutants {CARGO_MUTANTS_VERSION} into {root} (once; compiling takes a few minutes)")
     log = root / "install.log"
     with log.open("w") as out:
@@ -126,7 +145,7 @@ def _install(root: Path, cached: Path, how: str, say: Any) -> Path:
     return cached
 
 
-def list_native(crate: Path | None = None, binary: Path | None = None) -> list[dict[str, Any]]:
+def list_native(crate: Path | None = None, binary: Path | None = None) -> list[CargoMutantsEntry]:
     """`cargo mutants --list --json --diff` in the crate: every mutant cargo-mutants would test."""
     crate = crate or EXECUTOR_DIRS["native"]
     binary = binary or cargo_mutants()
@@ -156,7 +175,7 @@ def _slug(text: str, limit: int = 24) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:limit].strip("_") or "x"
 
 
-def _what(entry: dict[str, Any]) -> str:
+def _what(entry: CargoMutantsEntry) -> str:
     """The change, short, from the mutant's name: eq-ne, del-not, val-ok_0, del-arm-none, guard-true."""
     name = str(entry.get("name") or "")
     text = name.split(": ", 1)[-1] if ": " in name else name
@@ -184,7 +203,7 @@ def _what(entry: dict[str, Any]) -> str:
     return _slug(text, 30)
 
 
-def _function(entry: dict[str, Any]) -> str:
+def _function(entry: CargoMutantsEntry) -> str:
     function = entry.get("function") or {}
     return str(function.get("function_name", "")) if isinstance(function, dict) else ""
 
@@ -243,7 +262,7 @@ def _patch(diff: str, file: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def native_entries(listing: list[dict[str, Any]], crate: Path | None = None) -> list[GeneratedMutant]:
+def native_entries(listing: list[CargoMutantsEntry], crate: Path | None = None) -> list[GeneratedMutant]:
     """Each listed mutant as a catalogue entry, in the listing's order; ids unique and stable."""
     crate = crate or EXECUTOR_DIRS["native"]
     seen: Counter[str] = Counter()
@@ -288,7 +307,7 @@ def lua_entries(scripts: Path | None = None) -> list[GeneratedMutant]:
     return entries
 
 
-def generate(say: Any = print, install: bool = True) -> list[GeneratedMutant]:
+def generate(say: Callable[[str], None] = print, install: bool = True) -> list[GeneratedMutant]:
     """Every generated mutant: the crate's (cargo-mutants), then the scripts'."""
     binary = cargo_mutants(say=say, install=install)
     return [*native_entries(list_native(binary=binary)), *lua_entries()]
@@ -306,4 +325,5 @@ def load_saved(directory: Path) -> list[GeneratedMutant] | None:
     path = directory / SAVED
     if not path.is_file():
         return None
-    return [GeneratedMutant.from_json(e) for e in json.loads(path.read_text())]
+    saved = cast(list[SavedMutant], json.loads(path.read_text()))  # the file save() wrote: read as its type once
+    return [GeneratedMutant.from_json(e) for e in saved]

@@ -5,18 +5,17 @@ mutants on lines changed against a git ref (`--in-diff REF`)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from difftest.base.problems import SetupProblem
 from mutants import trend
 from mutants.breakdown import blocks
 from mutants.catalogue import EXECUTOR_DIRS, REPO, Mutant
+from mutants.records import Document, Record, parse_document
 from mutants.score import CAUGHT, MISSED, UNVIABLE, Budget
 from mutants.workspace import source_files
 
@@ -72,9 +71,8 @@ def executor_digest(executor: str) -> str:
     return _sha([executor.encode(), *_file_parts(source_files(executor, source), source)])
 
 
-def budget_digest(budget: Budget | dict[str, Any]) -> str:
-    recorded = budget if isinstance(budget, dict) else budget.__dict__
-    return _sha([trend.budget_key(dict(recorded)).encode()])
+def budget_digest(budget: Budget) -> str:
+    return _sha([trend.budget_key(budget.as_json()).encode()])
 
 
 @dataclass
@@ -118,30 +116,30 @@ class Earlier:
     """The outcomes of earlier runs, newest first: the report being rewritten (when the run goes into
     a directory that holds one) and the reports the score history names."""
 
-    reports: list[tuple[Path, dict[str, Any]]]
+    reports: list[tuple[Path, Document]]
 
     @classmethod
     def load(cls, reports: Path, history: Path | None) -> Earlier:
-        found: list[tuple[Path, dict[str, Any]]] = []
+        found: list[tuple[Path, Document]] = []
         directories = [reports.resolve()]
         if history is not None:  # the newest reports only: an older outcome is reused through a newer one
             directories += [trend.report_dir(r, history) for r in reversed(trend.read(history))][:LOOKBACK]
         for directory in dict.fromkeys(directories):
             path = directory / "outcomes.json"
             try:
-                found.append((directory, json.loads(path.read_text(encoding="utf-8"))))
+                found.append((directory, parse_document(path.read_text(encoding="utf-8"))))
             except (OSError, ValueError):
                 continue  # a report since removed, or never finished: nothing to reuse from it
         return cls(found)
 
-    def latest(self, mutant_id: str) -> dict[str, Any] | None:
+    def latest(self, mutant_id: str) -> Record | None:
         for _, document in self.reports:
             for record in document.get("outcomes", []):
                 if record.get("id") == mutant_id:
-                    return dict(record)
+                    return record.copy()
         return None
 
-    def reusable(self, mutant_id: str, digests: dict[str, str]) -> tuple[Path, dict[str, Any]] | None:
+    def reusable(self, mutant_id: str, digests: dict[str, str]) -> tuple[Path, Record] | None:
         """The newest record of the mutant scored with these very digests and a conclusive status."""
         for directory, document in self.reports:
             for record in document.get("outcomes", []):

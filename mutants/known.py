@@ -13,16 +13,16 @@ import datetime
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from difftest.base.exits import EXIT_KNOWN
 from difftest.base.files import write_atomically
 from difftest.findings.known import SURVIVOR, KnownFindings
+from mutants.records import Document, parse_document
 from mutants.report import accepted, scored
 from mutants.score import CAUGHT, MISSED
 
 
-def read_through(document: dict[str, Any], known: KnownFindings, today: datetime.date) -> dict[str, list[str]]:
+def read_through(document: Document, known: KnownFindings, today: datetime.date) -> dict[str, list[str]]:
     """The scored mutants' ids by what the file makes of them: `known` (survived, accepted), `survivors`
     (not caught, not accepted: they fail the gate), `expired` (survived, accepted until a day past),
     `stale` (accepted, and caught)."""
@@ -48,7 +48,7 @@ def gate(code: int, reports: Path, known: KnownFindings, today: datetime.date, s
     outcomes = reports / "outcomes.json"
     if known.path is None or not outcomes.is_file():
         return code
-    document = json.loads(outcomes.read_text())
+    document = parse_document(outcomes.read_text())
     found = read_through(document, known, today)
     entries = known.of_kind(SURVIVOR)
     for ident in found["known"]:

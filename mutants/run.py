@@ -8,9 +8,8 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from difftest.base.exits import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, EXIT_VOID
 from difftest.base.problems import SetupProblem
@@ -20,6 +19,7 @@ from mutants.child import Task, default_jobs, run_tasks
 from mutants.generated import GeneratedMutant
 from mutants.generated import load_saved as load_generated
 from mutants.generated import save as save_generated
+from mutants.records import Document, Record, Subset
 from mutants.report import CLEAN, DEFAULT_THRESHOLDS, NULL_RUN, Thresholds
 from mutants.score import CAUGHT, EQUIVALENT, ERROR, MISSED, UNVIABLE, Budget, Outcome
 from mutants.triage import Triage
@@ -63,7 +63,7 @@ def select_shard(mutants: list[Mutant], index: int, count: int) -> list[Mutant]:
 
 def choose(
     catalogue: list[Mutant], only: Iterable[str] | None, shard: tuple[int, int] | None, in_diff: str | None = None
-) -> tuple[list[Mutant], dict[str, Any] | None]:
+) -> tuple[list[Mutant], Subset | None]:
     """The mutants a run scores (not the canary: it always runs), and what it records when they are a
     subset of the catalogue (report.subset): `only` these ids, this `shard`, those on lines changed
     against the git ref `in_diff`. Bad input (an unknown id, a bad shard, a bad ref) raises SetupProblem."""
@@ -123,7 +123,7 @@ def _preparer(
     return make
 
 
-def _reused(directory: Path, record: dict[str, Any]) -> Outcome:
+def _reused(directory: Path, record: Record) -> Outcome:
     """An earlier record kept as this run's outcome: its artifact made absolute (the runner makes it
     relative to the new report), `reused_from` the report it was scored in (absolute here too)."""
     outcome = Outcome.from_json(record)
@@ -133,151 +133,191 @@ def _reused(directory: Path, record: dict[str, Any]) -> Outcome:
     return outcome
 
 
-def run(
-    reports: Path,
-    budget: Budget | None = None,
-    only: Iterable[str] | None = None,
-    cache: Path = DEFAULT_CACHE,
-    say: Callable[[str], None] = print,
-    jobs: int | None = None,
-    shard: tuple[int, int] | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
-    history: Path | None = None,
-    reuse: bool = False,
-    in_diff: str | None = None,
-    annotate: bool = False,
-    generated: list[GeneratedMutant] | None = None,
-    triaged: dict[str, Triage] | None = None,
-) -> tuple[int, list[Outcome]]:
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run scores and how: the report's directory, the budget, which mutants (`only` these ids,
+    this `shard` k of n, those on lines changed against the git ref `in_diff`, or the `generated` set
+    read through its reviewed triage `triaged`), `jobs` campaigns at once (None: one per core), the
+    thresholds, the score `history` (a JSON-lines file; None: not recorded), `reuse` (--incremental)
+    and `annotate` (the survivors as GitHub workflow commands)."""
+
+    reports: Path
+    budget: Budget = field(default_factory=Budget)
+    only: Iterable[str] | None = None
+    cache: Path = DEFAULT_CACHE
+    jobs: int | None = None
+    shard: tuple[int, int] | None = None
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    history: Path | None = None
+    reuse: bool = False
+    in_diff: str | None = None
+    annotate: bool = False
+    generated: list[GeneratedMutant] | None = None
+    triaged: dict[str, Triage] | None = None
+
+
+def run(config: RunConfig, say: Callable[[str], None] = print) -> tuple[int, list[Outcome]]:
     """Null run, canary, then the chosen mutants (all by default, or shard k of n of them, or those on
     lines changed against the git ref `in_diff`), each campaign in its own process, `jobs` at a time
     (default: one per core); writes the report (outcomes.json, mutation-report.json, junit.xml,
-    report.html) under `reports`, and appends the run's scores to the score `history` (a JSON-lines
-    file; None: not recorded), comparing them with the last run of the same scope and budget there.
-    `reuse` (--incremental): a mutant whose digests (patched files, instrument, budget) equal those of
-    an earlier conclusive outcome (in `reports`' own outcomes.json or a report the history names)
-    keeps it, marked reused. `annotate`: the survivors as GitHub workflow commands. Bad input (an
+    report.html) under `reports`, and appends the run's scores to the score `history`, comparing them
+    with the last run of the same scope and budget there. `reuse` (--incremental): a mutant whose
+    digests (patched files, instrument, budget) equal those of an earlier conclusive outcome (in
+    `reports`' own outcomes.json or a report the history names) keeps it, marked reused. Bad input (an
     unknown id, a bad shard, a bad ref) raises SetupProblem before anything is written. With
     `generated`, those mutants are scored instead of the catalogue's (its canary still runs), each
-    record read through its reviewed triage (`triaged`, mutants/triage.py); the set is saved beside
-    the report (generated.json)."""
-    budget = budget or Budget()
-    jobs = jobs or default_jobs()
+    record read through its reviewed triage; the set is saved beside the report (generated.json)."""
     started = time.perf_counter()
     catalogue = load()
-    if generated is not None:
-        catalogue = [*(m for m in catalogue if m.canary), *generated]
-    chosen, part = choose(catalogue, only, shard, in_diff)
-    if in_diff is not None and not chosen:
-        say(f"--in-diff {in_diff}: no mutant lies on a line changed against it; nothing scored, no report written")
+    if config.generated is not None:
+        catalogue = [*(m for m in catalogue if m.canary), *config.generated]
+    chosen, part = choose(catalogue, config.only, config.shard, config.in_diff)
+    if config.in_diff is not None and not chosen:
+        say(f"--in-diff {config.in_diff}: no mutant lies on a line changed against it; nothing scored, "
+            "no report written")  # fmt: skip
         return EXIT_ALL_CAUGHT, []
     if part is not None:  # a subset's score is not the catalogue's: said here, in the report and the last line
         left = part["left_out"]
         say(f"{report.subset_text(part)}; left out: {', '.join(left[:8])}"
             f"{f' and {len(left) - 8} more (all in outcomes.json)' if len(left) > 8 else ''}")  # fmt: skip
-    digests = incremental.Digests(budget)
-    recorded = {m.id: digests.of(m) for m in chosen}
-    kept: dict[str, Outcome] = {}
-    why: dict[str, str] = {}
-    if reuse:
-        earlier = incremental.Earlier.load(reports, history)
-        for mutant in chosen:
-            found = earlier.reusable(mutant.id, recorded[mutant.id])
-            if found is not None:
-                kept[mutant.id] = _reused(*found)
-            else:
-                why[mutant.id] = earlier.why(mutant.id, recorded[mutant.id])
-        say(f"incremental: {len(kept)} of {len(chosen)} mutants unchanged since a recorded outcome (reused), "
-            f"{len(chosen) - len(kept)} to score")  # fmt: skip
-    reports.mkdir(parents=True, exist_ok=True)
-    if generated is not None:
-        save_generated(reports, generated)
-    canaries = [m for m in catalogue if m.canary]
-    order: list[Mutant | None] = [None, *canaries, *chosen]  # None: the null run
-    results: dict[int, Outcome] = {}
+    state = _Run(config, say, started, catalogue, chosen, part)
+    state.plan_reuse()
+    config.reports.mkdir(parents=True, exist_ok=True)
+    if config.generated is not None:
+        save_generated(config.reports, config.generated)
+    return state.score()
 
-    def document(verdict: str) -> dict[str, Any]:
-        outcomes = [results[i] for i in sorted(results)]
+
+class _Run:
+    """One run under way: its mutants in order (None: the null run), the outcomes so far, what voids it."""
+
+    def __init__(self, config: RunConfig, say: Callable[[str], None], started: float, catalogue: list[Mutant],
+                 chosen: list[Mutant], part: Subset | None) -> None:  # fmt: skip
+        self.config, self.say, self.started = config, say, started
+        self.catalogue, self.chosen, self.part = catalogue, chosen, part
+        self.budget, self.reports = config.budget, config.reports
+        self.jobs = config.jobs or default_jobs()
+        digests = incremental.Digests(self.budget)
+        self.recorded = {m.id: digests.of(m) for m in chosen}
+        self.kept: dict[str, Outcome] = {}  # --incremental: the outcomes reused, by id
+        self.why: dict[str, str] = {}  # --incremental: why each other mutant is scored again
+        self.order: list[Mutant | None] = [None, *(m for m in catalogue if m.canary), *chosen]
+        self.results: dict[int, Outcome] = {}
+        self.built: dict[str, float] = {}
+        self.void: list[str] = []
+
+    def plan_reuse(self) -> None:
+        """--incremental: each chosen mutant's earlier conclusive outcome kept when its digests match."""
+        if not self.config.reuse:
+            return
+        earlier = incremental.Earlier.load(self.reports, self.config.history)
+        for mutant in self.chosen:
+            found = earlier.reusable(mutant.id, self.recorded[mutant.id])
+            if found is not None:
+                self.kept[mutant.id] = _reused(*found)
+            else:
+                self.why[mutant.id] = earlier.why(mutant.id, self.recorded[mutant.id])
+        self.say(f"incremental: {len(self.kept)} of {len(self.chosen)} mutants unchanged since a recorded outcome "
+                 f"(reused), {len(self.chosen) - len(self.kept)} to score")  # fmt: skip
+
+    def document(self, verdict: str) -> Document:
+        """The outcomes document as it stands, with this verdict."""
+        config = self.config
         return {
-            "verdict": verdict, "budget": asdict(budget), "wall_s": round(time.perf_counter() - started, 1),
-            "jobs": jobs, "shard": None if shard is None else {"index": shard[0], "count": shard[1]},
-            "chosen": [m.id for m in chosen], "subset": part, "thresholds": thresholds.as_json(),
-            "incremental": reuse, "catalogue": "catalogue" if generated is None else "generated",
-            "outcomes": [o.as_json() for o in outcomes],
+            "verdict": verdict, "budget": self.budget.as_json(),
+            "wall_s": round(time.perf_counter() - self.started, 1), "jobs": self.jobs,
+            "shard": None if config.shard is None else {"index": config.shard[0], "count": config.shard[1]},
+            "chosen": [m.id for m in self.chosen], "subset": self.part, "thresholds": config.thresholds.as_json(),
+            "incremental": config.reuse, "catalogue": "catalogue" if config.generated is None else "generated",
+            "outcomes": [self.results[i].as_json() for i in sorted(self.results)],
         }  # fmt: skip
 
-    base, problem = baseline(cache)
-    if base is None:
-        say(f"void: {problem}")
-        report.write_all(reports, document(report.VOID), catalogue)
-        return EXIT_VOID, []
-    built: dict[str, float] = {}
-    preparers = [_preparer(m, base, reports, budget, cache, built, None if m is None else kept.get(m.id))
-                 for m in order]  # fmt: skip
-    void: list[str] = []
+    def score(self) -> tuple[int, list[Outcome]]:
+        """The baseline built, every task run (a report written after each), then the verdict."""
+        base, problem = baseline(self.config.cache)
+        if base is None:
+            self.say(f"void: {problem}")
+            report.write_all(self.reports, self.document(report.VOID), self.catalogue)
+            return EXIT_VOID, []
+        preparers = [_preparer(m, base, self.reports, self.budget, self.config.cache, self.built,
+                               None if m is None else self.kept.get(m.id)) for m in self.order]  # fmt: skip
+        try:
+            run_tasks(preparers, self.jobs, self.on_done)
+        except KeyboardInterrupt:  # the children are stopped by now; what was scored is kept
+            report.write_all(self.reports, self.document(report.INTERRUPTED), self.catalogue)
+            raise
+        if self.void:
+            return self.voided()
+        return self.finish()
 
-    def on_done(index: int, outcome: Outcome) -> bool:
-        mutant = order[index]
-        outcome.restarts = budget.restarts
+    def on_done(self, index: int, outcome: Outcome) -> bool:
+        """One task's outcome recorded (and the report rewritten); False once the run is void."""
+        mutant = self.order[index]
+        outcome.restarts = self.budget.restarts
         if outcome.artifact:  # relative to the report's directory, so the report can move
-            outcome.artifact = os.path.relpath(Path(outcome.artifact).resolve(), reports.resolve())
+            outcome.artifact = os.path.relpath(Path(outcome.artifact).resolve(), self.reports.resolve())
         if mutant is None:
-            outcome.id, outcome.executor = NULL_RUN, "both"
-            if outcome.status == MISSED:  # no divergence in the whole budget: what a null run must be
-                outcome.status = CLEAN
-            say(f"null-run: {outcome.status} ({outcome.histories} histories, {outcome.campaign_s:.1f} s) "
-                f"{outcome.reason}")  # fmt: skip
-            if outcome.status != CLEAN:
-                void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
+            self._null_run_done(outcome)
         else:
-            _describe(outcome, mutant, recorded.get(mutant.id, {}), why.get(mutant.id, ""))
-            if triaged:
-                record = triage.apply(outcome.as_json(), triaged)
-                outcome.status, outcome.triage = record["status"], record.get("triage", "")
-            if outcome.reused_from:
-                outcome.reused_from = os.path.relpath(outcome.reused_from, reports.resolve())
-                say(f"{mutant.id}: {outcome.status} (reused from {outcome.reused_from}: nothing it depends on "
-                    f"changed), {outcome.histories} histories/{outcome.steps} steps")  # fmt: skip
-            else:
-                outcome.build_s = built.get(mutant.id, 0.0)
-                detail = outcome.reason[:100] if outcome.status != MISSED else ""
-                say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign {outcome.campaign_s:.1f} "
-                    f"s, {outcome.histories} histories/{outcome.steps} steps {detail}")  # fmt: skip
-            if mutant.canary and outcome.status != CAUGHT:
-                void.append(f"the canary {mutant.id} was {outcome.status}")
-        results[index] = outcome
-        if void:
+            self._mutant_done(mutant, outcome)
+        self.results[index] = outcome
+        if self.void:
             return False
-        report.write_outcomes(reports, document(report.RUNNING))
+        report.write_outcomes(self.reports, self.document(report.RUNNING))
         return True
 
-    try:
-        run_tasks(preparers, jobs, on_done)
-    except KeyboardInterrupt:  # the children are stopped by now; what was scored is kept
-        report.write_all(reports, document(report.INTERRUPTED), catalogue)
-        raise
-    if void:
-        say(f"void: {'; '.join(void)}")
-        # only the self-checks are reported: a mutant's verdict means nothing when they fail
-        checks = {i for i, m in enumerate(order) if m is None or m.canary}
-        for index in set(results) - checks:
-            del results[index]
-        report.write_all(reports, document(report.VOID), catalogue)
-        return EXIT_VOID, [results[i] for i in sorted(results)]
-    outcomes = [results[i] for i in sorted(results)]
-    scored = [o for o in outcomes[1:] if not _is_canary(o)]
-    all_caught = all(report.accepted(o.as_json()) for o in scored)
-    final = document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT)
-    counts = Counter(o.status for o in scored)
-    reused = sum(1 for o in scored if o.reused_from)
-    kept_text = f" ({reused} reused)" if reuse else ""
-    equivalent = f"{counts[EQUIVALENT]} equivalent, " if counts[EQUIVALENT] else ""
-    rest = len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE] - counts[EQUIVALENT]
-    say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {equivalent}{counts[UNVIABLE]} unviable, "
-        f"{rest} timeout/error of {len(scored)}{kept_text}; wall {time.perf_counter() - started:.0f} s, "
-        f"{jobs} jobs")  # fmt: skip
-    conclude(reports, final, history, say, annotate, catalogue)
-    return (EXIT_ALL_CAUGHT if final["passed"] else EXIT_SOME_MISSED), outcomes
+    def _null_run_done(self, outcome: Outcome) -> None:
+        outcome.id, outcome.executor = NULL_RUN, "both"
+        if outcome.status == MISSED:  # no divergence in the whole budget: what a null run must be
+            outcome.status = CLEAN
+        self.say(f"null-run: {outcome.status} ({outcome.histories} histories, {outcome.campaign_s:.1f} s) "
+                 f"{outcome.reason}")  # fmt: skip
+        if outcome.status != CLEAN:
+            self.void.append(f"the null run was {outcome.status} {outcome.reason[:200]}")
+
+    def _mutant_done(self, mutant: Mutant, outcome: Outcome) -> None:
+        _describe(outcome, mutant, self.recorded.get(mutant.id, {}), self.why.get(mutant.id, ""))
+        if self.config.triaged:
+            record = triage.apply(outcome.as_json(), self.config.triaged)
+            outcome.status, outcome.triage = record["status"], record.get("triage", "")
+        if outcome.reused_from:
+            outcome.reused_from = os.path.relpath(outcome.reused_from, self.reports.resolve())
+            self.say(f"{mutant.id}: {outcome.status} (reused from {outcome.reused_from}: nothing it depends on "
+                     f"changed), {outcome.histories} histories/{outcome.steps} steps")  # fmt: skip
+        else:
+            outcome.build_s = self.built.get(mutant.id, 0.0)
+            detail = outcome.reason[:100] if outcome.status != MISSED else ""
+            self.say(f"{mutant.id}: {outcome.status} build {outcome.build_s:.1f} s, campaign "
+                     f"{outcome.campaign_s:.1f} s, {outcome.histories} histories/{outcome.steps} steps "
+                     f"{detail}")  # fmt: skip
+        if mutant.canary and outcome.status != CAUGHT:
+            self.void.append(f"the canary {mutant.id} was {outcome.status}")
+
+    def voided(self) -> tuple[int, list[Outcome]]:
+        """A failed self-check: only the self-checks are reported (a mutant's verdict means nothing then)."""
+        self.say(f"void: {'; '.join(self.void)}")
+        checks = {i for i, m in enumerate(self.order) if m is None or m.canary}
+        for index in set(self.results) - checks:
+            del self.results[index]
+        report.write_all(self.reports, self.document(report.VOID), self.catalogue)
+        return EXIT_VOID, [self.results[i] for i in sorted(self.results)]
+
+    def finish(self) -> tuple[int, list[Outcome]]:
+        """The verdict, the console's count line, and the report concluded (conclude)."""
+        outcomes = [self.results[i] for i in sorted(self.results)]
+        scored = [o for o in outcomes[1:] if not _is_canary(o)]
+        all_caught = all(report.accepted(o.as_json()) for o in scored)
+        final = self.document(report.ALL_CAUGHT if all_caught else report.SOME_NOT_CAUGHT)
+        counts = Counter(o.status for o in scored)
+        reused = sum(1 for o in scored if o.reused_from)
+        kept_text = f" ({reused} reused)" if self.config.reuse else ""
+        equivalent = f"{counts[EQUIVALENT]} equivalent, " if counts[EQUIVALENT] else ""
+        rest = len(scored) - counts[CAUGHT] - counts[MISSED] - counts[UNVIABLE] - counts[EQUIVALENT]
+        self.say(f"{counts[CAUGHT]} caught, {counts[MISSED]} missed, {equivalent}{counts[UNVIABLE]} unviable, "
+                 f"{rest} timeout/error of {len(scored)}{kept_text}; wall {time.perf_counter() - self.started:.0f} "
+                 f"s, {self.jobs} jobs")  # fmt: skip
+        conclude(self.reports, final, self.config.history, self.say, self.config.annotate, self.catalogue)
+        return (EXIT_ALL_CAUGHT if final["passed"] else EXIT_SOME_MISSED), outcomes
 
 
 def _describe(outcome: Outcome, mutant: Mutant, digests: dict[str, str], why: str) -> None:
@@ -295,7 +335,7 @@ def _describe(outcome: Outcome, mutant: Mutant, digests: dict[str, str], why: st
 
 def conclude(
     reports: Path,
-    final: dict[str, Any],
+    final: Document,
     history: Path | None,
     say: Callable[[str], None],
     annotate: bool,
@@ -322,7 +362,7 @@ def conclude(
     say(score_line(final))
 
 
-def score_line(document: dict[str, Any]) -> str:
+def score_line(document: Document) -> str:
     """The last line: the verdict, the score (a subset's said so), and the gate."""
     points = document["score"]
     percent = "n/a" if points["percent"] is None else f"{points['percent']} %"
@@ -374,7 +414,7 @@ def merge(
     return EXIT_ALL_CAUGHT if document["passed"] else EXIT_SOME_MISSED
 
 
-def _generated_merge(out: Path, shard_dirs: list[Path], document: dict[str, Any]) -> list[Mutant] | None:
+def _generated_merge(out: Path, shard_dirs: list[Path], document: Document) -> list[Mutant] | None:
     """Shards of generated mutants: the union of their saved sets (for the report, and saved under
     `out`), their records read through today's triage (so a run scored before a survivor was triaged
     merges as triaged); None for the catalogue's shards. SetupProblem on a triage that does not fit."""

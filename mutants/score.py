@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from difftest.base.problems import ScriptDoesNotCompile
 from difftest.campaign.driver import CampaignConfig, run_campaign
 from mutants.catalogue import TRANSITIONS
+from mutants.records import BudgetRecord, Place, Record
 
 CAUGHT, MISSED, TIMEOUT, UNVIABLE, ERROR = "caught", "missed", "timeout", "unviable", "error"
 # a generated mutant that survived and that mutants/triage.toml calls equivalent (mutants/triage.py):
@@ -31,6 +33,9 @@ class Budget:
     sizes: bool = True  # histories may be at production's size (False: none; the runner's own tests)
     replicas: bool = False  # a replica beside each server, compared with it after every segment
     grace_s: float = 60.0  # past timeout_s + grace_s the campaign's process is killed: status "timeout"
+
+    def as_json(self) -> BudgetRecord:
+        return cast(BudgetRecord, asdict(self))  # the same fields, by construction
 
     @property
     def hard_limit_s(self) -> float:
@@ -61,18 +66,18 @@ class Outcome:
     # counted; the runner keeps those of the mutant's own transitions (its exposure, mutants/breakdown.py)
     exposure: dict[str, int] = field(default_factory=dict)
     # set by the runner (mutants/breakdown.py, mutants/incremental.py), not by the campaign:
-    locations: list[dict[str, Any]] = field(default_factory=list)  # each change block: file, start, end
+    locations: list[Place] = field(default_factory=list)  # each change block: file, start, end
     diff: str = ""  # a survivor's patch (its patches, for a shared mutant), shown inline by the report
     digests: dict[str, str] = field(default_factory=dict)  # what the outcome depends on: patched, instrument, budget
     reused_from: str = ""  # --incremental: the report this outcome was scored in (relative), when reused
     why_scored: str = ""  # --incremental: why it was scored again (new, the patched file changed, ...)
     triage: str = ""  # a generated mutant's reviewed triage, "<verdict>: <reason>" (mutants/triage.py)
 
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_json(self) -> Record:
+        return cast(Record, asdict(self))  # Record is this class's fields, by construction
 
     @classmethod
-    def from_json(cls, record: dict[str, Any]) -> Outcome:
+    def from_json(cls, record: Mapping[str, Any]) -> Outcome:
         """The record back (fields this version does not know are dropped)."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in record.items() if k in known})

@@ -10,12 +10,13 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from difftest.base.filelock import file_lock
 from difftest.base.files import write_atomically
 from mutants.breakdown import DIMENSIONS, percent_text
 from mutants.catalogue import REPO
+from mutants.records import BudgetRecord, Change, Document, FlatScores, HistoryEntry, LastRun, Score, Scores, Since
 
 VERSION = 1
 FILE_NAME = "mutants-scores.jsonl"  # beside the report's directory, by default
@@ -28,7 +29,7 @@ def default_file(reports: Path) -> Path:
     return reports.parent / FILE_NAME
 
 
-def budget_key(budget: dict[str, Any] | None) -> str:
+def budget_key(budget: BudgetRecord | None) -> str:
     """The budget as compared between runs (the wall-time limits left out)."""
     kept = {k: v for k, v in (budget or {}).items() if k not in TIME_LIMITS}
     if kept.get("sizes") is True:  # the default, which budgets recorded before the switch existed drew too
@@ -36,7 +37,7 @@ def budget_key(budget: dict[str, Any] | None) -> str:
     return json.dumps(kept, sort_keys=True)
 
 
-def scope(document: dict[str, Any]) -> str:
+def scope(document: Document) -> str:
     """What the run scored: the whole catalogue, or how its subset was chosen (--only, --shard, --in-diff);
     a run of the generated mutants (--generated) says so, and is compared only with such runs."""
     part = document.get("subset")
@@ -46,8 +47,9 @@ def scope(document: dict[str, Any]) -> str:
     if generated:
         return "generated: " + scope({**document, "catalogue": None})
     how = []
-    if part.get("only"):
-        how.append("--only " + " ".join(sorted(part["only"])))
+    only = part.get("only")
+    if only:
+        how.append("--only " + " ".join(sorted(only)))
     if part.get("shard"):
         how.append(f"--shard {part['shard']}")
     if part.get("in_diff"):
@@ -64,12 +66,13 @@ def _commit() -> str | None:
     return None
 
 
-def _flat(breakdown: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
-    return {dimension: {key: {k: entry[k] for k in ("caught", "viable", "percent")} for key, entry in entries.items()}
+def _flat(breakdown: Scores) -> FlatScores:
+    return {dimension: {key: {"caught": entry["caught"], "viable": entry["viable"], "percent": entry["percent"]}
+                        for key, entry in entries.items()}
             for dimension, entries in breakdown.items()}  # fmt: skip
 
 
-def entry(document: dict[str, Any], reports: Path, history: Path) -> dict[str, Any]:
+def entry(document: Document, reports: Path, history: Path) -> HistoryEntry:
     """The record a run appends: when, where its report is (relative to the history file), what it scored."""
     part = document.get("subset")
     return {
@@ -84,29 +87,29 @@ def entry(document: dict[str, Any], reports: Path, history: Path) -> dict[str, A
     }  # fmt: skip
 
 
-def read(history: Path) -> list[dict[str, Any]]:
+def read(history: Path) -> list[HistoryEntry]:
     """Every record, oldest first (a line that does not parse, as a hand edit may leave, is skipped)."""
     if not history.is_file():
         return []
-    found = []
+    found: list[HistoryEntry] = []
     for line in history.read_text(encoding="utf-8").splitlines():
         with contextlib.suppress(ValueError):
             record = json.loads(line)
             if isinstance(record, dict) and "score" in record:
-                found.append(record)
+                found.append(cast(HistoryEntry, record))  # the file's JSON, read as the entries this module wrote
     return found
 
 
-def report_dir(record: dict[str, Any], history: Path) -> Path:
+def report_dir(record: HistoryEntry, history: Path) -> Path:
     return (history.parent / str(record.get("report", ""))).resolve()
 
 
-def previous(history: Path, document: dict[str, Any]) -> dict[str, Any] | None:
+def previous(history: Path, document: Document) -> HistoryEntry | None:
     """The last run of the same scope and budget: the one whose scores this run's are compared with."""
     key, mine = budget_key(document.get("budget")), scope(document)
     for record in reversed(read(history)):
         if budget_key(record.get("budget")) == key and record.get("scope") == mine:
-            return dict(record)
+            return record.copy()
     return None
 
 
@@ -114,29 +117,39 @@ def _change(before: float | None, now: float | None) -> float | None:
     return None if before is None or now is None else round(now - before, 1)
 
 
-def since(last: dict[str, Any] | None, document: dict[str, Any], history: Path) -> dict[str, Any]:
+def _percent(points: Score | None) -> float | None:
+    return points.get("percent") if points else None
+
+
+def _moved_keys(before_entries: dict[str, Score], now_entries: dict[str, Score]) -> dict[str, Change]:
+    """The keys of one dimension whose score moved, came or went."""
+    moved: dict[str, Change] = {}
+    for key in [*now_entries, *(k for k in before_entries if k not in now_entries)]:
+        b = _percent(before_entries.get(key))
+        n = _percent(now_entries.get(key))
+        if key not in before_entries or key not in now_entries or b != n:
+            moved[key] = {"before": b, "now": n, "change": _change(b, n)}
+    return moved
+
+
+def since(last: HistoryEntry | None, document: Document, history: Path) -> Since:
     """The change since `last` (outcomes.json's `since`): the score, and each transition, file and
     class whose score moved, came or went; with the last run's verdict, gate and thresholds."""
     if last is None:
         return {"history": str(history), "last": None}
-    now = document.get("score") or {}
-    changes: dict[str, dict[str, dict[str, Any]]] = {}
     current = _flat(document.get("scores") or {})
-    for dimension in DIMENSIONS:
-        before_entries = (last.get("scores") or {}).get(dimension, {})
-        now_entries = current.get(dimension, {})
-        moved = {}
-        for key in [*now_entries, *(k for k in before_entries if k not in now_entries)]:
-            b = (before_entries.get(key) or {}).get("percent")
-            n = (now_entries.get(key) or {}).get("percent")
-            if key not in before_entries or key not in now_entries or b != n:
-                moved[key] = {"before": b, "now": n, "change": _change(b, n)}
-        changes[dimension] = moved
-    before = (last.get("score") or {}).get("percent")
+    earlier = last.get("scores") or {}
+    changes = {
+        dimension: _moved_keys(earlier.get(dimension, {}), current.get(dimension, {})) for dimension in DIMENSIONS
+    }
+    before, now = _percent(last.get("score")), _percent(document.get("score"))
+    kept: LastRun = {"at": last.get("at"), "commit": last.get("commit"), "report": last.get("report"),
+                     "verdict": last.get("verdict"), "passed": last.get("passed"), "thresholds": last.get("thresholds"),
+                     "scope": last.get("scope")}  # fmt: skip
     return {
         "history": str(history),
-        "last": {k: last.get(k) for k in ("at", "commit", "report", "verdict", "passed", "thresholds", "scope")},
-        "score": {"before": before, "now": now.get("percent"), "change": _change(before, now.get("percent"))},
+        "last": kept,
+        "score": {"before": before, "now": now, "change": _change(before, now)},
         "changes": changes,
     }
 
@@ -145,13 +158,13 @@ def _signed(change: float | None) -> str:
     return "n/a" if change is None else f"{change:+.1f}"
 
 
-def _moved(key: str, change: dict[str, Any]) -> str:
+def _moved(key: str, change: Change) -> str:
     before = "new" if change["before"] is None else percent_text(change["before"])
     now = "gone" if change["now"] is None else percent_text(change["now"])
     return f"{key} {before} -> {now}"
 
 
-def since_lines(delta: dict[str, Any] | None) -> list[str]:
+def since_lines(delta: Since | None) -> list[str]:
     """The console's lines: the score's change since the last run, then what moved per dimension."""
     if not delta:
         return []
@@ -170,7 +183,7 @@ def since_lines(delta: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def append(history: Path, record: dict[str, Any]) -> None:
+def append(history: Path, record: HistoryEntry) -> None:
     """Adds the record as the file's last line: the whole file rewritten atomically, under a lock (two
     runs finishing at once both land)."""
     history.parent.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from difftest.base.problems import SetupProblem
 from mutants.catalogue import HERE
+from mutants.records import Record
 from mutants.score import CAUGHT, EQUIVALENT, ERROR, MISSED, TIMEOUT, UNVIABLE
 
 TRIAGE_FILE = HERE / "triage.toml"
@@ -71,7 +71,7 @@ def load(ids: Iterable[str], path: Path = TRIAGE_FILE) -> dict[str, Triage]:
     return triage
 
 
-def apply(record: dict[str, Any], triage: dict[str, Triage]) -> dict[str, Any]:
+def apply(record: Record, triage: dict[str, Triage]) -> Record:
     """The record as its triage reads it (in place; idempotent): see the module's docstring."""
     entry = triage.get(record["id"])
     if entry is None:

@@ -15,7 +15,7 @@ from difftest.judge.contract import RULES
 from difftest.spec.commands import TRANSITIONS
 from mutants import catalogue as cat
 from mutants import report
-from mutants.run import EXIT_ALL_CAUGHT, run
+from mutants.run import EXIT_ALL_CAUGHT, RunConfig, run
 from mutants.score import CAUGHT, Budget
 from mutants.workspace import apply_patch, cache_key, source_files
 
@@ -113,7 +113,7 @@ def test_the_runner_catches_a_lua_and_a_native_mutant(tmp_path: Path) -> None:
     # the shared target holds the dependencies (the first build of a fresh cache takes ~2 min)
     chosen = ["lua-fail-never-dead-letters", "native-claim-no-epoch"]
     budget = Budget(seed=20261202, examples=200, timeout_s=600.0, shrink_s=2.0, sizes=False)
-    code, outcomes = run(tmp_path / "report", budget, only=chosen, say=lambda _: None)
+    code, outcomes = run(RunConfig(tmp_path / "report", budget, only=chosen), say=lambda _: None)
     by_id = {o.id: o for o in outcomes}
     assert by_id["null-run"].status == report.CLEAN and by_id["null-run"].histories == 200  # zero divergences
     assert by_id["canary-lua-enqueue-replies-two"].status == CAUGHT

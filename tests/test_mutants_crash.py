@@ -14,7 +14,7 @@ from difftest.history.format import REPLICA, CallStep, Restart
 from difftest.replay.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
-from mutants.run import EXIT_ALL_CAUGHT, run
+from mutants.run import EXIT_ALL_CAUGHT, RunConfig, run
 from mutants.score import CAUGHT, Budget
 
 pytestmark = [pytest.mark.servers, pytest.mark.build, pytest.mark.subprocess]
@@ -31,7 +31,7 @@ def test_a_restart_mutant_is_missed_without_restarts_and_caught_with_them(tmp_pa
     for restarts in (False, True):
         budget = Budget(seed=20261202, examples=150, timeout_s=600.0, shrink_s=2.0, restarts=restarts, sizes=False)
         directory = tmp_path / ("on" if restarts else "off")
-        code, outcomes = run(directory, budget, only=[MUTANT], say=lambda _: None, jobs=2)
+        code, outcomes = run(RunConfig(directory, budget, only=[MUTANT], jobs=2), say=lambda _: None)
         by_id = {o.id: o for o in outcomes}
         assert by_id["null-run"].status == report.CLEAN and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
         outcome = by_id[MUTANT]

@@ -18,7 +18,7 @@ import pytest
 from difftest.servers.local import EmbeddedServer
 from mutants import generated, lua_operators, report, triage
 from mutants.catalogue import EXECUTOR_DIRS, TRANSITIONS
-from mutants.run import EXIT_ALL_CAUGHT, run
+from mutants.run import EXIT_ALL_CAUGHT, RunConfig, run
 from mutants.score import CAUGHT, EQUIVALENT, MISSED, UNVIABLE, Budget
 from mutants.workspace import apply_patch, source_files
 
@@ -175,8 +175,8 @@ def test_one_generated_native_and_one_lua_mutant_scored_end_to_end(
     chosen = [chosen_native.id, "lua-claim-del-hset-1"]
     everything = [*crate_mutants, *generated.lua_entries()]
     budget = Budget(seed=20261202, examples=200, timeout_s=900.0, shrink_s=2.0, sizes=False)
-    code, outcomes = run(tmp_path / "report", budget, only=chosen, say=lambda _: None,
-                         generated=everything, triaged={})  # fmt: skip
+    code, outcomes = run(RunConfig(tmp_path / "report", budget, only=chosen, generated=everything, triaged={}),
+                         say=lambda _: None)  # fmt: skip
     by_id = {o.id: o for o in outcomes}
     assert by_id["null-run"].status == report.CLEAN
     assert by_id["canary-lua-enqueue-replies-two"].status == CAUGHT

@@ -17,7 +17,7 @@ from difftest.history.format import REPLICA, CallStep, Restart
 from difftest.replay.replicas import KIND
 from mutants import catalogue as cat
 from mutants import report
-from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, run
+from mutants.run import EXIT_ALL_CAUGHT, EXIT_SOME_MISSED, RunConfig, run
 from mutants.score import CAUGHT, Budget
 from mutants.workspace import DEFAULT_CACHE, prepare
 
@@ -47,7 +47,7 @@ def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
     assert all("restarts" in m.needs for m in REPLICATION)  # what they need without replicas
     ids = [m.id for m in REPLICATION]
 
-    code, outcomes = run(tmp_path / "on", _budget(True, CAUGHT_WITHIN), only=ids, say=lambda _: None, jobs=2)
+    code, outcomes = run(RunConfig(tmp_path / "on", _budget(True, CAUGHT_WITHIN), only=ids, jobs=2), say=lambda _: None)
     by_id = {o.id: o for o in outcomes}
     # the null run agrees with replicas on too: a replica of a healthy pair never differs
     assert by_id["null-run"].status == report.CLEAN and by_id["canary-lua-enqueue-replies-two"].status == CAUGHT
@@ -73,7 +73,7 @@ def test_replication_mutants_are_caught_without_restarts_when_replicas_are_on(
 
     # neither --replicas nor restarts: only the histories that call a replica start replicas, and
     # each mutant caught is caught there, never by a restart
-    code, outcomes = run(tmp_path / "off", _budget(False, MISSED_IN), only=ids, say=lambda _: None, jobs=2)
+    code, outcomes = run(RunConfig(tmp_path / "off", _budget(False, MISSED_IN), only=ids, jobs=2), say=lambda _: None)
     by_id = {o.id: o for o in outcomes}
     caught = [by_id[m.id] for m in REPLICATION if by_id[m.id].status == CAUGHT]
     assert caught, {m.id: by_id[m.id].status for m in REPLICATION}

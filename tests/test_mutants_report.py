@@ -20,10 +20,10 @@ import pytest
 
 from difftest.base.exits import EXIT_DIVERGENCE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SETUP, EXIT_TERMINATED, EXIT_VOID
 from mutants import catalogue as cat
-from mutants import report
+from mutants import records, report
 from mutants.__main__ import main
 from mutants.child import MARK_VARIABLE, Task, run_tasks
-from mutants.run import EXIT_USAGE, baseline, choose, merge, run, score_line, select_shard
+from mutants.run import EXIT_USAGE, RunConfig, baseline, choose, merge, run, score_line, select_shard
 from mutants.score import CAUGHT, TIMEOUT, Budget, Outcome
 from mutants.workspace import DEFAULT_CACHE
 
@@ -285,6 +285,14 @@ def test_the_budget_reads_as_text() -> None:
                     "(killed at 660 s); shrinking up to 5 s; restarts and crashes on; replicas off")  # fmt: skip
 
 
+def test_the_record_types_name_the_dataclasses_fields() -> None:
+    # Outcome.as_json and Budget.as_json cast asdict() to these types: the cast holds while the names agree
+    assert set(records.Record.__annotations__) == set(Outcome.__dataclass_fields__)
+    assert set(records.BudgetRecord.__annotations__) == set(Budget.__dataclass_fields__)
+    outcome = Outcome("m", "lua", CAUGHT, locations=[{"file": "executors/lua/a.lua", "start": 1, "end": 2}])
+    assert Outcome.from_json(outcome.as_json()) == outcome
+
+
 @pytest.mark.browser
 def test_the_page_fits_1280_px_in_a_real_browser(tmp_path: Path) -> None:
     from tests.test_reports import in_browser
@@ -355,8 +363,11 @@ def test_the_merged_shards_give_the_unsharded_verdicts(tmp_path: Path) -> None:
     # two Lua mutants (no build), the canary and the null run on a small budget: ~20 s a run here
     chosen = ["lua-fail-never-dead-letters", "lua-complete-double-counts"]
     budget = Budget(seed=20261202, examples=60, timeout_s=600.0, shrink_s=2.0, sizes=False)
-    whole, outcomes = run(tmp_path / "whole", budget, only=chosen, say=lambda _: None, jobs=2)
-    codes = [run(tmp_path / f"s{k}", budget, only=chosen, say=lambda _: None, jobs=2, shard=(k, 2))[0] for k in (1, 2)]
+    whole, outcomes = run(RunConfig(tmp_path / "whole", budget, only=chosen, jobs=2), say=lambda _: None)
+    codes = [
+        run(RunConfig(tmp_path / f"s{k}", budget, only=chosen, jobs=2, shard=(k, 2)), say=lambda _: None)[0]
+        for k in (1, 2)
+    ]
     assert {o.id for o in outcomes} >= set(chosen)
     for k in (1, 2):  # each shard ran its share, with its own null run and canary
         shard = json.loads((tmp_path / f"s{k}" / report.OUTCOMES).read_text())
