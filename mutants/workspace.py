@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from difftest.base.filelock import file_lock
+from executors.native.adapter import seed_dependencies
 from mutants.catalogue import HERE
 
 DEFAULT_CACHE = HERE / ".cache"
@@ -80,6 +81,7 @@ def _build_native(crate: Path, cache: Path, log: Path) -> tuple[Path | None, str
     jobs = os.environ.get("CARGO_BUILD_JOBS", "2")
     env = dict(os.environ, CARGO_TARGET_DIR=str(cache / "target"), CARGO_BUILD_JOBS=jobs)
     with _build_lock(cache), log.open("w") as out:
+        seed_dependencies(cache / "target")  # a first build: the checkout's dependencies, compiled the same
         # every source file newer than the last build in the shared target: cargo leaves the path out
         # of a root crate's fingerprint, so a copy made before another mutant's build (while this one
         # waited for the lock) looked fresh to it and took that mutant's .so (a null run built so
