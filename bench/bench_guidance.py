@@ -46,8 +46,8 @@ def one_run(store_url: str, module: Path, scripts: Path | None, seed: int, mode:
     from difftest.fuzz.service import serve
     from difftest.fuzz.store import Store
     from difftest.fuzz.worker import FuzzConfig
-    from difftest.instrument.lua import measuring
     from difftest.replay import build as builds
+    from executors.lua.instrument import measuring
 
     store = Store(store_url)
     store.client.flushdb()
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
-    from difftest.instrument import native as native_coverage
+    from difftest.coverage import native as native_coverage
     from difftest.servers.group import ServerGroup
     from mutants.catalogue import load
     from mutants.workspace import apply_patch, prepare, source_files

@@ -271,8 +271,8 @@ def print_hardening_costs(costs: list[HardeningCost]) -> None:
 def model_cost(mix: str, examples: int, replayer: Replayer) -> ModelCost:
     """The same histories replayed with the spec's model off and on, on one pair, in alternating
     order (so the machine's noise and any warm-up fall on both alike)."""
+    from difftest.coverage.labels import MODEL_JUDGED, model_labels
     from difftest.judge import verdicts as judge
-    from difftest.replay.labels import MODEL_JUDGED, model_labels
 
     shape = MIXES[mix]
     spent = {False: 0.0, True: 0.0}

@@ -99,7 +99,7 @@ def exposure(labels: dict[str, int], transition: str) -> dict[str, int]:
 
 def unreached(record: Record) -> list[str]:
     """The required coverage labels of the mutant's transitions that its campaign never reached."""
-    from difftest.replay.labels import REQUIRED
+    from difftest.coverage.labels import REQUIRED
 
     mine = _transitions(str(record.get("transition", "")))
     reached = record.get("exposure") or {}

@@ -1,4 +1,4 @@
-"""The class corpus: one short directed history per class label (difftest/replay/labels.py, CLASS_LABELS),
+"""The class corpus: one short directed history per class label (difftest/coverage/labels.py, CLASS_LABELS),
 built from the command table and the value domains (difftest/spec/domains.py).
 
 A campaign replays it as Hypothesis's explicit examples in its first batch, before generating: every
@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 
+from difftest.coverage.labels import ADVANCE_CLASSES, CLOCK_ORIGINS, CROSSINGS, DRAWN_PAIRS
 from difftest.history.format import (
     REPLICA,
     REPLICA_IGNORES,
@@ -35,7 +36,6 @@ from difftest.history.format import (
     Restart,
     Step,
 )
-from difftest.replay.labels import ADVANCE_CLASSES, CLOCK_ORIGINS, CROSSINGS, DRAWN_PAIRS
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import COMPLETED, FAILED, TRANSITIONS, Layout, Rows, Transition, Verb
@@ -402,7 +402,7 @@ SIZE_FILL, SIZE_BATCH, SIZE_CLAIMS, SIZE_DONE, SIZE_FAILED = 10_000, 2_000, 1_50
 
 
 def _sizes() -> Iterator[History]:
-    """Production's size, once whatever the seed (difftest/replay/labels.py, SIZE_LABELS): a producer's
+    """Production's size, once whatever the seed (difftest/coverage/labels.py, SIZE_LABELS): a producer's
     bulk of 10,000 delayed jobs due together, a PROMOTE of 2,000 of them, a fleet's 1,500 CLAIMs, bulk
     COMPLETEs and FAILs of the fill's first ids (those not claimed: fenced), then a SWEEP of the
     leases that expired together."""
@@ -416,7 +416,7 @@ def _sizes() -> Iterator[History]:
 
 def _counters() -> Iterator[History]:
     """Counters another writer left one below an edge production's counters cross, crossed by the
-    history's own increments (difftest/replay/labels.py, COUNTER_LABELS): metrics:completed past 2^31
+    history's own increments (difftest/coverage/labels.py, COUNTER_LABELS): metrics:completed past 2^31
     by a COMPLETE, a row's attempts past 2^32 by its CLAIM, metrics:failed past 2^53 by that job
     dead-lettered with the token the CLAIM gave, and metrics:completed to i64's end."""
     completed, failed = LAYOUT.metrics(COMPLETED), LAYOUT.metrics(FAILED)
@@ -434,7 +434,7 @@ def _counters() -> Iterator[History]:
 
 def _megabytes() -> Iterator[History]:
     """A megabyte's payload enqueued and claimed back, and a megabyte's error text of its FAIL (a
-    retry): difftest/replay/labels.py, `size:value:*`."""
+    retry): difftest/coverage/labels.py, `size:value:*`."""
     yield _history("size:value:payload:1MiB", CallStep(plain(Verb.ENQUEUE, b"j5", domains.MEGABYTE, 0)),
                    CallStep(plain(Verb.CLAIM)), CallStep(plain(Verb.CLAIM)),
                    CallStep(plain(Verb.FAIL, b"j5", 1, domains.MEGABYTE, 2, 0)))  # fmt: skip

@@ -35,6 +35,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from difftest.coverage import labels
 from difftest.history.format import (
     MAX_BULK,
     MAX_MS,
@@ -56,7 +57,6 @@ from difftest.history.format import (
     Restart,
     Step,
 )
-from difftest.replay import labels
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.commands import REFUSED_OVER_THE_LIMIT, TRANSITIONS, Layout, Rows
@@ -110,7 +110,7 @@ RULE_WEIGHTS: dict[str, int | aimed | Callable[[QueueMachine], int]] = {}
 START_MS = labels.CLOCK_ORIGINS["2026"]  # (DEFAULT_START_MS + 999: one origin, held by the labels)
 # where else a history's clock may start (`clock_origin`), each on a second's last millisecond too:
 # the first second of 1970, the last second before 2^31 s (2038) and before 2^32 s (2106), and a
-# year before the last moment the format allows (9999); the labels are difftest/replay/labels.py's
+# year before the last moment the format allows (9999); the labels are difftest/coverage/labels.py's
 CLOCK_ORIGINS: dict[str, int] = {name: start for name, start in labels.CLOCK_ORIGINS.items() if start != START_MS}
 DEFAULT_SHAPE = HistoryShape()
 

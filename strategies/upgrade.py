@@ -22,7 +22,7 @@ Two shapes, both judged against the all-scripts server under the contract (docs/
 - **a mixed fleet** (`via_scripts` on single steps after module calls): during a rolling upgrade
   some workers still call the scripts on the native server while others call the module.
 
-The coverage labels (`difftest/replay/upgrades.py`): `upgrade:lua-prefix`, `upgrade:lua-row-in:<set>`,
+The coverage labels (`difftest/coverage/upgrades.py`): `upgrade:lua-prefix`, `upgrade:lua-row-in:<set>`,
 `upgrade:mixed-fleet`, `upgrade:d7-lua-lease`.
 """
 

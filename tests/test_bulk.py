@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from difftest.cli.main import EXIT_DIVERGENCE, EXIT_SETUP, main
+from difftest.coverage.labels import SIZE_LABELS, labels
 from difftest.history import format as hist
 from difftest.history.format import Advance, Bulk, CallStep, History
 from difftest.replay.artifacts import expected_verdict, save_divergence
-from difftest.replay.labels import SIZE_LABELS, labels
 from difftest.replay.replayer import Replayer, ReplayResult
 from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from difftest.campaign.driver import CampaignConfig, run_campaign
-from difftest.replay.labels import CLASS_LABELS, REQUIRED, labels
+from difftest.coverage.labels import CLASS_LABELS, REQUIRED, labels
 from difftest.replay.replayer import Replayer
 from difftest.spec import domains
 from difftest.spec.commands import TRANSITIONS, ArgKind

@@ -19,9 +19,9 @@ import pytest
 from difftest.cli import arguments
 from difftest.cli import main as cli
 from difftest.cli.main import EXIT_INTERNAL, EXIT_OK, EXIT_SETUP, EXIT_VOID, main
+from difftest.coverage import labels as coverage
 from difftest.history import format as hist
 from difftest.history.format import DEFAULT_START_MS, MAX_MS
-from difftest.replay import labels as coverage
 from difftest.replay.build import command as printed_command
 from executors.native.adapter import DEFAULT_MODULE
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import valkey
 
+from difftest.coverage.labels import labels
 from difftest.history import format as hist
 from difftest.history.resolve import resolve
-from difftest.replay.labels import labels
 from difftest.replay.replayer import Replayer
 from difftest.replay.replicas import Replicas, primary_options
 from difftest.replay.sides import LuaSide, NativeSide, Side

@@ -12,8 +12,8 @@ import valkey
 
 from difftest.base.problems import SetupProblem
 from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.coverage.labels import REQUIRED, labels
 from difftest.history import format as hist
-from difftest.replay.labels import REQUIRED, labels
 from difftest.replay.replayer import Replayer
 from difftest.servers.docker import GROUP_LABEL, OWNER_LABEL, docker_client
 from difftest.servers.group import ServerGroup

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from difftest.replay.labels import CLASS_LABELS, REQUIRED
+from difftest.coverage.labels import CLASS_LABELS, REQUIRED
 from difftest.spec import domains, errors, guards
 from difftest.spec.calls import Call
 from difftest.spec.commands import TRANSITIONS, ArgKind, Layout, queue_of_base

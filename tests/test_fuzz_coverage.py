@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from difftest.base.exits import EXIT_OK
+from difftest.coverage import native as native_coverage
 from difftest.fuzz.counters import Counters, read_counters
 from difftest.fuzz.store import Store
 from difftest.history import format as hist
-from difftest.instrument import native as native_coverage
 from difftest.replay.replayer import replay_once
 from tests.test_fuzz import WAIT_S, database  # noqa: F401 (the fixture)
 

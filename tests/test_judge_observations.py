@@ -131,7 +131,7 @@ def test_the_judge_imports_no_server_client_or_replay() -> None:
 
 
 JUDGING_CODE = ["judge/verdicts.py", "judge/contract.py", "spec/model.py", "judge/invariants.py", "replay/replayer.py",
-                "replay/sides.py", "campaign/driver.py", "replay/labels.py", "history/resolve.py",
+                "replay/sides.py", "campaign/driver.py", "coverage/labels.py", "history/resolve.py",
                 "history/shrink.py"]  # fmt: skip
 
 

@@ -21,8 +21,8 @@ LAYERS = (
     "difftest.judge",
     "difftest.servers",
     "executors",  # each executor's host (executors/*/adapter.py): the spec's calls as its commands
-    "difftest.instrument",
     "difftest.replay",
+    "difftest.coverage",
     "difftest.findings",
     "strategies",
     "difftest.campaign",

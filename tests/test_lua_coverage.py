@@ -16,14 +16,15 @@ from typing import Any
 import pytest
 
 from difftest.cli.main import EXIT_OK, EXIT_SETUP, main
+from difftest.coverage import lua as lua_coverage
 from difftest.history import format as hist
 from difftest.history.scenario import SCENARIO
-from difftest.instrument import lua as lua_coverage
 from difftest.replay.replayer import Replayer
 from difftest.servers.group import ServerGroup
 from difftest.servers.wire import Wire
 from difftest.spec.replies import ErrorReply
 from difftest.spec.snapshot import take_snapshot
+from executors.lua import instrument as lua_instrument
 from executors.lua.adapter import load_scripts
 from executors.native.adapter import DEFAULT_MODULE
 from tests.helpers import Q
@@ -44,8 +45,8 @@ else
     'v')
 end
 """
-    assert lua_coverage.countable_lines(source) == [2, 3, 5, 6, 9]  # no mark can go before elseif
-    counts = lua_coverage.parse_log(
+    assert lua_instrument.countable_lines(source) == [2, 3, 5, 6, 9]  # no mark can go before elseif
+    counts = lua_instrument.parse_log(
         b"1:M * difftest-lua-coverage claim 4,5,6\nother\n1:M * difftest-lua-coverage claim 4\n"
     )
     assert counts == {("claim", 4): 2, ("claim", 5): 1, ("claim", 6): 1}
@@ -54,7 +55,7 @@ end
 def test_the_instrumented_scripts_write_and_answer_what_the_scripts_do(group: ServerGroup) -> None:
     scripts = load_scripts()
     plain, marked = group.add("plain"), group.add("marked")
-    sides = {plain: scripts, marked: lua_coverage.instrumented(scripts)}
+    sides = {plain: scripts, marked: lua_instrument.instrumented(scripts)}
     keys = [Q + suffix for suffix in ("pending", "active", "", "done")]
     calls = [
         ("ENQUEUE", [Q + "pending", Q + "delayed", Q], ["j1", "p", "0"]),
@@ -83,21 +84,21 @@ def test_the_instrumented_scripts_write_and_answer_what_the_scripts_do(group: Se
     assert isinstance(first[5], ErrorReply) and first[5].message.startswith("WRONGTYPE")
     assert take_snapshot(plain.client) == take_snapshot(marked.client)
     # the failed claim reported the lines up to its failing ZADD (line 17), not its return (line 18)
-    counts = lua_coverage.parse_log(marked.logfile.read_bytes())
+    counts = lua_instrument.parse_log(marked.logfile.read_bytes())
     assert counts[("claim", 17)] == 2 and counts[("claim", 18)] == 1 and counts[("claim", 4)] == 3
-    assert not lua_coverage.parse_log(plain.logfile.read_bytes())
+    assert not lua_instrument.parse_log(plain.logfile.read_bytes())
 
 
 @pytest.mark.servers
 @pytest.mark.timeout(300)
 def test_every_hand_history_and_the_scenario_agree_with_the_instrumented_scripts(tmp_path: Path) -> None:
-    with lua_coverage.measuring(tmp_path), Replayer(DEFAULT_MODULE) as replayer:
+    with lua_instrument.measuring(tmp_path), Replayer(DEFAULT_MODULE) as replayer:
         assert b"difftest-lua-coverage" in replayer.scripts["CLAIM"]
         for history in [*(hist.load(path) for path in sorted(HISTORIES.glob("*.jsonl"))), SCENARIO]:
             result = replayer.replay(history)
             assert result.divergence is None, (history.note, result.divergence and result.divergence.reason)
     document = lua_coverage.collect(tmp_path)
-    assert document["replayers"] == 1 and not (tmp_path / lua_coverage.RAW_DIR).exists()
+    assert document["replayers"] == 1 and not (tmp_path / lua_instrument.RAW_DIR).exists()
     by_file = {entry["file"]: entry for entry in document["files"]}
     assert set(by_file) == {f"{verb.lower()}.lua" for verb in load_scripts()}
     assert all(entry["lines"]["reached"] > 0 for entry in by_file.values())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from difftest.coverage.labels import VALUE_SIZE_LABELS, labels
 from difftest.history.format import CallStep, History
-from difftest.replay.labels import VALUE_SIZE_LABELS, labels
 from difftest.replay.replayer import Replayer
 from difftest.spec import domains
 from executors.native.adapter import DEFAULT_MODULE

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from difftest.campaign.driver import CampaignConfig, run_campaign
+from difftest.coverage.labels import MODEL_JUDGED, model_labels, model_share
 from difftest.history import format as hist
 from difftest.judge.verdicts import (
     LUA_WRONG,
@@ -25,7 +26,6 @@ from difftest.judge.verdicts import (
     voters_of,
 )
 from difftest.replay import observations
-from difftest.replay.labels import MODEL_JUDGED, model_labels, model_share
 from difftest.replay.replayer import Replayer
 from difftest.spec import model
 from difftest.spec.commands import Layout, Verb

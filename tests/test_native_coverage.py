@@ -12,7 +12,7 @@ import pytest
 
 from difftest.base.problems import SetupProblem
 from difftest.cli.main import EXIT_SETUP, main
-from difftest.instrument import native as native_coverage
+from difftest.coverage import native as native_coverage
 from difftest.report import html as html_report
 
 EXEMPT = """pub fn exempt(lease_epoch: Option<&[u8]>, current: &[u8]) -> bool {

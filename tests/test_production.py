@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from difftest.coverage.labels import CONDITION_LABELS, REQUIRED, _queues_with, condition_labels
 from difftest.history import format as hist
 from difftest.history.format import Advance, CallStep, History, RawWrite
 from difftest.replay.artifacts import by_hand
-from difftest.replay.labels import CONDITION_LABELS, REQUIRED, _queues_with, condition_labels
 from difftest.replay.replayer import Replayer
 from difftest.replay.sides import LuaSide
 from difftest.servers.group import ServerGroup

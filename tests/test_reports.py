@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from difftest.cli.main import EXIT_DIVERGENCE, EXIT_OK, EXIT_SETUP, main
+from difftest.coverage import labels as coverage
 from difftest.history import format as hist
 from difftest.judge.contract import RULES, TABLE_ORDER
 from difftest.judge.events import Event
-from difftest.replay import labels as coverage
 from difftest.replay.artifacts import BRIEF_CHARS, BRIEF_KEYS, brief
 from difftest.replay.replayer import Divergence
 from difftest.report import html as html_report

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from difftest.coverage.labels import REQUIRED, labels
+from difftest.coverage.upgrades import UPGRADE_LABELS
 from difftest.history import format as hist
 from difftest.history.format import (
     REPLICA,
@@ -27,9 +29,7 @@ from difftest.history.format import (
     Step,
 )
 from difftest.judge.verdicts import JudgeState, judge, judge_all
-from difftest.replay.labels import REQUIRED, labels
 from difftest.replay.replayer import Replayer, ReplayResult
-from difftest.replay.upgrades import UPGRADE_LABELS
 from difftest.spec import domains
 from difftest.spec.calls import Call
 from difftest.spec.replies import ErrorReply

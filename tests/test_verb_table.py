@@ -18,9 +18,9 @@ from typing import Any, cast
 
 import pytest
 
+from difftest.coverage.labels import CONDITION_LABELS, REQUIRED
 from difftest.history.format import iter_calls
 from difftest.history.scenario import SCENARIO
-from difftest.replay.labels import CONDITION_LABELS, REQUIRED
 from difftest.spec import domains, guards, model
 from difftest.spec.commands import (
     ATTEMPTS,

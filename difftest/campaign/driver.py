@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from difftest.base.files import environmental_cause, is_environmental
 from difftest.base.problems import SetupProblem
 from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
+from difftest.coverage import labels as coverage
 from difftest.findings.entries import Meeting as MeetingFields
-from difftest.replay import labels as coverage
 from difftest.servers.leftovers import sweep_leftovers
 
 if TYPE_CHECKING:  # the types only: a campaign's process imports them when it starts its servers

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from difftest.base.problems import SetupProblem
 from difftest.campaign.driver import Progress
-from difftest.replay import labels as coverage
+from difftest.coverage import labels as coverage
 
 if TYPE_CHECKING:
     from difftest.campaign.driver import CampaignResult

@@ -113,8 +113,8 @@ def _merged(dirs: list[Path], out: Path) -> Summary:
 
 def _add_coverage(document: Summary, dirs: list[Path], out: Path) -> None:
     """The shards' code coverage, if they measured it: native profiles summed, Lua line counts added."""
-    from difftest.instrument import lua as lua_coverage
-    from difftest.instrument.native import merge_runs
+    from difftest.coverage import lua as lua_coverage
+    from difftest.coverage.native import merge_runs
 
     native = merge_runs(dirs, out)  # the shards' native coverage profiles summed, if any
     if native is not None:

@@ -82,7 +82,7 @@ def command_run(args: argparse.Namespace) -> int:
                            "and --backend docker")  # fmt: skip
     module_of(args)
     if args.native_coverage:
-        from difftest.instrument.native import prepare
+        from difftest.coverage.native import prepare
 
         args.module, args.coverage_tools = prepare(args)  # checks, then the instrumented build
     check_module(args.module)
@@ -121,8 +121,8 @@ def _campaign(args: argparse.Namespace, seed: int, shard: tuple[int, int], examp
     """The campaign in DIRECTORY: run, summed up in its report files, told on the terminal, its exit code."""
     import datetime
 
+    from difftest.coverage import labels as coverage
     from difftest.findings.known import DIVERGENCE
-    from difftest.replay import labels as coverage
 
     today = datetime.date.today()  # one day for the whole run: an entry expires between runs, never within one
     args.today = today
@@ -152,12 +152,12 @@ def _measured(args: argparse.Namespace, config: CampaignConfig, examples: int | 
     """The campaign run, its code coverage measured if asked; progress goes to stderr: a live bar on a
     terminal, a plain line now and then in a log."""
     from difftest.campaign.progress import CampaignProgress
-    from difftest.instrument import lua as lua_coverage
-    from difftest.instrument import native as native_coverage
+    from difftest.coverage import native as native_coverage
+    from executors.lua import instrument as lua_instrument
 
     directory = config.reports
     profiling = native_coverage.profiling(directory) if args.native_coverage else contextlib.nullcontext()
-    measuring = lua_coverage.measuring(directory) if args.lua_coverage else contextlib.nullcontext()
+    measuring = lua_instrument.measuring(directory) if args.lua_coverage else contextlib.nullcontext()
     with profiling, measuring, CampaignProgress(sys.stderr, examples, args.seconds if examples is None else None,
                                      interval_s=args.progress_interval) as progress:  # fmt: skip
         return run_campaign(config, on_progress=progress)
@@ -167,8 +167,8 @@ def _summary(args: argparse.Namespace, result: CampaignResult) -> tuple[Summary,
     """summary.json's document, with the commands that reproduce the run and each divergence, and the
     code coverage collected; what the machine refused while collecting it, if it did."""
     from difftest.base.files import environment_failure, is_environmental
-    from difftest.instrument import lua as lua_coverage
-    from difftest.instrument import native as native_coverage
+    from difftest.coverage import lua as lua_coverage
+    from difftest.coverage import native as native_coverage
     from difftest.replay.build import program, replay_command
     from difftest.report import html as html_report
     from difftest.report import reports
@@ -202,9 +202,9 @@ def _print_outcome(args: argparse.Namespace, result: CampaignResult, document: S
     artifact (or, when the file is lost, its history), the code coverage, and where the reports are."""
     from difftest.campaign.exampledb import describe
     from difftest.campaign.progress import print_table, summary_table
-    from difftest.instrument import lua as lua_coverage
-    from difftest.instrument import native as native_coverage
-    from difftest.replay import labels as coverage
+    from difftest.coverage import labels as coverage
+    from difftest.coverage import lua as lua_coverage
+    from difftest.coverage import native as native_coverage
     from difftest.replay.build import command
 
     print()

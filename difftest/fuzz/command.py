@@ -227,8 +227,8 @@ def _module_to_load(args: argparse.Namespace, native: bool) -> Path:
     if not native:
         module: Path = args.module
         return module
-    from difftest.instrument.native import build as coverage_build
-    from difftest.instrument.native import find_tools
+    from difftest.coverage.native import build as coverage_build
+    from difftest.coverage.native import find_tools
 
     if args.module_given:
         raise SetupProblem("--native-coverage and --guidance build and load this checkout's module, "
@@ -263,11 +263,11 @@ def _verdict(stopped_by: int, mine: dict[str, int], elapsed: float) -> int:
 
 @contextlib.contextmanager
 def _lua_lines(on: bool, run_dir: Path) -> Iterator[bool]:
-    """--lua-coverage: the workers' Lua servers run the instrumented scripts (difftest/instrument/lua.py)."""
+    """--lua-coverage: the workers' Lua servers run the instrumented scripts (difftest/coverage/lua.py)."""
     if not on:
         yield False
         return
-    from difftest.instrument.lua import measuring
+    from executors.lua.instrument import measuring
 
     with measuring(run_dir):
         yield True

@@ -1,6 +1,6 @@
 """The native module's coverage counters read straight from its servers' raw profiles, after every history.
 
-The coverage build (difftest/instrument/native.py) keeps each server's counters in a mapped file
+The coverage build (difftest/coverage/native.py) keeps each server's counters in a mapped file
 (LLVM's continuous mode): the counters section of a `.profraw` file is the live array of 64-bit
 counts, page-aligned. Reading it needs no llvm tool: the header says where the section starts and
 how many counters there are. A worker reads its own servers' files after each history: the counters

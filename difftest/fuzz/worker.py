@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from difftest.campaign.batch import ShrinkBudget, failure_key, last_pass, machine_settings, smallest_failure
+from difftest.coverage import labels as coverage
 from difftest.findings import signature as signatures
 from difftest.fuzz.outbox import Outbox, journal_path
 from difftest.fuzz.store import COUNTED, Store, pending_field
-from difftest.replay import labels as coverage
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized, SynchronizedArray
@@ -232,7 +232,7 @@ class Worker:
 
     def _lua_lines(self) -> set[str]:
         """The Lua lines run since the last look, from the Lua server's log (`script:line`)."""
-        from difftest.instrument.lua import parse_log
+        from executors.lua.instrument import parse_log
 
         assert self.lua_log is not None
         try:

@@ -34,7 +34,6 @@ from difftest.history.format import (
     unwalked_at,
 )
 from difftest.history.resolve import Resolved, resolve
-from difftest.instrument import lua as lua_coverage
 from difftest.judge.contract import RULES, Verdict, acl_probe_keys
 from difftest.judge.events import Events, events_problem
 from difftest.judge.verdicts import JudgeState, Observation, assumed, judge
@@ -58,6 +57,7 @@ from difftest.spec.snapshot import (
     resync_commands,
     with_epochs,
 )
+from executors.lua import instrument as lua_instrument
 from executors.lua.adapter import load_scripts
 
 if TYPE_CHECKING:
@@ -347,7 +347,7 @@ class Replayer:
         backend: str = "local",
         replicas: bool = False,
     ) -> None:
-        self.scripts = lua_coverage.scripts_for_replay(load_scripts(lua_scripts))  # instrumented: --lua-coverage
+        self.scripts = lua_instrument.scripts_for_replay(load_scripts(lua_scripts))  # instrumented: --lua-coverage
         # the same scripts, as sent, for the steps an upgrade's Lua-era workers run on the native server
         self.native_scripts = load_scripts(lua_scripts)
         self._owns_group = group is None
@@ -394,7 +394,7 @@ class Replayer:
             self.call_replicas.close()
         logfile = getattr(self.lua_server, "logfile", None)  # the Lua scripts' coverage lines (--lua-coverage)
         if logfile is not None:
-            lua_coverage.harvest(Path(logfile))
+            lua_instrument.harvest(Path(logfile))
         if self._owns_group:
             self.group.close()
 

@@ -568,19 +568,19 @@ def _coverage(summary: Summary) -> list[str]:
 
 
 def _lua_coverage(summary: Summary) -> list[str]:
-    """`run --lua-coverage`: the lines of each retired script the histories ran (difftest/instrument/lua.py)."""
+    """`run --lua-coverage`: the lines of each retired script the histories ran (difftest/coverage/lua.py)."""
     if not summary.get("lua_coverage"):
         return []
-    from difftest.instrument.lua import html_section
+    from difftest.coverage.lua import html_section
 
     return ["<h2>Lua script coverage</h2>", *html_section(summary["lua_coverage"])]
 
 
 def _native_coverage(summary: Summary) -> list[str]:
-    """`run --native-coverage`: the module's own lines, regions and branches reached (difftest/instrument/native.py)."""
+    """`run --native-coverage`: the module's own lines, regions and branches reached (difftest/coverage/native.py)."""
     if not summary.get("native_coverage"):
         return []
-    from difftest.instrument.native import html_section
+    from difftest.coverage.native import html_section
 
     return ["<h2>Native code coverage</h2>", *html_section(summary["native_coverage"])]
 

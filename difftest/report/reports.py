@@ -21,10 +21,10 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from difftest.base.files import write_atomically
 from difftest.campaign.driver import BatchRecord, CampaignConfig, CampaignResult, Failure
 from difftest.campaign.exampledb import describe
+from difftest.coverage import labels as coverage
 from difftest.findings import tally
 from difftest.findings.entries import Divergence, Finding
 from difftest.findings.known import KNOWN, KnownFindings
-from difftest.replay import labels as coverage
 from difftest.report import html as html_report
 from difftest.report.document import BatchEntry, ModelShare, Summary, ordered, parsed
 from difftest.servers import valkeys

@@ -7,7 +7,7 @@ generator's weight for each transition.
 Every per-verb table here is derived from the command table (difftest/spec/commands.py): a verb added
 there is in each of them.
 
-The generator (strategies/steps.py) draws from these with small weight; `difftest/replay/labels.py`
+The generator (strategies/steps.py) draws from these with small weight; `difftest/coverage/labels.py`
 names what a replay reached with the same classifiers (`bound:*`, `value:*`, `edge:*`, `wrongtype:*`, `acl:*`,
 `long:*` labels).
 """

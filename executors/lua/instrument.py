@@ -1,5 +1,6 @@
-"""Lua script coverage of a campaign (`difftest run --lua-coverage`): which lines of each retired
-script (executors/lua/*.lua) the histories ran.
+"""The Lua scripts instrumented for line coverage (`difftest run --lua-coverage`), and the channel
+their counts travel by: the executor's side of Lua coverage, which the replay loads and harvests.
+What the counts add up to, and how a report shows them, is difftest/coverage/lua.py.
 
 A copy of the scripts is instrumented at the source: each line that starts a statement gets a mark
 in front of it (`__h[12]=true`), the script's body runs as a function under `pcall`, and at the end
@@ -14,33 +15,25 @@ stops at an error still reports the lines it ran, the error-after-write paths of
 included. The two channels the issue offered were not honest here (docs/design-notes.md, "Lua script
 coverage"): a reply cannot carry the lines of a script that ended in an error, and a key is a write
 a restricted user is refused, that FLUSHALL and the re-sync wipe, and that the AOF and replicas see.
-
 Each replayer reads its Lua server's log when it closes (servers restarted and crashed meanwhile
-kept appending to it) and writes the counts to the run's directory; `collect` sums them into
-`lua-coverage.json` and a report.html section. The counts are of lines, as luacov counts them: a
-line such as `if ghost then return {} end` is reached when its condition is evaluated.
+kept appending to it) and writes the counts to the run's directory (`harvest`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import os
 import re
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from difftest.base.files import write_atomically
 
 ENVIRONMENT = "DIFFTEST_LUA_COVERAGE"  # the directory each replayer writes its counts to
 MARK = "difftest-lua-coverage"  # how a script's log line starts
 RAW_DIR = "lua-counts"
-JSON_FILE = "lua-coverage.json"
-FORMAT = "difftest-lua-coverage"
 # a line that does not start a statement: a block's end or next branch, or a continued expression
 _NOT_A_STATEMENT = re.compile(r"^(end|else|elseif|until|then|do|and|or)\b|^[)}\].,+*/%^<>=~-]|^\.\.")
 _CONTINUES = re.compile(r"(,|\(|\{|\[|\.\.|=|\+|-|\*|/|%|\^|<|>|\band|\bor|\bnot)\s*$")
@@ -141,107 +134,3 @@ def harvest(logfile: Path) -> None:
     rows = [[verb, line, count] for (verb, line), count in sorted(counts.items())]
     target = Path(out) / f"counts-{os.getpid()}-{id(logfile)}.json"
     write_atomically(target, json.dumps(rows) + "\n")
-
-
-def _script_dir(lua_scripts: Path | None) -> Path:
-    import executors.lua.adapter as adapter
-
-    return lua_scripts or Path(adapter.__file__).parent
-
-
-def collect(run_dir: Path, lua_scripts: Path | None = None) -> dict[str, Any]:
-    """After the campaign: every replayer's counts summed, per script the lines reached of those that
-    start a statement, and the text of every line no history reached; lua-coverage.json written."""
-    raw = run_dir / RAW_DIR
-    counts: Counter[tuple[str, int]] = Counter()
-    files = sorted(raw.glob("*.json")) if raw.is_dir() else []
-    for path in files:
-        for verb, line, count in json.loads(path.read_text()):
-            counts[(verb, int(line))] += int(count)
-    shutil.rmtree(raw, ignore_errors=True)
-    document = report(counts, _script_dir(lua_scripts))
-    document["replayers"] = len(files)
-    write_atomically(run_dir / JSON_FILE, json.dumps(document, indent=1) + "\n")
-    return document
-
-
-def report(counts: Counter[tuple[str, int]], scripts: Path) -> dict[str, Any]:
-    """The document (pure but for reading the scripts' text)."""
-    files, unreached = [], []
-    reached_all = total_all = 0
-    for path in sorted(scripts.glob("*.lua")):
-        verb = path.stem
-        text = path.read_text()
-        lines = text.splitlines()
-        countable = countable_lines(text)
-        missed = [n for n in countable if counts[(verb, n)] == 0]
-        reached = len(countable) - len(missed)
-        calls = max((counts[(verb, n)] for n in countable), default=0)  # its first line runs at every call
-        files.append({"file": path.name, "transition": verb.upper(),
-                      "lines": {"reached": reached, "total": len(countable)}, "calls": calls})  # fmt: skip
-        if missed:
-            unreached.append({"file": path.name, "transition": verb.upper(),
-                              "lines": [[n, lines[n - 1]] for n in missed]})  # fmt: skip
-        reached_all += reached
-        total_all += len(countable)
-    rows = [[verb, line, count] for (verb, line), count in sorted(counts.items())]  # what a merge sums
-    return {"format": FORMAT, "version": 1, "scripts": str(scripts), "totals": {"lines": {"reached": reached_all,
-            "total": total_all}}, "files": files, "unreached": unreached, "counts": rows}  # fmt: skip
-
-
-def merge_runs(dirs: list[Path], out: Path) -> dict[str, Any] | None:
-    """`difftest merge`: the shards' counts summed into OUT/lua-coverage.json (with the scripts the
-    first shard measured, if they are on this machine, else executors/lua); None when no shard
-    measured Lua coverage."""
-    measured = [json.loads((d / JSON_FILE).read_text()) for d in dirs if (d / JSON_FILE).is_file()]
-    if not measured:
-        return None
-    counts: Counter[tuple[str, int]] = Counter()
-    for document in measured:
-        for verb, line, count in document.get("counts", []):
-            counts[(str(verb), int(line))] += int(count)
-    recorded = Path(measured[0].get("scripts", ""))
-    merged = report(counts, recorded if recorded.is_dir() else _script_dir(None))
-    merged["replayers"] = sum(int(document.get("replayers", 0)) for document in measured)
-    if len(measured) < len(dirs):
-        merged["note"] = f"{len(measured)} of {len(dirs)} shards measured Lua coverage"
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomically(out / JSON_FILE, json.dumps(merged, indent=1) + "\n")
-    return merged
-
-
-# ---- showing it -----------------------------------------------------------------------------------------
-
-
-def _ratio(pair: dict[str, int]) -> str:
-    total = pair["total"]
-    return f"{pair['reached']}/{total} ({100.0 * pair['reached'] / total if total else 100.0:.1f}%)"
-
-
-def summary_line(document: dict[str, Any]) -> str:
-    lines = document["totals"]["lines"]
-    return (f"Lua script coverage: lines {_ratio(lines)} of {len(document['files'])} scripts; "
-            f"{sum(len(g['lines']) for g in document['unreached'])} line(s) no history ran ({JSON_FILE})")  # fmt: skip
-
-
-def html_section(document: dict[str, Any]) -> list[str]:
-    """The report's section (pure): per script the lines reached, then the lines no history ran."""
-    esc = html.escape
-    out = [f"<p>{esc(summary_line(document))}.</p>",
-           '<p class="note">Counted by an instrumented copy of the scripts that logs the lines each call ran '
-           "(difftest/instrument/lua.py): what the scripts write is unchanged. A line is reached when it "
-           "starts to run (a one-line <code>if ... then return ... end</code> when its condition is "
-           "evaluated). The Lua host's refusals before sending run no script.</p>",
-           "<table><tr><th>script</th><th>transition</th><th>lines</th><th>calls</th></tr>"]  # fmt: skip
-    for entry in document["files"]:
-        lines = entry["lines"]
-        missing = ' class="missing"' if lines["reached"] < lines["total"] else ""
-        out.append(f"<tr{missing}><td>{esc(entry['file'])}</td><td>{esc(entry['transition'])}</td>"
-                   f'<td class="num">{_ratio(lines)}</td><td class="num">{entry["calls"]:,}</td></tr>')  # fmt: skip
-    out.append("</table>")
-    for group in document["unreached"]:
-        text = "\n".join(f"{number:>4}  {line}" for number, line in group["lines"])
-        out.append(f"<details open><summary><code>{esc(group['file'])}</code> <span class=\"note\">"
-                   f"({len(group['lines'])} line(s) no history ran)</span></summary>"
-                   f"<pre>{esc(text)}</pre></details>")  # fmt: skip
-    return out

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from difftest.coverage.upgrades import UPGRADE_LABELS, upgrade_labels
 from difftest.history.format import (
     DEFAULT_START_MS,
     MAX_MS,
@@ -27,7 +28,6 @@ from difftest.judge import accounting
 from difftest.judge.contract import RULES
 from difftest.judge.invariants import INVARIANTS
 from difftest.replay.replayer import ReplayResult, StepRecord
-from difftest.replay.upgrades import UPGRADE_LABELS, upgrade_labels
 from difftest.spec import domains
 from difftest.spec.commands import (
     ATTEMPTS,
