@@ -153,7 +153,7 @@ PLACES: dict[str, Callable[[str, Transition], bool]] = {
     ),
     "executors/native/src/lib.rs: its handler and its transitions/ module": _native_handler,
     "executors/native/src/lib.rs: its registration": _native_registration,
-    "mutants/catalogue.py: TRANSITIONS": lambda v, t: v in catalogue.TRANSITIONS,
+    "mutants/catalogue/__init__.py: TRANSITIONS": lambda v, t: v in catalogue.TRANSITIONS,
     "mutants/catalogue/: a mutant of each executor's implementation": _mutants_of_each_executor,
 }
 

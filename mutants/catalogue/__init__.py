@@ -1,4 +1,5 @@
-"""The catalogue: each mutant's metadata and unified-diff patch, loaded and checked for completeness."""
+"""The catalogue: each mutant's metadata (catalogue.toml) and unified-diff patch (lua/, native/, both/), kept
+in this package beside the code that loads them and checks them for completeness."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from difftest.judge.contract import TABLE_ORDER
 from difftest.spec.commands import TRANSITIONS as COMMANDS
 
-HERE = Path(__file__).resolve().parent
-CATALOGUE_DIR = HERE / "catalogue"
+CATALOGUE_DIR = Path(__file__).resolve().parent  # this package: its loader beside its data
+HERE = CATALOGUE_DIR.parent  # the mutants package (its triage file, its build cache)
 CATALOGUE_FILE = CATALOGUE_DIR / "catalogue.toml"
 REPO = HERE.parent
 EXECUTOR_DIRS = {"native": REPO / "executors" / "native", "lua": REPO / "executors" / "lua"}
