@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from difftest.base.environment import variable_set
 from difftest.base.files import write_atomically
 from difftest.base.problems import SetupProblem
 
@@ -146,15 +147,8 @@ def profiling(run_dir: Path) -> Iterator[Path]:
     writes its own file under run_dir/native-profiles/."""
     raw = (run_dir / RAW_DIR).absolute()  # absolute: a server runs in its own data directory
     raw.mkdir(parents=True, exist_ok=True)
-    before = os.environ.get(PROFILE_VARIABLE)
-    os.environ[PROFILE_VARIABLE] = str(raw / "native-%p%c.profraw")
-    try:
+    with variable_set(PROFILE_VARIABLE, str(raw / "native-%p%c.profraw")):
         yield raw
-    finally:
-        if before is None:
-            os.environ.pop(PROFILE_VARIABLE, None)
-        else:
-            os.environ[PROFILE_VARIABLE] = before
 
 
 def _run(command: Sequence[str | Path], what: str) -> str:

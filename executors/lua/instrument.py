@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from difftest.base.environment import variable_set
 from difftest.base.files import write_atomically
 
 ENVIRONMENT = "DIFFTEST_LUA_COVERAGE"  # the directory each replayer writes its counts to
@@ -113,15 +114,8 @@ def measuring(run_dir: Path) -> Iterator[Path]:
     environment) loads the instrumented scripts and leaves its counts under run_dir/lua-counts/."""
     raw = (run_dir / RAW_DIR).absolute()
     raw.mkdir(parents=True, exist_ok=True)
-    before = os.environ.get(ENVIRONMENT)
-    os.environ[ENVIRONMENT] = str(raw)
-    try:
+    with variable_set(ENVIRONMENT, str(raw)):
         yield raw
-    finally:
-        if before is None:
-            os.environ.pop(ENVIRONMENT, None)
-        else:
-            os.environ[ENVIRONMENT] = before
 
 
 def harvest(logfile: Path) -> None:
