@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from difftest.base.environment import variable_set
 from difftest.base.filelock import file_lock
 from difftest.base.problems import SetupProblem
 
@@ -128,15 +129,8 @@ def selected(version: str | None) -> Iterator[None]:
     if version is None:
         yield
         return
-    before = os.environ.get(ENVIRONMENT)
-    os.environ[ENVIRONMENT] = version
-    try:
+    with variable_set(ENVIRONMENT, version):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(ENVIRONMENT, None)
-        else:
-            os.environ[ENVIRONMENT] = before
 
 
 def argument(text: str) -> str:
